@@ -1,0 +1,45 @@
+"""florwb: hindsight logging for model training.
+
+`import florwb as flor` is a drop-in for `import flordb as flor`. Importing this package
+stays cheap (no DuckDB, pandas, torch or textual): those load only when a call needs them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.record import arg, checkpointing, commit, log, loop, set_checkpoint_budget
+
+__all__ = [
+    "arg",
+    "checkpointing",
+    "commit",
+    "dataframe",
+    "log",
+    "loop",
+    "query",
+    "set_checkpoint_budget",
+]
+__version__ = "0.1.0"
+
+
+def _store() -> Any:
+    from engine import project
+    from engine.record import runtime
+    from engine.store import Store
+
+    run = runtime.current()
+    if run is not None:
+        run.flush()  # a script reading its own logs sees them
+        return Store(run.project)
+    return Store(project.find_project())
+
+
+def dataframe(*names: str) -> Any:
+    """pandas DataFrame: one row per run x loop coordinates, one column per name."""
+    return _store().dataframe(*names)
+
+
+def query(sql: str) -> Any:
+    """pandas DataFrame with the result of read-only SQL over the project's catalog."""
+    return _store().query(sql)

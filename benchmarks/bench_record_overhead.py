@@ -1,0 +1,93 @@
+"""Recording overhead: train_mlp.py as a real process under plain / florwb / flordb.
+
+Each backend runs the script in a fresh throwaway git repo, in interleaved rounds (the order
+rotates every round) after one untimed warm-up run each; medians are compared as ratios taken
+in this one run, because the shared machine is noisy. A backend whose warm-up fails is reported
+and skipped. Sizes come from BENCH_EPOCHS / BENCH_STEPS / BENCH_HIDDEN / BENCH_BATCH.
+
+  record_wall_s_<b>          median wall time of the whole process (interpreter, imports, commit)
+  record_train_s_<b>         median time from the backend's import through flor.commit()
+  record_overhead_<b>        wall median / plain's wall median
+  record_loop_overhead_<b>   train median / plain's train median (without import/startup)
+  record_wall_flordb_over_florwb   flordb wall median / florwb wall median
+"""
+
+import argparse
+import json
+import os
+
+from _common import (
+    BENCH_DIR,
+    PYTHON,
+    BenchError,
+    backend_env,
+    median,
+    note,
+    result,
+    rotated,
+    run_timed,
+    temp_git_repo,
+    usable_backends,
+)
+
+TRAIN_SCRIPT = BENCH_DIR / "train_mlp.py"
+
+
+def run_once(backend: str) -> tuple[float, float]:
+    """(wall seconds, in-script train seconds) of one train_mlp.py process."""
+    with temp_git_repo(TRAIN_SCRIPT) as repo:
+        timing_file = repo.parent / "timing.json"
+        env = backend_env(backend, BENCH_TIMING_FILE=str(timing_file))
+        wall = run_timed([str(PYTHON), TRAIN_SCRIPT.name], cwd=repo, env=env)
+        train = json.loads(timing_file.read_text())["train_s"]
+    return wall, train
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--backends", default="plain,florwb,flordb")
+    args = parser.parse_args()
+
+    backends = usable_backends(args.backends)
+    sizes = {
+        k: os.environ[k] for k in ("BENCH_EPOCHS", "BENCH_STEPS", "BENCH_HIDDEN") if k in os.environ
+    }
+    note(f"train_mlp.py sizes: {sizes or 'defaults'}; {args.rounds} rounds; stdout to /dev/null")
+
+    for backend in list(backends):  # warm-up: file caches, and finding broken backends
+        try:
+            run_once(backend)
+        except BenchError as exc:
+            note(f"SKIP {backend}: {exc}")
+            backends.remove(backend)
+    if not backends:
+        raise SystemExit("no backend ran")
+
+    walls: dict[str, list[float]] = {b: [] for b in backends}
+    trains: dict[str, list[float]] = {b: [] for b in backends}
+    for r in range(args.rounds):
+        line = []
+        for backend in rotated(backends, r):
+            wall, train = run_once(backend)
+            walls[backend].append(wall)
+            trains[backend].append(train)
+            line.append(f"{backend} {wall:.2f}s")
+        note(f"round {r + 1}/{args.rounds}: " + ", ".join(line))
+
+    wall_med = {b: median(walls[b]) for b in backends}
+    train_med = {b: median(trains[b]) for b in backends}
+    for b in backends:
+        result(f"record_wall_s_{b}", wall_med[b], "s")
+        result(f"record_train_s_{b}", train_med[b], "s")
+    if "plain" in backends:
+        for b in backends:
+            if b != "plain":
+                result(f"record_overhead_{b}", wall_med[b] / wall_med["plain"], "x")
+                result(f"record_loop_overhead_{b}", train_med[b] / train_med["plain"], "x")
+    if "florwb" in backends and "flordb" in backends:
+        result("record_wall_flordb_over_florwb", wall_med["flordb"] / wall_med["florwb"], "x")
+
+
+if __name__ == "__main__":
+    main()

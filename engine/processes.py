@@ -1,0 +1,26 @@
+"""Identifying processes across pid reuse, so a reader can tell a killed run from a live one."""
+
+from __future__ import annotations
+
+import os
+
+
+def start_ticks(pid: int) -> int | None:
+    """Kernel start time of a process (Linux); with the pid it names one process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat.rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def is_gone(pid: int, ticks: int | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    now = start_ticks(pid)
+    return ticks is not None and now is not None and now != ticks

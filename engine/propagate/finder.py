@@ -1,0 +1,333 @@
+"""Finding log statements in a source: where each sits, in which loops, what it reads.
+
+Everything propagation, the statement diff and replay planning know about a source comes
+from one `Analysis`: the libcst module (byte-exact), the matching tree over it, the
+florwb imports and the log sites. Analyses are cached by source text, because the
+workbench asks about the same versions again and again.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from engine.propagate.aliases import (
+    FlorImports,
+    ast_log_call_lines,
+    imports_from_nodes,
+    log_call_parts,
+)
+from engine.propagate.errors import PropagationError
+from engine.propagate.model import STANDALONE, WRAPPED, LogStatement
+from engine.propagate.names import free_names
+from engine.propagate.source import parse_source
+from engine.propagate.tree import TNode, Tree
+
+_LOOPS = (cst.For, cst.While)
+_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+@dataclass(frozen=True)
+class LogSite:
+    """A log call with a literal name plus its libcst context (internal to the engine)."""
+
+    name: str
+    form: str
+    call: cst.Call
+    name_arg: cst.Arg
+    value_arg: cst.Arg
+    statement: cst.CSTNode  # SimpleStatementLine / compound statement (small stmt in a suite)
+    small: cst.BaseSmallStatement | None  # the small statement holding the call, if any
+    block: cst.CSTNode  # Module / IndentedBlock / SimpleStatementSuite around `statement`
+    index: int  # position of `statement` in `block.body`
+    line: int
+    loop_path: tuple[str, ...]
+    chain: tuple[str, ...]
+    reads: frozenset[str]
+    read_nodes: tuple[cst.Name, ...]
+    code: str
+    loops: frozenset[int]  # ids of the loops it runs in (lexical + resolved call sites)
+    functions: tuple[cst.CSTNode, ...]  # enclosing function definitions, outermost first
+
+    @property
+    def in_suite(self) -> bool:
+        return isinstance(self.block, cst.SimpleStatementSuite)
+
+    def to_statement(self) -> LogStatement:
+        return LogStatement(
+            name=self.name,
+            line=self.line,
+            form=self.form,
+            code=self.code,
+            loop_path=self.loop_path,
+            reads=self.reads,
+            chain=self.chain,
+        )
+
+
+class Analysis:
+    """One parsed source with its log sites (see module docstring)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.module, self.ast_tree = parse_source(source)
+        self.tree = Tree(self.module)
+        self.imports: FlorImports = imports_from_nodes(
+            tn.node for tn in self.tree.nodes if tn.label in ("Import", "ImportFrom")
+        )
+        self._contexts: dict[str, tuple[tuple[str, ...] | None, frozenset[int]]] = {}
+        self._top_functions = {
+            c.node.name.value: c for c in self.tree.root.children if c.label == "FunctionDef"
+        }
+        self._calls, self._escapes = self._function_references()
+        self.sites: list[LogSite] = self._find_sites()
+
+    # -- helpers used by propagation ------------------------------------------------------
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    def describe(self, node: cst.CSTNode, max_len: int = 60) -> str:
+        """A one-line summary of a statement (its header for compound statements)."""
+        text = header(node, self.code)
+        text = " ".join(text.split())
+        return text if len(text) <= max_len else text[: max_len - 3] + "..."
+
+    def loop_name(self, loop: cst.CSTNode) -> str | None:
+        """The `flor.loop` name a for loop iterates over (also inside enumerate(...))."""
+        if not isinstance(loop, cst.For):
+            return None
+        tn = self.tree.of(loop.iter)
+        if tn is None:
+            return None
+        for sub in self.tree.nodes[tn.idx : tn.end + 1]:
+            if sub.label == "Call":
+                parts = log_call_parts(sub.node, self.imports, api="loop")
+                if parts is not None:
+                    return parts[0]
+        return None
+
+    def context_of(self, tn: TNode) -> tuple[tuple[str, ...], frozenset[int]]:
+        """(flor.loop names, loop ids) a node runs in, through resolvable call sites."""
+        names, loops, func = self._lexical(tn)
+        if func is not None:
+            prefix, outer = self._function_context(func, frozenset())
+            names = (prefix or ()) + names  # unknown callers: only the loops we can see
+            loops = outer | loops
+        return names, loops
+
+    # -- internals ------------------------------------------------------------------------
+    def _lexical(self, tn: TNode) -> tuple[tuple[str, ...], frozenset[int], str | None]:
+        names: list[str] = []
+        loops: set[int] = set()
+        child, anc = tn, tn.parent
+        while anc is not None:
+            node = anc.node
+            if isinstance(node, _LOOPS) and child.field == "body":
+                loops.add(id(node))
+                name = self.loop_name(node)
+                if name is not None:
+                    names.append(name)
+            elif isinstance(node, _SCOPES):
+                func = None
+                if (
+                    isinstance(node, cst.FunctionDef)
+                    and anc.parent is self.tree.root
+                    and child.field == "body"
+                ):
+                    func = node.name.value
+                names.reverse()
+                return tuple(names), frozenset(loops), func
+            child, anc = anc, anc.parent
+        names.reverse()
+        return tuple(names), frozenset(loops), None
+
+    def _function_references(self) -> tuple[dict[str, list[TNode]], set[str]]:
+        calls: dict[str, list[TNode]] = {name: [] for name in self._top_functions}
+        escapes: set[str] = set()
+        for tn in self.tree.nodes:
+            if tn.label != "Name" or tn.value not in calls or tn.field in ("attr", "keyword"):
+                continue
+            parent = tn.parent
+            if parent is None:
+                continue
+            if tn.field == "name" and isinstance(parent.node, cst.FunctionDef):
+                continue
+            if tn.field == "func" and parent.label == "Call":
+                calls[tn.value].append(parent)
+            else:
+                escapes.add(tn.value)
+        return calls, escapes
+
+    def _function_context(
+        self, func: str, visiting: frozenset[str]
+    ) -> tuple[tuple[str, ...] | None, frozenset[int]]:
+        """Loops every call site of a module-level function runs in (None: they differ)."""
+        cached = self._contexts.get(func)
+        if cached is not None:
+            return cached
+        sites = self._calls.get(func, [])
+        if func in self._escapes or not sites or func in visiting:
+            return None, frozenset()
+        paths: set[tuple[str, ...] | None] = set()
+        loops: set[int] = set()
+        for call in sites:
+            names, lex_loops, outer = self._lexical(call)
+            if outer == func:
+                continue
+            if outer is not None:
+                prefix, outer_loops = self._function_context(outer, visiting | {func})
+                loops |= outer_loops
+                paths.add((prefix or ()) + names)
+            else:
+                paths.add(names)
+            loops |= lex_loops
+        result = (paths.pop() if len(paths) == 1 else None), frozenset(loops)
+        self._contexts[func] = result
+        return result
+
+    def _find_sites(self) -> list[LogSite]:
+        raw = []
+        for tn in self.tree.nodes:
+            if tn.label != "Call":
+                continue
+            parts = log_call_parts(tn.node, self.imports)
+            if parts is not None:
+                raw.append((tn, parts))
+        lines = self._lines([tn for tn, _ in raw], [parts[0] for _, parts in raw])
+        sites = []
+        for (tn, (name, name_arg, value_arg)), line in zip(raw, lines, strict=True):
+            sites.append(self._site(tn, name, name_arg, value_arg, line))
+        return sites
+
+    def _lines(self, calls: list[TNode], names: list[str]) -> list[int]:
+        found = ast_log_call_lines(self.ast_tree)
+        if [n for _, _, n in found] == names:
+            return [line for line, _, _ in found]
+        positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return [positions[tn.node].start.line for tn in calls]
+
+    def _site(
+        self, tn: TNode, name: str, name_arg: cst.Arg, value_arg: cst.Arg, line: int
+    ) -> LogSite:
+        small: cst.BaseSmallStatement | None = None
+        statement: TNode | None = None
+        chain: list[str] = []
+        functions: list[cst.CSTNode] = []
+        child, anc = tn, tn.parent
+        while anc is not None:
+            node = anc.node
+            if statement is None:
+                if isinstance(node, cst.BaseSmallStatement) and small is None:
+                    small = node
+                    if isinstance(anc.parent.node, cst.SimpleStatementSuite):
+                        statement = anc
+                elif isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                    statement = anc
+            if child.field == "body":
+                entry = _chain_entry(anc, child, self.code)
+                if entry:
+                    chain.append(entry)
+                if isinstance(node, cst.FunctionDef):
+                    functions.append(node)
+            child, anc = anc, anc.parent
+        assert statement is not None and statement.parent is not None
+        chain.reverse()
+        functions.reverse()
+        form = STANDALONE if isinstance(small, cst.Expr) and small.value is tn.node else WRAPPED
+        reads, read_nodes = free_names(value_arg.value)
+        loop_path, loops = self.context_of(tn)
+        if form == STANDALONE or small is not None:
+            code = self.code(small)
+        else:
+            code = header(statement.node, self.code)
+        return LogSite(
+            name=name,
+            form=form,
+            call=tn.node,
+            name_arg=name_arg,
+            value_arg=value_arg,
+            statement=statement.node,
+            small=small,
+            block=statement.parent.node,
+            index=statement.key if statement.key is not None else 0,
+            line=line,
+            loop_path=loop_path,
+            chain=tuple(chain),
+            reads=reads,
+            read_nodes=tuple(read_nodes),
+            code=code.strip(),
+            loops=loops,
+            functions=tuple(functions),
+        )
+
+
+def _chain_entry(anc: TNode, child: TNode, code) -> str | None:
+    node = anc.node
+    if isinstance(node, (cst.Module, cst.IndentedBlock)):
+        return None
+    if isinstance(node, cst.If):
+        if child.field != "body":
+            return None
+        keyword = "elif" if anc.field == "orelse" else "if"
+        return f"{keyword} {' '.join(code(node.test).split())}"
+    if isinstance(node, (cst.For, cst.While, cst.Try)) and child.field != "body":
+        return None
+    return " ".join(header(node, code).split()).rstrip(":")
+
+
+def header(node: cst.CSTNode, code) -> str:
+    """The first line of a compound statement, e.g. `for x in loader:`; else its code."""
+    if isinstance(node, cst.FunctionDef):
+        return f"def {node.name.value}"
+    if isinstance(node, cst.ClassDef):
+        return f"class {node.name.value}"
+    if isinstance(node, cst.For):
+        return f"for {code(node.target)} in {code(node.iter)}:"
+    if isinstance(node, cst.While):
+        return f"while {code(node.test)}:"
+    if isinstance(node, cst.If):
+        return f"if {code(node.test)}:"
+    if isinstance(node, cst.With):
+        return f"with {', '.join(code(i).rstrip(', ') for i in node.items)}:"
+    if isinstance(node, cst.Else):
+        return "else:"
+    if isinstance(node, cst.Finally):
+        return "finally:"
+    if isinstance(node, (cst.Try, cst.TryStar)):
+        return "try:"
+    if isinstance(node, cst.ExceptHandler):
+        return f"except {code(node.type)}:" if node.type is not None else "except:"
+    if isinstance(node, cst.Match):
+        return f"match {code(node.subject)}:"
+    if isinstance(node, cst.MatchCase):
+        return f"case {code(node.pattern)}:"
+    if isinstance(node, cst.SimpleStatementLine):
+        return "; ".join(code(s).strip().rstrip(";") for s in node.body)
+    return code(node).strip()
+
+
+@functools.lru_cache(maxsize=32)
+def _analyze(source: str) -> Analysis:
+    return Analysis(source)
+
+
+def analyze(source: str, label: str = "source") -> Analysis:
+    """Parse and analyse a source (cached by text: analyses are never mutated).
+
+    `label` names the source in the one-line PropagationError raised when it does not parse.
+    """
+    try:
+        return _analyze(source)
+    except PropagationError as exc:
+        raise PropagationError(f"{label} {exc}") from None
+
+
+def find_log_statements(source: str) -> list[LogStatement]:
+    """Every `flor.log("<literal>", expr)` in a source, in source order.
+
+    Raises PropagationError (one line, with the file line) if the source does not parse.
+    """
+    return [site.to_statement() for site in analyze(source, "source").sites]

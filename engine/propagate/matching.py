@@ -1,0 +1,341 @@
+"""GumTree-style matching of two syntax trees (new version -> old version).
+
+Phases, after Falleri et al. (ASE 2014), tuned for placing statements:
+1. top-down: identical subtrees (equal shape hash), largest first; a subtree with several
+   identical twins is set aside as *ambiguous* instead of being guessed;
+2. bottom-up: an unmatched container maps to the old container of the same kind sharing
+   the most matched descendants (Dice >= MIN_DICE), then its unmatched children are
+   recovered (identical children, statements by token similarity, unique kinds);
+3. ambiguous twins are resolved by context (matched parents, parent Dice, matched
+   neighbours); a tie stays unmatched and is remembered as ambiguous;
+4. bottom-up again with the extra matches.
+The result also yields identifier renames (`net` in new <-> `model` in old) from matched
+leaves, which lets a statement reading a renamed variable be rewritten for the old version.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from engine.propagate.tree import TNode, Tree, bag_dice
+
+MIN_HEIGHT = 2
+MIN_DICE = 0.4
+STATEMENT_SIMILARITY = 0.5
+MAX_AMBIGUOUS_PAIRS = 400
+_EPS = 1e-9
+
+_STATEMENT_PREFIXES = (
+    "SimpleStatementLine",
+    "If",
+    "For",
+    "While",
+    "With",
+    "Try",
+    "FunctionDef",
+    "ClassDef",
+    "async For",
+    "async With",
+    "async FunctionDef",
+    "Match",
+)
+
+
+def _is_statement_label(label: str) -> bool:
+    return label.startswith(_STATEMENT_PREFIXES)
+
+
+class Matching:
+    """A one-to-one mapping between nodes of `new` and nodes of `old`."""
+
+    def __init__(self, new: Tree, old: Tree) -> None:
+        self.new = new
+        self.old = old
+        self.n2o = [-1] * len(new.nodes)
+        self.o2n = [-1] * len(old.nodes)
+        self.ambiguous_new: set[int] = set()
+        self._dice_cache: dict[tuple[int, int], float] = {}
+        self._run()
+
+    # -- queries ---------------------------------------------------------------------------
+    def old_of(self, tn: TNode) -> TNode | None:
+        j = self.n2o[tn.idx]
+        return self.old.nodes[j] if j >= 0 else None
+
+    def new_of(self, tn: TNode) -> TNode | None:
+        i = self.o2n[tn.idx]
+        return self.new.nodes[i] if i >= 0 else None
+
+    def is_ambiguous(self, tn: TNode) -> bool:
+        return self.n2o[tn.idx] < 0 and tn.idx in self.ambiguous_new
+
+    def renames(self) -> dict[str, str]:
+        """new identifier -> old identifier, where matched occurrences agree on a rename."""
+        pairs: dict[str, Counter[str]] = defaultdict(Counter)
+        for tn in self.new.nodes:
+            if tn.label != "Name" or tn.field in ("attr", "keyword"):
+                continue
+            j = self.n2o[tn.idx]
+            if j < 0:
+                continue
+            other = self.old.nodes[j]
+            if other.label == "Name" and other.field not in ("attr", "keyword"):
+                pairs[tn.value][other.value] += 1
+        renames: dict[str, str] = {}
+        for new_name, counts in pairs.items():
+            (old_name, best), *rest = counts.most_common()
+            if old_name == new_name or (rest and rest[0][1] == best):
+                continue
+            if best >= 0.75 * sum(counts.values()):
+                renames[new_name] = old_name
+        # two new names onto one old name is no rename we can trust
+        targets = Counter(renames.values())
+        return {k: v for k, v in renames.items() if targets[v] == 1}
+
+    # -- core ------------------------------------------------------------------------------
+    def _link(self, a: TNode, b: TNode) -> None:
+        self.n2o[a.idx] = b.idx
+        self.o2n[b.idx] = a.idx
+
+    def _link_subtree(self, a: TNode, b: TNode) -> None:
+        n2o, o2n = self.n2o, self.o2n
+        offset = b.idx - a.idx
+        for i in range(a.idx, a.end + 1):
+            j = i + offset
+            if n2o[i] < 0 and o2n[j] < 0:
+                n2o[i] = j
+                o2n[j] = i
+
+    def _run(self) -> None:
+        ambiguous = self._top_down()
+        self._bottom_up()
+        self._resolve_ambiguous(ambiguous)
+        self._bottom_up()
+        if self.n2o[0] < 0 and self.o2n[0] < 0:
+            self._link(self.new.root, self.old.root)
+
+    def _top_down(self) -> list[tuple[list[TNode], list[TNode]]]:
+        new_nodes, old_nodes = self.new.nodes, self.old.nodes
+        by_height_new: dict[int, list[TNode]] = defaultdict(list)
+        by_height_old: dict[int, list[TNode]] = defaultdict(list)
+        for tn in new_nodes:
+            if tn.height >= MIN_HEIGHT:
+                by_height_new[tn.height].append(tn)
+        for tn in old_nodes:
+            if tn.height >= MIN_HEIGHT:
+                by_height_old[tn.height].append(tn)
+        covered_new = bytearray(len(new_nodes))
+        covered_old = bytearray(len(old_nodes))
+        ambiguous: list[tuple[list[TNode], list[TNode]]] = []
+        heights = sorted(set(by_height_new) & set(by_height_old), reverse=True)
+        for h in heights:
+            groups: dict[int, tuple[list[TNode], list[TNode]]] = {}
+            for tn in by_height_new[h]:
+                if not covered_new[tn.idx]:
+                    groups.setdefault(tn.hash, ([], []))[0].append(tn)
+            for tn in by_height_old[h]:
+                if not covered_old[tn.idx]:
+                    group = groups.get(tn.hash)
+                    if group is not None:
+                        group[1].append(tn)
+            for news, olds in groups.values():
+                if not olds:
+                    continue
+                if len(news) == 1 and len(olds) == 1:
+                    self._link_subtree(news[0], olds[0])
+                elif len(news) * len(olds) <= MAX_AMBIGUOUS_PAIRS:
+                    ambiguous.append((news, olds))
+                else:
+                    continue
+                for tn in news:
+                    covered_new[tn.idx : tn.end + 1] = b"\x01" * tn.size
+                for tn in olds:
+                    covered_old[tn.idx : tn.end + 1] = b"\x01" * tn.size
+        return ambiguous
+
+    def dice(self, a: TNode, b: TNode) -> float:
+        """Share of descendants matched into each other (Dice coefficient)."""
+        key = (a.idx, b.idx)
+        cached = self._dice_cache.get(key)
+        if cached is not None:
+            return cached
+        total = (a.end - a.idx) + (b.end - b.idx)
+        if total == 0:
+            return 0.0
+        lo, hi = b.idx, b.end
+        n2o = self.n2o
+        common = 0
+        for i in range(a.idx + 1, a.end + 1):
+            j = n2o[i]
+            if lo < j <= hi:
+                common += 1
+        value = 2.0 * common / total
+        self._dice_cache[key] = value
+        return value
+
+    def _bottom_up(self) -> None:
+        n2o, o2n = self.n2o, self.o2n
+        old_nodes = self.old.nodes
+        for t1 in self.new.postorder():
+            if n2o[t1.idx] >= 0 or not t1.children:
+                continue
+            if t1.parent is None:
+                if o2n[0] < 0:
+                    self._link(t1, self.old.root)
+                    self._recover(t1, self.old.root)
+                continue
+            seen: set[int] = set()
+            candidates: list[TNode] = []
+            for i in range(t1.idx + 1, t1.end + 1):
+                j = n2o[i]
+                if j < 0:
+                    continue
+                anc = old_nodes[j].parent
+                while anc is not None and anc.idx not in seen:
+                    seen.add(anc.idx)
+                    if anc.label == t1.label and o2n[anc.idx] < 0:
+                        candidates.append(anc)
+                    anc = anc.parent
+            if not candidates:
+                continue
+            self._dice_cache.clear()
+            scored = sorted(((self.dice(t1, c), c) for c in candidates), key=lambda x: -x[0])
+            best_score, best = scored[0]
+            if best_score < MIN_DICE:
+                continue
+            if len(scored) > 1 and scored[1][0] >= best_score - _EPS:
+                self.ambiguous_new.add(t1.idx)
+                continue
+            self._link(t1, best)
+            self._recover(t1, best)
+
+    def _recover(self, a: TNode, b: TNode) -> None:
+        """Match unmatched children of two matched nodes, recursively."""
+        n2o, o2n = self.n2o, self.o2n
+        free_a = [c for c in a.children if n2o[c.idx] < 0]
+        free_b = [c for c in b.children if o2n[c.idx] < 0]
+        if not free_a or not free_b:
+            return
+        # identical children, unique on both sides
+        hashes_a = Counter(c.hash for c in free_a)
+        hashes_b = Counter(c.hash for c in free_b)
+        for c in free_a:
+            if hashes_a[c.hash] == 1 and hashes_b[c.hash] == 1:
+                d = next(x for x in free_b if x.hash == c.hash)
+                self._link_subtree(c, d)
+        free_a = [c for c in free_a if n2o[c.idx] < 0]
+        free_b = [c for c in free_b if o2n[c.idx] < 0]
+        if not free_a or not free_b:
+            return
+        # statements: most similar of the same kind, by token bags, no ties
+        stmts_a = [c for c in free_a if _is_statement_label(c.label)]
+        if stmts_a:
+            self._match_statements(stmts_a, [c for c in free_b if _is_statement_label(c.label)])
+        # everything else: kinds that occur once among the unmatched children
+        labels_a = Counter(c.label for c in free_a if not _is_statement_label(c.label))
+        labels_b = Counter(c.label for c in free_b if not _is_statement_label(c.label))
+        for c in free_a:
+            if _is_statement_label(c.label) or n2o[c.idx] >= 0:
+                continue
+            if labels_a[c.label] == 1 and labels_b[c.label] == 1:
+                d = next(x for x in free_b if x.label == c.label)
+                if o2n[d.idx] < 0:
+                    self._link(c, d)
+                    self._recover(c, d)
+        for c in a.children:
+            j = n2o[c.idx]
+            if j >= 0 and self.old.nodes[j].parent is b and c.children:
+                if c.hash != self.old.nodes[j].hash:
+                    self._recover(c, self.old.nodes[j])
+
+    def _match_statements(self, stmts_a: list[TNode], stmts_b: list[TNode]) -> None:
+        if not stmts_b:
+            return
+        n2o, o2n = self.n2o, self.o2n
+        new_tree, old_tree = self.new, self.old
+        pairs: list[tuple[float, int, TNode, TNode]] = []
+        for pa, c in enumerate(stmts_a):
+            bag_a = new_tree.bag(c)
+            for pb, d in enumerate(stmts_b):
+                if c.label != d.label:
+                    continue
+                if len(stmts_a) * len(stmts_b) > 2500 and abs(pa - pb) > 25:
+                    continue
+                score = bag_dice(bag_a, old_tree.bag(d))
+                if score >= STATEMENT_SIMILARITY:
+                    pairs.append((score, -abs(pa - pb), c, d))
+        pairs.sort(key=lambda p: (-p[0], -p[1]))
+        for score, _, c, d in pairs:
+            if n2o[c.idx] >= 0 or o2n[d.idx] >= 0:
+                continue
+            rivals = [
+                p
+                for p in pairs
+                if (p[2] is c) != (p[3] is d)
+                and p[0] >= score - _EPS
+                and n2o[p[2].idx] < 0
+                and o2n[p[3].idx] < 0
+            ]
+            if rivals:
+                self.ambiguous_new.add(c.idx)
+                continue
+            self._link(c, d)
+            self._recover(c, d)
+
+    def _resolve_ambiguous(self, groups: list[tuple[list[TNode], list[TNode]]]) -> None:
+        n2o, o2n = self.n2o, self.o2n
+        groups.sort(key=lambda g: -g[0][0].height)
+        for news, olds in groups:
+            self._dice_cache.clear()
+            pairs = []
+            for a in news:
+                if n2o[a.idx] >= 0:
+                    continue
+                for b in olds:
+                    if o2n[b.idx] >= 0:
+                        continue
+                    pairs.append((self._context_score(a, b), a, b))
+            pairs.sort(key=lambda p: p[0], reverse=True)
+            by_score: dict[tuple[int, float, int], list[tuple[TNode, TNode]]] = defaultdict(list)
+            for score, a, b in pairs:
+                by_score[score].append((a, b))
+            consumed_new: set[int] = set()
+            consumed_old: set[int] = set()
+            for score, a, b in pairs:
+                if a.idx in consumed_new or b.idx in consumed_old:
+                    continue
+                if n2o[a.idx] >= 0 or o2n[b.idx] >= 0:
+                    continue
+                tied = [
+                    (x, y)
+                    for x, y in by_score[score]
+                    if (x is a) != (y is b)
+                    and x.idx not in consumed_new
+                    and y.idx not in consumed_old
+                    and n2o[x.idx] < 0
+                    and o2n[y.idx] < 0
+                ]
+                if tied:
+                    for x, y in [(a, b), *tied]:
+                        consumed_new.add(x.idx)
+                        consumed_old.add(y.idx)
+                        self.ambiguous_new.add(x.idx)
+                    continue
+                self._link_subtree(a, b)
+                consumed_new.add(a.idx)
+                consumed_old.add(b.idx)
+
+    def _context_score(self, a: TNode, b: TNode) -> tuple[int, float, int]:
+        pa, pb = a.parent, b.parent
+        if pa is None or pb is None:
+            return (0, 0.0, 0)
+        parents_matched = 1 if self.n2o[pa.idx] == pb.idx else 0
+        parent_dice = 1.0 if parents_matched else round(self.dice(pa, pb), 6)
+        neighbours = 0
+        sa, sb = pa.children, pb.children
+        ia, ib = sa.index(a), sb.index(b)
+        for da in (-1, 1):
+            ja, jb = ia + da, ib + da
+            if 0 <= ja < len(sa) and 0 <= jb < len(sb) and self.n2o[sa[ja].idx] == sb[jb].idx:
+                neighbours += 1
+        return (parents_matched, parent_dice, neighbours)

@@ -1,0 +1,627 @@
+"""Placing new log statements into an old version of a script.
+
+For each log statement of the new source that the old one lacks, the two syntax trees are
+matched (see matching.py) with the missing statements taken out of the new tree (wrapped
+calls are replaced by the expression they wrap), so that the new tree describes the old
+code plus unrelated edits. Then:
+
+* standalone `flor.log(...)`: it goes right after the old statement matched to the last
+  of its matched predecessors in its block (or, with none, before the first matched
+  follower, or at the start of the matched block when it came first);
+* wrapped `x = flor.log("x", e)`: the old statement matched to its statement is walked to
+  the same place (same field, same keyword argument) and the *old* expression there is
+  wrapped, because the old value is what the old run computed.
+
+A placement is refused, with a reason, when its block has no match, the match is
+ambiguous, the place found lies in a different loop or function than in the new version,
+or the statement reads a name the old version does not define at that point (renamed
+variables are rewritten when the matching shows the rename). The output is checked with
+Python's parser; nothing that does not parse is ever returned.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from engine.propagate.aliases import FlorImports, ast_log_call_lines, log_call_parts
+from engine.propagate.edits import EditPlan, apply_edits, import_statement, log_call, replace_nodes
+from engine.propagate.errors import PropagationError
+from engine.propagate.finder import Analysis, LogSite, analyze
+from engine.propagate.matching import Matching
+from engine.propagate.model import (
+    INSERTED,
+    PRESENT,
+    STANDALONE,
+    UNPLACED,
+    Placement,
+    PropagationResult,
+)
+from engine.propagate.names import Bindings
+from engine.propagate.tree import TNode, Tree, iter_children
+
+_LOOPS = (cst.For, cst.While)
+_DOC_OWNERS = (cst.Module, cst.FunctionDef, cst.ClassDef)
+
+
+class _Unplaced(Exception):
+    """Internal: a statement cannot be placed; the message is the reported reason."""
+
+
+@dataclass
+class _Planned:
+    site: LogSite
+    loop_path: tuple[str, ...]
+    call: cst.Call | None = None  # the log call as it appears in the output (for its line)
+
+
+def propagate(
+    new_source: str, old_source: str, names: Iterable[str] | None = None
+) -> PropagationResult:
+    """Place the new source's log statements that the old source lacks into the old source.
+
+    `names` restricts the work to those statement names (each must exist in the new
+    source). Returns the old code with the statements placed (byte-identical elsewhere)
+    and one Placement per considered new statement, in new-source order.
+    Raises PropagationError when a source does not parse or a requested name is unknown.
+    """
+    new = analyze(new_source, "new version")
+    old = analyze(old_source, "old version")
+    wanted = None if names is None else set(names)
+    if wanted is not None:
+        unknown = sorted(wanted - {s.name for s in new.sites})
+        if unknown:
+            listed = ", ".join(repr(n) for n in unknown)
+            raise PropagationError(f"no log statement named {listed} in the new version")
+    return _Propagation(new, old, wanted).run()
+
+
+class _Propagation:
+    def __init__(self, new: Analysis, old: Analysis, wanted: set[str] | None) -> None:
+        self.new = new
+        self.old = old
+        self.wanted = wanted
+        self.present = _pair_present(new.sites, old.sites)
+        self.missing = [s for s in new.sites if id(s) not in self.present]
+        self._matching: Matching | None = None
+        self._new_tree: Tree | None = None
+        self._bindings: Bindings | None = None
+        self._renames: dict[str, str] | None = None
+        self.plan = EditPlan()
+        self._import: tuple[str, str] | None = None  # (module, alias) to add to old
+        self._import_pos: int | None = None
+
+    # -- lazily built analysis -------------------------------------------------------------
+    @property
+    def new_tree(self) -> Tree:
+        if self._new_tree is None:
+            skip: set[int] = set()
+            unwrap: dict[int, cst.CSTNode] = {}
+            missing_small = {id(s.small) for s in self.missing if s.form == STANDALONE}
+            for site in self.missing:
+                if site.form == STANDALONE:
+                    line = site.statement
+                    if isinstance(line, cst.SimpleStatementLine) and all(
+                        id(small) in missing_small for small in line.body
+                    ):
+                        skip.add(id(line))
+                    else:
+                        skip.add(id(site.small))
+                else:
+                    unwrap[id(site.call)] = site.value_arg.value
+            self._new_tree = Tree(self.new.module, skip, unwrap)
+        return self._new_tree
+
+    @property
+    def matching(self) -> Matching:
+        if self._matching is None:
+            self._matching = Matching(self.new_tree, self.old.tree)
+        return self._matching
+
+    @property
+    def bindings(self) -> Bindings:
+        if self._bindings is None:
+            self._bindings = Bindings(self.old.tree)
+        return self._bindings
+
+    @property
+    def renames(self) -> dict[str, str]:
+        if self._renames is None:
+            self._renames = self.matching.renames()
+        return self._renames
+
+    # -- driver ----------------------------------------------------------------------------
+    def run(self) -> PropagationResult:
+        considered = [s for s in self.new.sites if self.wanted is None or s.name in self.wanted]
+        planned: dict[int, _Planned] = {}
+        reasons: dict[int, str] = {}
+        for site in considered:
+            if id(site) in self.present:
+                continue
+            try:
+                planned[id(site)] = self._place(site)
+            except _Unplaced as exc:
+                reasons[id(site)] = str(exc)
+        module, code, lines = self._output(planned, reasons)
+        placements = []
+        for site in considered:
+            old_site = self.present.get(id(site))
+            if old_site is not None:
+                note = None
+                if old_site.form != site.form:
+                    note = f"already logged in {old_site.form} form in the old version"
+                placements.append(
+                    Placement(
+                        site.name,
+                        site.line,
+                        lines.get(id(old_site.call)),
+                        PRESENT,
+                        note,
+                        old_site.loop_path,
+                    )
+                )
+            elif id(site) in planned:
+                plan = planned[id(site)]
+                line = lines.get(id(plan.call)) if plan.call is not None else None
+                placements.append(
+                    Placement(site.name, site.line, line, INSERTED, None, plan.loop_path)
+                )
+            else:
+                placements.append(
+                    Placement(
+                        site.name, site.line, None, UNPLACED, reasons[id(site)], site.loop_path
+                    )
+                )
+        return PropagationResult(code, tuple(placements))
+
+    def _output(
+        self, planned: dict[int, _Planned], reasons: dict[int, str]
+    ) -> tuple[cst.Module, str, dict[int, int]]:
+        old = self.old
+        if not self.plan:
+            return old.module, old.source, _call_lines(old.module, old.ast_tree, old.imports)
+        if self._import is not None:
+            module_name, alias = self._import
+            index = _import_index(old.module)
+            self.plan.insert(old.tree.root, index, import_statement(module_name, alias), True)
+        module = apply_edits(old.tree, self.plan)
+        code = module.code
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            # never hand back code that does not parse: give up on every placement
+            for key in list(planned):
+                del planned[key]
+                reasons[key] = "placing it would not produce valid Python"
+            return old.module, old.source, _call_lines(old.module, old.ast_tree, old.imports)
+        return module, code, _call_lines(module, tree, self._output_imports())
+
+    def _output_imports(self) -> FlorImports:
+        imports = self.old.imports
+        if self._import is None:
+            return imports
+        module_name, alias = self._import
+        return FlorImports({**imports.modules, alias: module_name}, dict(imports.functions))
+
+    # -- placing one statement -------------------------------------------------------------
+    def _place(self, site: LogSite) -> _Planned:
+        if site.form == STANDALONE:
+            return self._place_standalone(site)
+        return self._place_wrapped(site)
+
+    def _place_standalone(self, site: LogSite) -> _Planned:
+        new, m = self.new, self.matching
+        if site.in_suite:
+            raise _Unplaced(
+                f"it sits in a one-line block (`{new.describe(site.statement)}`), "
+                "which propagation does not split"
+            )
+        tree = self.new_tree
+        block = tree.of(site.block)
+        assert block is not None
+        before, after = self._neighbours(site, block)
+        if before and self._ambiguous(before[-1]):
+            raise _Unplaced(
+                f"the statement before it (`{new.describe(before[-1].node)}`) "
+                "matches several places in the old version"
+            )
+        old_block = m.old_of(block)
+        if old_block is not None and not isinstance(old_block.node, (cst.Module, cst.IndentedBlock)):
+            old_block = None
+        target: tuple[TNode, int] | None = None
+        if old_block is not None:
+            target = self._anchor(before, after, old_block)
+            if target is None and not before:
+                target = (old_block, 0)
+        else:
+            for candidate in (*reversed(before), *after):
+                mapped = m.old_of(candidate)
+                if mapped is None or mapped.parent is None:
+                    continue
+                if isinstance(mapped.parent.node, (cst.Module, cst.IndentedBlock)):
+                    target = self._anchor(before, after, mapped.parent)
+                    break
+        if target is None:
+            owner = block.parent
+            if old_block is None and owner is not None and self._ambiguous(owner):
+                raise _Unplaced(
+                    f"its block (`{new.describe(owner.node)}`) matches several places "
+                    "in the old version"
+                )
+            if old_block is None and owner is not None:
+                raise _Unplaced(
+                    f"its block (`{new.describe(owner.node)}`) has no match in the old version"
+                )
+            raise _Unplaced("no statement next to it has a match in the old version")
+        target_block, index = target
+        index = _skip_docstring(target_block, index)
+        self._check_enclosing(site, block, target_block)
+        pos = (
+            target_block.children[index].idx
+            if index < len(target_block.children)
+            else target_block.end + 1
+        )
+        scope = self.bindings.scope_of_block(target_block)
+        log_ref = self._log_ref(scope, pos, target_block)
+        substitutions = self._substitutions(site, scope, pos, target_block)
+        value = site.value_arg.value
+        if substitutions:
+            value = replace_nodes(
+                value,
+                {id(n): n.with_changes(value=substitutions[n.value]) for n in site.read_nodes
+                 if n.value in substitutions},
+            )
+        call = site.call.with_changes(
+            func=log_ref if _code(log_ref) != _code(site.call.func) else site.call.func,
+            args=tuple(
+                a.with_changes(value=value) if a is site.value_arg else a for a in site.call.args
+            ),
+        )
+        small = cst.Expr(value=call)
+        statement = site.statement
+        trailing = (
+            statement.trailing_whitespace
+            if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            else cst.TrailingWhitespace()
+        )
+        line = cst.SimpleStatementLine(body=[small], trailing_whitespace=trailing)
+        self.plan.insert(target_block, index, line)
+        return _Planned(site, self.old.context_of(target_block)[0], call)
+
+    def _neighbours(self, site: LogSite, block: TNode) -> tuple[list[TNode], list[TNode]]:
+        """Statements of the (stripped) new block before and after the log statement."""
+        before = [c for c in block.children if c.key is not None and c.key < site.index]
+        after = [c for c in block.children if c.key is not None and c.key > site.index]
+        own = self.new_tree.of(site.statement)
+        if own is not None and isinstance(site.statement, cst.SimpleStatementLine):
+            body = list(site.statement.body)
+            position = next(i for i, s in enumerate(body) if s is site.small)
+            if any(id(s) != id(site.small) and self.new_tree.of(s) for s in body[:position]):
+                before.append(own)
+            else:
+                after.insert(0, own)
+        return before, after
+
+    def _anchor(
+        self, before: list[TNode], after: list[TNode], old_block: TNode
+    ) -> tuple[TNode, int] | None:
+        m = self.matching
+        keys = [mapped.key for c in before if (mapped := m.old_of(c)) and mapped.parent is old_block]
+        if keys:
+            return old_block, max(k for k in keys if k is not None) + 1
+        keys = [mapped.key for c in after if (mapped := m.old_of(c)) and mapped.parent is old_block]
+        if keys:
+            return old_block, min(k for k in keys if k is not None)
+        return None
+
+    def _ambiguous(self, tn: TNode) -> bool:
+        """Unmatched because it (or an unmatched ancestor) had several equal candidates."""
+        m = self.matching
+        node: TNode | None = tn
+        while node is not None and m.old_of(node) is None:
+            if node.idx in m.ambiguous_new:
+                return True
+            node = node.parent
+        return False
+
+    def _check_enclosing(self, site: LogSite, block: TNode, target: TNode) -> None:
+        """The place found must sit in the loops/functions matched to the new ones."""
+        m, new, old = self.matching, self.new, self.old
+        child: TNode = block
+        for anc in block.ancestors():
+            inside_body = child.field == "body"
+            child = anc
+            if not inside_body or not isinstance(anc.node, (*_LOOPS, cst.FunctionDef)):
+                continue
+            mapped = m.old_of(anc)
+            if mapped is not None and not mapped.contains(target):
+                raise _Unplaced(
+                    f"the matching place in the old version is outside "
+                    f"`{new.describe(anc.node)}`"
+                )
+        child = target
+        for anc in target.ancestors():
+            inside_body = child.field == "body"
+            child = anc
+            if not inside_body or not isinstance(anc.node, _LOOPS):
+                continue
+            counterpart = m.new_of(anc)
+            if counterpart is not None and id(counterpart.node) not in site.loops:
+                raise _Unplaced(
+                    f"the matching place in the old version is inside "
+                    f"`{old.describe(anc.node)}`, a loop it does not run in"
+                )
+
+    def _log_ref(self, scope, pos: int, block: TNode) -> cst.BaseExpression:
+        """How the old version calls `log` at this point (adding an import if it has none)."""
+        imports, bindings = self.old.imports, self.bindings
+        ref = imports.log_ref()
+        if ref is not None:
+            local = imports.module_alias or imports.local_for("log")
+            assert local is not None
+            if not bindings.is_defined(local, scope, pos):
+                raise _Unplaced(f"the old version has not imported `{local}` at that point")
+            return ref
+        module_name = self.new.imports.module_name or "florwb"
+        alias = self.new.imports.module_alias or "flor"
+        if self._import is None:
+            if any(alias in s.bindings for s in _all_scopes(bindings)):
+                raise _Unplaced(f"the old version uses `{alias}` for something else")
+            self._import = (module_name, alias)
+            self._import_pos = self._import_position()
+        assert self._import_pos is not None
+        if scope is bindings.module_scope and pos < self._import_pos:
+            raise _Unplaced("it would come before the florwb import the old version needs")
+        return cst.Attribute(value=cst.Name(self._import[1]), attr=cst.Name("log"))
+
+    def _import_position(self) -> int:
+        root = self.old.tree.root
+        index = _import_index(self.old.module)
+        return root.children[index].idx if index < len(root.children) else root.end + 1
+
+    def _substitutions(self, site: LogSite, scope, pos: int, block: TNode) -> dict[str, str]:
+        """Renames that make the statement read the old version's names; raises if none can."""
+        bindings = self.bindings
+        new_aliases = set(self.new.imports.modules)
+        old_alias = self.old.imports.module_alias or (self._import[1] if self._import else None)
+        substitutions: dict[str, str] = {}
+        for name in sorted(site.reads):
+            if name in new_aliases and old_alias is not None:
+                if name != old_alias:
+                    substitutions[name] = old_alias
+                continue
+            if bindings.is_defined(name, scope, pos):
+                continue
+            renamed = self.renames.get(name)
+            if (
+                renamed is not None
+                and renamed not in site.reads
+                and bindings.is_defined(renamed, scope, pos)
+            ):
+                substitutions[name] = renamed
+                continue
+            if self.bindings.module_binds(name) or _binds_anywhere(bindings, name):
+                raise _Unplaced(
+                    f"it reads `{name}`, which the old version does not define at that point"
+                )
+            raise _Unplaced(f"it reads `{name}`, which the old version does not define")
+        if len(set(substitutions.values())) != len(substitutions):
+            raise _Unplaced("the renamed variables it reads collide in the old version")
+        return substitutions
+
+    def _place_wrapped(self, site: LogSite) -> _Planned:
+        new, m, tree = self.new, self.matching, self.new_tree
+        value = tree.of(site.value_arg.value)
+        statement = tree.of(site.statement)
+        assert value is not None and statement is not None
+        path: list[TNode] = [value]
+        anchor: TNode | None = None
+        node = value.parent
+        while node is not None:
+            if m.old_of(node) is not None:
+                anchor = node
+                break
+            if node is statement:
+                break
+            path.append(node)
+            node = node.parent
+        if anchor is None:
+            if self._ambiguous(statement):
+                raise _Unplaced(
+                    f"`{new.describe(site.statement)}` matches several places in the old version"
+                )
+            raise _Unplaced(f"`{new.describe(site.statement)}` has no match in the old version")
+        current = m.old_of(anchor)
+        assert current is not None
+        for step in reversed(path):
+            nxt = self._counterpart_child(step, current)
+            if nxt is None or (step is not value and type(nxt.node) is not type(step.node)):
+                raise _Unplaced(
+                    "the old version has no expression at the matching place in "
+                    f"`{self.old.describe(_statement_of(current).node)}`"
+                )
+            current = nxt
+        target = current
+        if not isinstance(target.node, cst.BaseExpression):
+            raise _Unplaced("the matching place in the old version holds no expression")
+        if isinstance(target.node, cst.Call) and log_call_parts(target.node, self.old.imports):
+            raise _Unplaced("the old version already logs that expression under another name")
+        if target.idx in self.plan.wraps:
+            raise _Unplaced("another statement already wraps the same old expression")
+        block = _block_of(target)
+        scope = self.bindings.scope_of_block(block)
+        log_ref = self._log_ref(scope, target.idx, block)
+        name_literal = site.name_arg.value
+        planned = _Planned(site, self.old.context_of(target)[0])
+
+        def wrap(expr: cst.BaseExpression) -> cst.BaseExpression:
+            planned.call = log_call(log_ref, name_literal, expr)
+            return planned.call
+
+        self.plan.wrap(target, wrap)
+        return planned
+
+    def _counterpart_child(self, step: TNode, old_parent: TNode) -> TNode | None:
+        mapped = self.matching.old_of(step)
+        if mapped is not None and mapped.parent is old_parent and mapped.field == step.field:
+            return mapped
+        candidates = [c for c in old_parent.children if c.field == step.field]
+        if step.key is None:
+            return candidates[0] if len(candidates) == 1 else None
+        node = step.node
+        if isinstance(node, cst.Arg) and node.keyword is not None:
+            for c in candidates:
+                if (
+                    isinstance(c.node, cst.Arg)
+                    and c.node.keyword is not None
+                    and c.node.keyword.value == node.keyword.value
+                ):
+                    return c
+            return None
+        assert step.parent is not None
+        siblings = [c for c in step.parent.children if c.field == step.field]
+        if isinstance(node, cst.Arg):
+            siblings = [c for c in siblings if _positional(c.node)]
+            candidates = [c for c in candidates if _positional(c.node)]
+        if len(siblings) != len(candidates) or step not in siblings:
+            return None
+        return candidates[siblings.index(step)]
+
+
+def _positional(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Arg) and node.keyword is None and not node.star
+
+
+def _statement_of(tn: TNode) -> TNode:
+    node: TNode | None = tn
+    while node is not None:
+        if isinstance(node.node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return node
+        node = node.parent
+    return tn
+
+
+def _block_of(tn: TNode) -> TNode:
+    node = tn.parent
+    while node is not None and not isinstance(node.node, (cst.Module, cst.IndentedBlock)):
+        node = node.parent
+    assert node is not None
+    return node
+
+
+def _all_scopes(bindings: Bindings):
+    seen = {id(bindings.module_scope): bindings.module_scope}
+    for scope in bindings.block_scope.values():
+        seen.setdefault(id(scope), scope)
+    return seen.values()
+
+
+def _binds_anywhere(bindings: Bindings, name: str) -> bool:
+    return any(name in s.bindings for s in _all_scopes(bindings))
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=()).code_for_node(node)
+
+
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _is_future_import(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and isinstance(statement.body[0], cst.ImportFrom)
+        and isinstance(statement.body[0].module, cst.Name)
+        and statement.body[0].module.value == "__future__"
+    )
+
+
+def _skip_docstring(block: TNode, index: int) -> int:
+    """Never insert above a docstring or a `from __future__` import."""
+    if index != 0 or not block.children:
+        return index
+    owner = block.node if isinstance(block.node, cst.Module) else block.parent.node
+    body = list(block.node.body)  # type: ignore[attr-defined]
+    if isinstance(owner, _DOC_OWNERS) and _is_docstring(body[0]):
+        index = 1
+    if isinstance(block.node, cst.Module):
+        while index < len(body) and _is_future_import(body[index]):
+            index += 1
+    return index
+
+
+def _import_index(module: cst.Module) -> int:
+    """Where a missing `import florwb as flor` goes: after the leading imports."""
+    body = list(module.body)
+    index = 1 if body and _is_docstring(body[0]) else 0
+    last = index
+    for i in range(index, len(body)):
+        statement = body[i]
+        if isinstance(statement, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body
+        ):
+            last = i + 1
+        else:
+            break
+    return last
+
+
+def _pair_present(new_sites: list[LogSite], old_sites: list[LogSite]) -> dict[int, LogSite]:
+    """new site -> old site logging the same name (same form and loops preferred)."""
+    by_name: dict[str, list[LogSite]] = {}
+    for site in old_sites:
+        by_name.setdefault(site.name, []).append(site)
+    present: dict[int, LogSite] = {}
+    for name, olds in by_name.items():
+        news = [s for s in new_sites if s.name == name]
+        free = list(olds)
+        for rule in (
+            lambda a, b: a.form == b.form and a.loop_path == b.loop_path,
+            lambda a, b: a.form == b.form,
+            lambda a, b: True,
+        ):
+            for site in news:
+                if id(site) in present:
+                    continue
+                match = next((o for o in free if rule(site, o)), None)
+                if match is not None:
+                    present[id(site)] = match
+                    free.remove(match)
+    return present
+
+
+def _log_calls_in_order(module: cst.Module, imports: FlorImports) -> list[tuple[cst.Call, str]]:
+    found: list[tuple[cst.Call, str]] = []
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            parts = log_call_parts(node, imports)
+            if parts is not None:
+                found.append((node, parts[0]))
+        if isinstance(node, (cst.Name, cst.SimpleString, cst.Integer, cst.Float)):
+            continue
+        children = [child for child, _, _ in iter_children(node)]
+        children.reverse()
+        stack.extend(children)
+    return found
+
+
+def _call_lines(module: cst.Module, tree: ast.Module, imports: FlorImports) -> dict[int, int]:
+    """id(log call) -> 1-based line in the module's code, for every log call in it."""
+    calls = _log_calls_in_order(module, imports)
+    found = ast_log_call_lines(tree)
+    if [n for _, _, n in found] == [n for _, n in calls]:
+        return {id(call): line for (call, _), (line, _, _) in zip(calls, found, strict=True)}
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    return {id(call): positions[call].start.line for call, _ in calls}

@@ -1,0 +1,165 @@
+"""The recording API a training script calls: arg, log, loop, checkpointing, commit.
+
+`log` and `loop` are the hot path: no I/O, no locks, no printing. They append tuples to the
+buffers in `runtime`, which a background thread drains into the run's journal. The loop
+coordinates of a logged value are one integer, `entry << 32 | iteration`; the loop entry
+event carries the outer coordinates once, so nothing per call or per iteration is copied.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from engine.journal import ENTRY_SHIFT, ITERATION_MASK
+from engine.record import args as cli_args
+from engine.record import runtime
+from engine.record.values import PRIMITIVES, encode
+
+T = TypeVar("T")
+
+_LOGS_APPEND = runtime.LOGS.append
+_TIME_APPEND = runtime.TIMINGS.append
+_entry_ids = itertools.count(1)
+
+# The innermost loop iteration as `entry << 32 | iteration`; 0 outside any flor.loop.
+_CTX = 0
+# Open loop entries: id -> (loop names outermost first, iterations of the outer loops).
+_ENTRIES: dict[int, tuple[tuple[str, ...], tuple[int, ...]]] = {}
+_RECORDING = False
+
+
+def _forget_in_child() -> None:
+    global _RECORDING
+    _RECORDING = False
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _start() -> runtime.Run | None:
+    global _RECORDING
+    run = runtime.ensure_run()
+    _RECORDING = run is not None
+    return run
+
+
+def log(name: str, value: T) -> T:
+    """Record `value` under `name` at the current loop coordinates and return it."""
+    if not _RECORDING and _start() is None:
+        return value
+    if type(value) in PRIMITIVES:
+        _LOGS_APPEND((name, value, _CTX))
+    else:
+        _LOGS_APPEND((name, encode(value), _CTX))
+    return value
+
+
+def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
+    """Iterate like `iterable`, recording each iteration's coordinates and timings."""
+    global _CTX
+    run = runtime.current() or _start()
+    if run is None:
+        yield from iterable
+        return
+    parent = _CTX
+    if parent:
+        outer_names, outer_iters = _ENTRIES[parent >> ENTRY_SHIFT]
+        names = (*outer_names, str(name))
+        prefix = (*outer_iters, parent & ITERATION_MASK)
+    else:
+        names, prefix = (str(name),), ()
+    entry = next(_entry_ids)
+    _ENTRIES[entry] = (names, prefix)
+    try:
+        total: int | None = len(iterable)  # type: ignore[arg-type]
+    except TypeError:
+        total = None
+    runtime.EVENTS.append(
+        {"kind": "loop", "entry": entry, "names": names, "outer": prefix, "total": total}
+    )
+    ckpt = run.checkpointer
+    if ckpt.objects and ckpt.loop_depth is None:
+        ckpt.loop_depth = len(prefix)
+    checkpointed_here = bool(ckpt.objects) and ckpt.loop_depth == len(prefix)
+    clock = time.perf_counter
+    ctx = first = entry << ENTRY_SHIFT
+    ctx -= 1
+    try:
+        t0 = clock()
+        for item in iterable:
+            t1 = clock()
+            ctx += 1
+            _CTX = ctx
+            yield item
+            t2 = clock()
+            _TIME_APPEND((ctx, t1 - t0, t2 - t1))
+            _CTX = parent
+            t0 = t2
+            if checkpointed_here:
+                i = ctx - first
+                ckpt.end_of_iteration(names[-1], i, ctx, t2 - t1, i == (total or 0) - 1)
+                t0 = clock()
+        last = ctx - first
+        if checkpointed_here and last >= 0 and ckpt.last_iteration != last and ckpt.objects:
+            ckpt.save(names[-1], last, ctx)  # the end state is what replay needs most
+    finally:
+        _CTX = parent
+        del _ENTRIES[entry]
+
+
+def arg(name: str, default: Any = None) -> Any:
+    """A hyperparameter: `--kwargs name=value` on the command line overrides `default`."""
+    run = runtime.current() or _start()
+    value = default
+    if name in cli_args.CLI_KWARGS:
+        try:
+            value = cli_args.cast(name, cli_args.CLI_KWARGS[name], default)
+        except cli_args.ArgError as exc:
+            if run is not None:
+                run.exception = exc
+            print(f"florwb: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+    if run is not None:
+        run.args[name] = value
+        runtime.EVENTS.append({"kind": "arg", "name": str(name), "value": encode(value)})
+    return value
+
+
+@contextmanager
+def checkpointing(**objects: Any) -> Iterator[None]:
+    """Register state (model=..., optimizer=...) to checkpoint at the end of outer iterations."""
+    run = runtime.current() or _start()
+    if run is None:
+        yield
+        return
+    ckpt = run.checkpointer
+    previous = dict(ckpt.objects)
+    ckpt.objects.update(objects)
+    try:
+        yield
+    finally:
+        ckpt.objects = previous
+        if not previous:
+            ckpt.loop_depth = None
+
+
+def set_checkpoint_budget(fraction: float) -> None:
+    """Checkpoint cost allowed, as a fraction of compute time (default 0.02)."""
+    if not 0 <= fraction <= 1:
+        raise ValueError("checkpoint budget must be between 0 and 1")
+    run = runtime.current() or _start()
+    if run is not None:
+        run.checkpointer.policy.budget = fraction
+
+
+def commit() -> None:
+    """End the current run: flush its journal and mark it finished."""
+    global _RECORDING
+    runtime.end_run()
+    _RECORDING = False

@@ -1,0 +1,75 @@
+"""Hyperparameters from the command line, flordb style: `python train.py --kwargs lr=0.05`.
+
+The `--kwargs` tokens are removed from sys.argv when florwb is imported, so a script that
+also uses argparse does not trip over them; the original argv is kept for the run record.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from typing import Any
+
+ORIGINAL_ARGV: list[str] = list(sys.argv)
+
+
+class ArgError(ValueError):
+    """A --kwargs value that cannot become the type of the argument's default."""
+
+
+def split_kwargs(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Return argv without the `--kwargs k=v ...` group, and the pairs it held."""
+    kept: list[str] = []
+    pairs: dict[str, str] = {}
+    taking = False
+    for token in argv:
+        if token == "--kwargs":
+            taking = True
+            continue
+        if token.startswith("--kwargs="):
+            token = token[len("--kwargs=") :]
+            taking = True
+        if taking and "=" in token and not token.startswith("-"):
+            key, _, value = token.partition("=")
+            pairs[key.strip()] = value
+            continue
+        taking = False
+        kept.append(token)
+    return kept, pairs
+
+
+def take_cli_kwargs() -> dict[str, str]:
+    kept, pairs = split_kwargs(sys.argv)
+    if pairs:
+        sys.argv[:] = kept
+    return pairs
+
+
+CLI_KWARGS: dict[str, str] = take_cli_kwargs()
+
+
+def cast(name: str, text: str, default: Any) -> Any:
+    """Parse `text` as the type of `default`, like flordb's --kwargs."""
+    kind = type(default)
+    try:
+        if kind is bool:
+            lowered = text.strip().lower()
+            if lowered in ("1", "true", "yes", "y", "on"):
+                return True
+            if lowered in ("0", "false", "no", "n", "off"):
+                return False
+            raise ValueError(text)
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+        if kind is str:
+            return text
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+    except ValueError:
+        raise ArgError(
+            f"--kwargs {name}={text}: expected {kind.__name__} like the default {default!r}"
+        ) from None

@@ -1,0 +1,241 @@
+"""Adaptive periodic checkpointing (FLOR): state_dicts plus RNG states at the end of outer
+loop iterations, as often as a compute-time budget allows.
+
+The policy keeps `checkpoint cost <= budget * compute time` at every decision, so cheap
+checkpoints happen every iteration and expensive ones spread out; the last iteration is
+always checkpointed because replay needs the end state. Cost is what the training thread
+paid (copying state to host memory, waiting for a free writer slot) plus the background
+write time, so the budget also holds when the writer competes for the GIL or the disk.
+A checkpoint is copied to host memory on the training thread (the tensors keep changing),
+then written by one background thread to a temp file and atomically renamed.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import queue
+import random
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_BUDGET = float(os.environ.get("FLORWB_CKPT_BUDGET", "0.02"))
+_ASSUMED_BYTES_PER_S = 200e6  # first-checkpoint estimate, before anything was measured
+
+
+@dataclass
+class Policy:
+    budget: float = DEFAULT_BUDGET
+    compute_s: float = 0.0
+    cost_s: float = 0.0
+    count: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def should_checkpoint(self, iteration_s: float, estimate_s: float) -> bool:
+        with self._lock:
+            self.compute_s += iteration_s
+            expected = self.cost_s / self.count if self.count else estimate_s
+            return self.cost_s + expected <= self.budget * self.compute_s
+
+    def paid(self, cost_s: float, *, checkpoints: int = 1) -> None:
+        with self._lock:
+            self.cost_s += cost_s
+            self.count += checkpoints
+
+
+def _to_host(obj: Any) -> Any:
+    """Deep copy with every tensor on the CPU: later training steps must not change it."""
+    if hasattr(obj, "detach") and hasattr(obj, "to"):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return type(obj)((k, _to_host(v)) for k, v in obj.items())
+    if isinstance(obj, list):
+        return [_to_host(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_to_host(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+def capture_rng() -> dict:
+    """RNG states in a form `torch.load(weights_only=True)` accepts (no numpy objects)."""
+    import torch
+
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    np = sys.modules.get("numpy")
+    if np is not None:
+        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype("int64")),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict) -> None:
+    import torch
+
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        import numpy as np
+
+        s = state["numpy"]
+        keys = s["keys"].numpy().astype(np.uint32)
+        np.random.set_state((s["kind"], keys, s["pos"], s["has_gauss"], s["cached"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def state_of(objects: dict[str, Any]) -> dict:
+    states = {}
+    for name, obj in objects.items():
+        getter = getattr(obj, "state_dict", None)
+        states[name] = _to_host(getter() if callable(getter) else obj)
+    return {"objects": states, "rng": capture_rng()}
+
+
+def load(path: Path) -> dict:
+    import torch
+
+    return torch.load(path, weights_only=True, map_location="cpu")
+
+
+def restore(objects: dict[str, Any], saved: dict, *, rng: bool = True) -> None:
+    """Put a checkpoint back into live objects (model, optimizer, ...) and the RNGs."""
+    for name, obj in objects.items():
+        if name not in saved["objects"]:
+            continue
+        state = saved["objects"][name]
+        loader = getattr(obj, "load_state_dict", None)
+        if callable(loader):
+            loader(state)
+        elif hasattr(obj, "copy_"):
+            obj.copy_(state)
+    if rng:
+        restore_rng(saved["rng"])
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60] or "loop"
+
+
+def checkpoint_path(folder: Path, loop: str, iteration: int) -> Path:
+    return folder / f"{_safe(loop)}-{iteration:06d}.pt"
+
+
+class Checkpointer:
+    """Owns the registered objects, the policy and the background writer of one run."""
+
+    def __init__(self, folder: Path, on_written: Callable[[dict], None], budget: float) -> None:
+        self.folder = folder
+        self.objects: dict[str, Any] = {}
+        self.policy = Policy(budget=budget)
+        self.loop_depth: int | None = None
+        self._on_written = on_written
+        self._queue: queue.Queue = queue.Queue(maxsize=2)
+        self._thread: threading.Thread | None = None
+        self._state_bytes = 0
+        self.last_iteration: int | None = None
+
+    def estimate_s(self) -> float:
+        if not self._state_bytes:
+            total = 0
+            for obj in self.objects.values():
+                getter = getattr(obj, "state_dict", None)
+                for t in _tensors(getter() if callable(getter) else obj):
+                    total += t.numel() * t.element_size()
+            self._state_bytes = total
+        return 0.001 + 2 * self._state_bytes / _ASSUMED_BYTES_PER_S
+
+    def end_of_iteration(
+        self, loop: str, iteration: int, ctx_id: int, iteration_s: float, last: bool
+    ) -> None:
+        if not self.objects:
+            return
+        wanted = self.policy.should_checkpoint(iteration_s, self.estimate_s())
+        if wanted or last:
+            self.save(loop, iteration, ctx_id)
+
+    def save(self, loop: str, iteration: int, ctx_id: int) -> None:
+        start = time.perf_counter()
+        state = state_of(self.objects)
+        path = checkpoint_path(self.folder, loop, iteration)
+        self._ensure_writer()
+        snapshot_s = time.perf_counter() - start
+        self._queue.put((state, path, loop, iteration, ctx_id, snapshot_s))
+        # Waiting for a free writer slot is paid by training too; the writer adds the
+        # snapshot and its own write time once the file is on disk.
+        self.policy.paid(time.perf_counter() - start - snapshot_s, checkpoints=0)
+        self.last_iteration = iteration
+
+    def _ensure_writer(self) -> None:
+        if self._thread is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._thread = threading.Thread(
+                target=self._write_loop, name="florwb-ckpt", daemon=True
+            )
+            self._thread.start()
+
+    def _write_loop(self) -> None:
+        import torch
+
+        while True:
+            item = self._queue.get()
+            if item is None:
+                self._queue.task_done()
+                return
+            state, path, loop, iteration, ctx_id, snapshot_s = item
+            t0 = time.perf_counter()
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:
+                torch.save(state, tmp)
+                os.replace(tmp, path)
+                write_s = time.perf_counter() - t0
+                self.policy.paid(snapshot_s + write_s)
+                self._on_written(
+                    {
+                        "kind": "checkpoint",
+                        "loop": loop,
+                        "iteration": iteration,
+                        "ctx_id": ctx_id,
+                        "path": path.name,
+                        "bytes": path.stat().st_size,
+                        "snapshot_s": snapshot_s,
+                        "write_s": write_s,
+                        "time": time.time(),
+                    }
+                )
+            except Exception as exc:  # a full disk must not kill the training run
+                tmp.unlink(missing_ok=True)
+                print(f"florwb: checkpoint {path.name} not written: {exc}", file=sys.stderr)
+            finally:
+                self._queue.task_done()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+
+def _tensors(obj: Any):
+    if hasattr(obj, "numel") and hasattr(obj, "element_size"):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v)

@@ -1,0 +1,257 @@
+"""One recorded run: its identity, its journal, and the thread that flushes it.
+
+A run starts at the first florwb call in a process and ends at `commit()` or interpreter
+exit. The hot path (`log`, `loop`) only appends tuples to the module-level buffers below;
+this module drains them every FLUSH_INTERVAL_S from a background thread. Draining uses
+`part = buf[:n]; del buf[:n]`, two single list operations that are atomic under the GIL,
+so appends from the training thread need no lock and are never lost.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from engine import processes
+from engine import project as projects
+from engine.journal import SUFFIX, JournalWriter, pack_logs, pack_timings
+from engine.record import args as cli_args
+from engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
+
+FLUSH_INTERVAL_S = 0.05
+
+LOGS: list = []
+TIMINGS: list = []
+EVENTS: list = []
+
+
+def _drain(buf: list) -> list:
+    n = len(buf)
+    part = buf[:n]
+    del buf[:n]
+    return part
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def main_script() -> Path | None:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return Path(path).resolve() if path else None
+
+
+class Run:
+    def __init__(self, project: Path | None = None) -> None:
+        script = main_script()
+        self.project = project or projects.find_project(script.parent if script else None)
+        self.store = projects.store_dir(self.project)
+        self.run_id = new_run_id()
+        self.script = _relative(script, self.project) if script else None
+        self.journal = JournalWriter(projects.journal_dir(self.project) / f"{self.run_id}{SUFFIX}")
+        self.checkpointer = Checkpointer(
+            projects.checkpoint_dir(self.project) / self.run_id, EVENTS.append, DEFAULT_BUDGET
+        )
+        self.args: dict[str, object] = {}
+        self.exception: BaseException | None = None
+        self.finished = False
+        self._flush_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._write_start_event()
+        self._flusher = threading.Thread(target=self._flush_loop, name="florwb-flush", daemon=True)
+        self._flusher.start()
+        self._snapshotter = threading.Thread(target=self._snapshot, name="florwb-snap", daemon=True)
+        self._snapshotter.start()
+
+    def _write_start_event(self) -> None:
+        pid = os.getpid()
+        EVENTS.append(
+            {
+                "kind": "start",
+                "run_id": self.run_id,
+                "script": self.script,
+                "argv": list(cli_args.ORIGINAL_ARGV),
+                "cwd": os.getcwd(),
+                "host": socket.gethostname(),
+                "pid": pid,
+                "pid_ticks": processes.start_ticks(pid),
+                "python": sys.version.split()[0],
+                "time": time.time(),
+            }
+        )
+        self.flush()  # visible to readers at once, even if the process dies next
+
+    def _snapshot(self) -> None:
+        try:
+            from engine import versions
+
+            snap = versions.snapshot(self.project, self.store)
+            if snap.in_git:
+                versions.ensure_excluded(self.project)
+        except Exception as exc:  # recording must go on without a code version
+            EVENTS.append({"kind": "version_error", "error": str(exc)})
+            return
+        EVENTS.append(
+            {
+                "kind": "version",
+                "version": snap.version,
+                "n_files": snap.n_files,
+                "n_bytes": snap.n_bytes,
+                "skipped": [(s.path, s.size, s.reason) for s in snap.skipped],
+                "git_head": snap.git_head,
+                "git_branch": snap.git_branch,
+                "git_dirty": snap.git_dirty,
+            }
+        )
+        _report_skipped_once(self.store, snap.skipped)
+
+    def flush(self) -> None:
+        with self._flush_lock:
+            logs, timings, events = _drain(LOGS), _drain(TIMINGS), _drain(EVENTS)
+            if not (logs or timings or events):
+                return
+            try:
+                self.journal.append((pack_logs(logs), pack_timings(timings), events))
+            except (ValueError, TypeError):  # a name marshal cannot write: keep the rest
+                logs, events = _sanitized(logs, events)
+                self.journal.append((pack_logs(logs), pack_timings(timings), events))
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(FLUSH_INTERVAL_S):
+            try:
+                self.flush()
+            except OSError as exc:  # disk full: keep buffering, say it once
+                print(f"florwb: journal write failed, retrying: {exc}", file=sys.stderr)
+                self._stop.wait(1.0)
+
+    def finish(self, status: str | None = None) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self.checkpointer.close()
+        self._snapshotter.join(timeout=60)
+        exc = self.exception
+        if status is None:
+            if exc is None:
+                status = "finished"
+            elif isinstance(exc, KeyboardInterrupt):
+                status = "interrupted"
+            else:
+                status = "failed"
+        unused = sorted(set(cli_args.CLI_KWARGS) - set(self.args))
+        if unused:
+            print(
+                f"florwb: --kwargs not used by any flor.arg: {', '.join(unused)}", file=sys.stderr
+            )
+        EVENTS.append(
+            {
+                "kind": "end",
+                "status": status,
+                "exception": None if exc is None else type(exc).__name__,
+                "message": None if exc is None else str(exc)[:500],
+                "time": time.time(),
+            }
+        )
+        self._stop.set()
+        self._flusher.join()
+        self.flush()
+        self.journal.close()
+
+
+def _sanitized(logs: list, events: list) -> tuple[list, list]:
+    from engine.record.values import encode
+
+    logs = [(str(name), encode(value), ctx) for name, value, ctx in logs]
+    events = [{str(k): encode(v) for k, v in e.items()} for e in events]
+    return logs, events
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _report_skipped_once(store: Path, skipped) -> None:
+    """Say which files were left out of the code snapshot, once per set of files."""
+    if not skipped:
+        return
+    marker = store / "snapshot-skipped.txt"
+    listing = "\n".join(sorted(f"{s.path}\t{s.reason}" for s in skipped))
+    try:
+        if marker.exists() and marker.read_text() == listing:
+            return
+        marker.write_text(listing)
+    except OSError:
+        pass
+    names = ", ".join(f"{s.path} ({s.reason})" for s in skipped[:3])
+    more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+    print(f"florwb: not in the code snapshot: {names}{more}", file=sys.stderr)
+
+
+# --- the process's current run -------------------------------------------------------
+
+_current: Run | None = None
+_disabled = False
+_lock = threading.Lock()
+
+
+def current() -> Run | None:
+    return _current
+
+
+def ensure_run() -> Run | None:
+    """The current run, started on first use; None in a forked child (it does not record)."""
+    global _current
+    if _current is not None or _disabled:
+        return _current
+    with _lock:
+        if _current is None:
+            _current = Run()
+            _install_hooks()
+    return _current
+
+
+def end_run(status: str | None = None) -> None:
+    global _current
+    run = _current
+    if run is not None:
+        run.finish(status)
+        _current = None
+
+
+_hooks_installed = False
+
+
+def _install_hooks() -> None:
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    previous = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        if _current is not None:
+            _current.exception = value
+        previous(kind, value, tb)
+
+    sys.excepthook = excepthook
+    atexit.register(end_run)
+    os.register_at_fork(after_in_child=_disable_in_child)
+
+
+def _disable_in_child() -> None:
+    """DataLoader workers and other forks must not write into the parent's journal."""
+    global _current, _disabled
+    _current = None
+    _disabled = True
+    for buf in (LOGS, TIMINGS, EVENTS):
+        buf.clear()

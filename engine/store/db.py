@@ -1,0 +1,59 @@
+"""Short-lived DuckDB connections that wait for the single-writer lock instead of failing.
+
+DuckDB lets one process open a database file for writing. Every florwb process (CLI, app
+worker, notebook) connects only for the work at hand and closes again, and retries while
+another process holds the lock, so concurrent readers and ingesters take turns.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+DB_FILENAME = "florwb.duckdb"
+LOCK_TIMEOUT_S = 120.0
+
+
+class StoreBusy(RuntimeError):
+    """The database stayed locked by another process for longer than we wait."""
+
+
+class StoreError(RuntimeError):
+    """An expected store failure with a one-line message (bad SQL, unknown name...)."""
+
+
+def _is_lock_conflict(exc: Exception) -> bool:
+    text = str(exc)
+    return "lock" in text.lower() and ("Conflicting" in text or "Could not set lock" in text)
+
+
+@contextmanager
+def connect(
+    store: Path, *, timeout_s: float = LOCK_TIMEOUT_S
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    store.mkdir(parents=True, exist_ok=True)
+    path = store / DB_FILENAME
+    deadline = time.monotonic() + timeout_s
+    delay = 0.01
+    while True:
+        try:
+            con = duckdb.connect(str(path))
+            break
+        except duckdb.IOException as exc:
+            if not _is_lock_conflict(exc):
+                raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
+            if time.monotonic() > deadline:
+                raise StoreBusy(
+                    f"{path} stayed locked by another process for {timeout_s:.0f} s"
+                ) from None
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 0.5)
+    try:
+        yield con
+    finally:
+        con.close()

@@ -1,0 +1,240 @@
+"""What readers ask of the catalog: runs, ad-hoc SQL, and the flordb-style dataframe.
+
+Every read first ingests pending journals, inside the same short connection, so results
+include runs that are still going or were just killed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from engine import project as projects
+from engine.store.db import StoreError, connect
+from engine.store.ingest import IngestReport, ingest_pending
+from engine.store.schema import (
+    coordinates_sql,
+    ensure_schema,
+    entry_join,
+    loop_column,
+    loop_columns,
+    quote,
+)
+
+READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
+# Recorded values win over replayed ones at the same coordinates; then the latest logged.
+_RECORDED_FIRST = "(CASE WHEN source_key = 0 THEN 4611686018427387904 ELSE 0 END + seq)"
+
+
+class Store:
+    """The catalog of one project (`<project>/.florwb/florwb.duckdb`)."""
+
+    def __init__(self, project: Path | str) -> None:
+        self.project = Path(project)
+        self.dir = projects.store_dir(self.project)
+        self.last_ingest = IngestReport()
+
+    @contextmanager
+    def session(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection with the schema in place and every journal ingested."""
+        with connect(self.dir) as con:
+            ensure_schema(con)
+            self.last_ingest = ingest_pending(con, projects.journal_dir(self.project))
+            yield con
+
+    def ingest(self) -> IngestReport:
+        with self.session():
+            return self.last_ingest
+
+    def query(self, sql: str) -> pd.DataFrame:
+        """Run read-only SQL; bad SQL raises StoreError with DuckDB's one-line reason."""
+        try:
+            statements = duckdb.extract_statements(sql)
+        except duckdb.Error as exc:
+            raise StoreError(_first_line(exc)) from None
+        if not statements:
+            raise StoreError("empty query")
+        for statement in statements:
+            kind = statement.type.name
+            if kind not in READ_ONLY_STATEMENTS:
+                raise StoreError(f"queries are read-only: {kind} statements are not allowed")
+        with self.session() as con:
+            try:
+                result = con.execute(sql)
+                return result.df() if result.description else pd.DataFrame()
+            except duckdb.Error as exc:
+                raise StoreError(_first_line(exc)) from None
+
+    def runs(self) -> list[dict]:
+        with self.session() as con:
+            rows = con.execute(
+                f"""
+                SELECT r.run_id, r.version, r.script, r.start_time, r.end_time, r.status,
+                       r.exception, r.message, r.host, r.argv, r.git_head, r.git_branch,
+                       r.git_dirty,
+                       (SELECT coalesce(sum(n), 0) FROM name_stats n
+                          WHERE n.run_key = r.run_key AND n.source_key = 0) AS n_logs,
+                       (SELECT count(*) FROM checkpoints c WHERE c.run_id = r.run_id),
+                       w.wait_s, w.loop_s
+                FROM runs r LEFT JOIN (
+                    SELECT i.run_key, sum(i.wait_s) AS wait_s,
+                           sum(i.wait_s + i.iter_s) FILTER (WHERE e.depth = 0) AS loop_s
+                    FROM iteration_rows i {entry_join("i", "e")}
+                    WHERE i.source_key = 0 GROUP BY i.run_key
+                ) w ON w.run_key = r.run_key
+                ORDER BY r.start_time, r.run_id
+                """
+            ).fetchall()
+            args: dict[str, dict] = {}
+            for run_id, name, value, text, vtype in con.execute(
+                "SELECT run_id, name, value, text, vtype FROM args ORDER BY run_id, name"
+            ).fetchall():
+                args.setdefault(run_id, {})[name] = _typed(value, text, vtype)
+        out = []
+        for r in rows:
+            wait_s, loop_s = r[15], r[16]
+            out.append(
+                {
+                    "run_id": r[0],
+                    "version": r[1],
+                    "script": r[2],
+                    "start_time": r[3].isoformat() if r[3] else None,
+                    "end_time": r[4].isoformat() if r[4] else None,
+                    "duration_s": (r[4] - r[3]).total_seconds() if r[3] and r[4] else None,
+                    "status": r[5],
+                    "exception": r[6],
+                    "message": r[7],
+                    "host": r[8],
+                    "argv": json.loads(r[9]) if r[9] else [],
+                    "git_head": r[10],
+                    "git_branch": r[11],
+                    "git_dirty": r[12],
+                    "args": args.get(r[0], {}),
+                    "n_logs": int(r[13]),
+                    "n_checkpoints": int(r[14]),
+                    "data_wait_s": wait_s,
+                    "data_wait_share": (wait_s / loop_s) if wait_s is not None and loop_s else None,
+                }
+            )
+        return out
+
+    def names(self) -> list[str]:
+        with self.session() as con:
+            return [
+                r[0] for r in con.execute("SELECT DISTINCT name FROM names ORDER BY 1").fetchall()
+            ]
+
+    def dataframe(self, *names: str) -> pd.DataFrame:
+        """One row per run x loop coordinates, one column per name (logs or args)."""
+        if not names:
+            raise StoreError("dataframe needs at least one log name")
+        with self.session() as con:
+            return _pivot(con, list(dict.fromkeys(names)))
+
+
+def _logged_names(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT k.name FROM name_stats s JOIN name_keys k USING (name_key) ORDER BY 1"
+        ).fetchall()
+    ]
+
+
+def _pivot(con: duckdb.DuckDBPyConnection, names: list[str]) -> pd.DataFrame:
+    """Conditional aggregation over integer name keys: one pass over the selected rows."""
+    logged = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT k.name, k.name_key, string_agg(DISTINCT s.path, '|'), sum(s.n), "
+            "sum(s.n_numeric), sum(s.n_int) FROM name_stats s JOIN name_keys k USING (name_key) "
+            "WHERE k.name IN (SELECT unnest(?)) GROUP BY ALL",
+            [names],
+        ).fetchall()
+    }
+    arg_names = {
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT name FROM args WHERE name IN (SELECT unnest(?))", [names]
+        ).fetchall()
+    }
+    unknown = [n for n in names if n not in logged and n not in arg_names]
+    if unknown:
+        known = _logged_names(con)
+        hint = (", ".join(known[:20]) + (" ..." if len(known) > 20 else "")) or "none yet"
+        raise StoreError(f"unknown log name {', '.join(map(repr, unknown))} (logged names: {hint})")
+    existing = {c.lower(): c for c in loop_columns(con)}
+    loops_used: list[str] = []
+    for name in logged:
+        for path in (logged[name][1] or "").split("|"):
+            for loop_name in filter(None, path.split("/")):
+                column = existing.get(loop_column(loop_name).lower())
+                if column and column not in loops_used:
+                    loops_used.append(column)
+    taken = {"run_id", "version", "start_time", *(c.lower() for c in loops_used)}
+    aliases: dict[str, str] = {}
+    columns = []
+    for name in names:
+        alias = name if name.lower() not in taken else f"{name}_value"
+        taken.add(alias.lower())
+        aliases[name] = alias
+        if name not in logged:
+            continue
+        key, _paths, n, n_numeric, n_int = logged[name]
+        value = "value" if n_numeric == n else "coalesce(text, CAST(value AS VARCHAR))"
+        expr = f"arg_max({value}, {_RECORDED_FIRST}) FILTER (WHERE name_key = {int(key)})"
+        if n_numeric == n and n_int == n:
+            expr = f"CAST({expr} AS BIGINT)"
+        columns.append(f", {expr} AS {quote(alias)}")
+    coords = "".join(f", {quote(c)}" for c in loops_used)
+    if logged:
+        keys = ", ".join(str(int(v[0])) for v in logged.values())
+        rows = (
+            f"(SELECT l.run_key, l.source_key, l.seq, l.name_key, l.value, l.text"
+            f"{coordinates_sql(loops_used)} FROM log_rows l {entry_join()} "
+            f"WHERE l.name_key IN ({keys})) l"
+        )
+    else:
+        rows = "(SELECT run_key FROM runs) l"
+    sql = (
+        f"SELECT r.run_id, any_value(r.version) AS version, any_value(r.start_time) AS "
+        f"start_time{coords}{''.join(columns)} FROM {rows} JOIN runs r ON r.run_key = l.run_key "
+        f"GROUP BY r.run_id{coords} ORDER BY any_value(r.start_time), r.run_id"
+        + "".join(f", {quote(c)} NULLS FIRST" for c in loops_used)
+    )
+    frame = con.execute(sql).df()
+    arg_only = [n for n in names if n not in logged]
+    if arg_only:
+        values: dict[tuple, object] = {
+            (run_id, name): _typed(value, text, vtype)
+            for run_id, name, value, text, vtype in con.execute(
+                "SELECT run_id, name, value, text, vtype FROM args "
+                "WHERE name IN (SELECT unnest(?))",
+                [arg_only],
+            ).fetchall()
+        }
+        for name in arg_only:
+            frame[aliases[name]] = [values.get((r, name)) for r in frame["run_id"]]
+        frame = frame[["run_id", "version", "start_time", *loops_used, *aliases.values()]]
+    return frame
+
+
+def _typed(value, text, vtype):
+    if vtype == "int":
+        return int(value)
+    if vtype == "bool":
+        return bool(value)
+    if vtype == "float":
+        return value
+    if vtype == "json" and text is not None:
+        return json.loads(text)
+    return text
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

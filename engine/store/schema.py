@@ -1,0 +1,171 @@
+"""Tables of the catalog, and the views users query.
+
+Bulk rows (`log_rows`, `iteration_rows`) hold only numbers and integer keys: strings per
+row are what makes DuckDB inserts slow, and ingestion must keep up with millions of rows
+a second. The views `logs` and `iterations` put the names back and derive loop
+coordinates from the loop entry each row's ctx_id points at, so plain SQL reads
+naturally: `SELECT epoch, step, value FROM logs WHERE name = 'loss'`.
+
+Each flor.loop name becomes a BIGINT coordinate column (its 0-based iteration). Loop names
+are user data: always quoted as identifiers; one that would shadow a fixed column of the
+views gets a `loop_` prefix.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
+
+SCHEMA_VERSION = 2
+RECORDED = "record"
+
+TABLES = {
+    "runs": """
+        run_id VARCHAR PRIMARY KEY, run_key INTEGER UNIQUE, version VARCHAR, script VARCHAR,
+        argv VARCHAR, cwd VARCHAR, host VARCHAR, pid INTEGER, pid_ticks BIGINT,
+        python VARCHAR, start_time TIMESTAMP, end_time TIMESTAMP, status VARCHAR,
+        exception VARCHAR, message VARCHAR, git_head VARCHAR, git_branch VARCHAR,
+        git_dirty BOOLEAN""",
+    "versions": """
+        version VARCHAR PRIMARY KEY, first_seen TIMESTAMP, n_files INTEGER, n_bytes BIGINT,
+        skipped VARCHAR""",
+    "args": """
+        run_id VARCHAR, name VARCHAR, value DOUBLE, text VARCHAR, vtype VARCHAR,
+        PRIMARY KEY (run_id, name)""",
+    "sources": "source_key INTEGER PRIMARY KEY, source VARCHAR UNIQUE",
+    "name_keys": "name_key INTEGER PRIMARY KEY, name VARCHAR UNIQUE",
+    "log_rows": """
+        run_key INTEGER, source_key INTEGER, seq BIGINT, name_key INTEGER, value DOUBLE,
+        text VARCHAR, vtype UTINYINT, ctx_id BIGINT""",
+    "iteration_rows": """
+        run_key INTEGER, source_key INTEGER, ctx_id BIGINT, wait_s DOUBLE, iter_s DOUBLE""",
+    "loop_entries": """
+        run_key INTEGER, source_key INTEGER, entry_id BIGINT, loop VARCHAR, path VARCHAR,
+        depth INTEGER, total BIGINT, own_column VARCHAR""",
+    "name_stats": """
+        run_key INTEGER, source_key INTEGER, name_key INTEGER, path VARCHAR, n BIGINT,
+        n_numeric BIGINT, n_int BIGINT, PRIMARY KEY (run_key, source_key, name_key, path)""",
+    "checkpoints": """
+        run_id VARCHAR, loop VARCHAR, iteration BIGINT, ctx_id BIGINT, path VARCHAR,
+        bytes BIGINT, snapshot_s DOUBLE, write_s DOUBLE, time TIMESTAMP""",
+    "replays": """
+        replay_id VARCHAR PRIMARY KEY, started TIMESTAMP, ended TIMESTAMP, status VARCHAR,
+        names VARCHAR, detail VARCHAR""",
+    "journals": """
+        file VARCHAR PRIMARY KEY, run_id VARCHAR, source VARCHAR, "offset" BIGINT,
+        next_seq BIGINT, done BOOLEAN""",
+    "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
+}
+
+VIEW_COLUMNS = {
+    "logs": ["run_id", "source", "seq", "name", "value", "text", "vtype", "ctx_id"],
+    "iterations": [
+        "run_id",
+        "source",
+        "ctx_id",
+        "loop",
+        "path",
+        "depth",
+        "iteration",
+        "wait_s",
+        "iter_s",
+    ],
+    "loops": ["run_id", "source", "entry_id", "loop", "path", "depth", "total"],
+}
+FIXED_COLUMNS = frozenset(c for cols in VIEW_COLUMNS.values() for c in cols) | frozenset(
+    part.split()[0] for part in TABLES["loop_entries"].split(",")
+)
+_VTYPE_SQL = "[" + ", ".join(f"'{v}'" for v in VTYPES) + "]"
+
+
+def quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def loop_column(loop_name: str) -> str:
+    name = loop_name.lower()
+    return f"loop_{name}" if name in FIXED_COLUMNS or name.startswith("loop_") else name
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    exists = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'meta' AND schema_name = 'main'"
+    ).fetchone()[0]
+    if exists:
+        return
+    con.execute("BEGIN")
+    for table, body in TABLES.items():
+        con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({body})")
+    con.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+    con.execute("INSERT OR IGNORE INTO sources VALUES (0, ?)", [RECORDED])
+    create_views(con)
+    con.execute("COMMIT")
+
+
+def loop_columns(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Loop-coordinate columns, in the order they were added."""
+    rows = con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE table_name = 'loop_entries' "
+        "AND schema_name = 'main' ORDER BY column_index"
+    ).fetchall()
+    return [r[0] for r in rows if r[0].lower() not in FIXED_COLUMNS]
+
+
+def coordinates_sql(columns: list[str], rows: str = "l", entries: str = "e") -> str:
+    """SELECT expressions for the loop coordinates of `rows.ctx_id` (one per column)."""
+    return "".join(
+        f", CASE WHEN {entries}.own_column = {literal(c)} THEN {rows}.ctx_id & "
+        f"{ITERATION_MASK} ELSE {entries}.{quote(c)} END AS {quote(c)}"
+        for c in columns
+    )
+
+
+def entry_join(rows: str = "l", entries: str = "e") -> str:
+    return (
+        f"LEFT JOIN loop_entries {entries} ON {entries}.run_key = {rows}.run_key AND "
+        f"{entries}.source_key = {rows}.source_key AND "
+        f"{entries}.entry_id = {rows}.ctx_id >> {ENTRY_SHIFT}"
+    )
+
+
+def create_views(con: duckdb.DuckDBPyConnection) -> None:
+    columns = loop_columns(con)
+    coords = coordinates_sql(columns)
+    keys = "JOIN runs r ON r.run_key = l.run_key JOIN sources s ON s.source_key = l.source_key"
+    con.execute(
+        f"CREATE OR REPLACE VIEW logs AS SELECT r.run_id, s.source, l.seq, n.name, l.value, "
+        f"l.text, list_extract({_VTYPE_SQL}, l.vtype + 1) AS vtype, l.ctx_id{coords} "
+        f"FROM log_rows l {keys} JOIN name_keys n ON n.name_key = l.name_key {entry_join()}"
+    )
+    con.execute(
+        f"CREATE OR REPLACE VIEW iterations AS SELECT r.run_id, s.source, l.ctx_id, e.loop, "
+        f"e.path, e.depth, l.ctx_id & {ITERATION_MASK} AS iteration, l.wait_s, l.iter_s"
+        f"{coords} FROM iteration_rows l {keys} {entry_join()}"
+    )
+    outer = "".join(f", l.{quote(c)}" for c in columns)
+    con.execute(
+        f"CREATE OR REPLACE VIEW loops AS SELECT r.run_id, s.source, l.entry_id, l.loop, "
+        f"l.path, l.depth, l.total{outer} FROM loop_entries l {keys}"
+    )
+
+
+def ensure_loop_columns(con: duckdb.DuckDBPyConnection, loop_names: set[str]) -> dict[str, str]:
+    """Map each loop name to its column, adding columns (and refreshing views) as needed."""
+    existing = {c.lower(): c for c in loop_columns(con)}
+    mapping = {}
+    added = False
+    for loop_name in sorted(loop_names):
+        column = loop_column(loop_name)
+        if column.lower() not in existing:
+            con.execute(f"ALTER TABLE loop_entries ADD COLUMN {quote(column)} BIGINT")
+            existing[column.lower()] = column
+            added = True
+        mapping[loop_name] = existing[column.lower()]
+    if added:
+        create_views(con)
+    return mapping

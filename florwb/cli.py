@@ -1,0 +1,154 @@
+"""`florwb` command line: thin wrappers over engine functions, shared with the workbench.
+
+Exit codes: 0 ok, 2 usage error, 1 failure with a one-line reason on stderr. Expected
+failures (bad SQL, unknown names, a busy database) never print a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from florwb.output import json_safe, write_frame, write_table
+
+FORMATS = ("table", "csv", "json")
+
+
+class CommandError(Exception):
+    """An expected failure: printed as one line, exit status 1."""
+
+
+def _project(args: argparse.Namespace) -> Path:
+    from engine.project import find_project
+
+    return find_project(getattr(args, "project", None))
+
+
+def _store(args: argparse.Namespace):
+    from engine.store import Store
+
+    return Store(_project(args))
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    runs = _store(args).runs()
+    if args.json:
+        json.dump(json_safe(runs), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    rows = []
+    for r in runs:
+        args_text = " ".join(f"{k}={_short(v)}" for k, v in r["args"].items())
+        stall = r["data_wait_share"]
+        rows.append(
+            [
+                r["run_id"],
+                (r["start_time"] or "")[:19].replace("T", " "),
+                r["status"] + (f" ({r['exception']})" if r["exception"] else ""),
+                (r["version"] or "")[:8],
+                r["script"],
+                f"{r['duration_s']:.1f}s" if r["duration_s"] is not None else "",
+                r["n_logs"],
+                f"{stall:.0%}" if stall is not None else "",
+                args_text,
+            ]
+        )
+    columns = ["run", "started", "status", "version", "script", "time", "logs", "stall", "args"]
+    write_table(columns, rows, sys.stdout)
+    for r in runs:
+        if r["data_wait_share"] is not None and r["data_wait_share"] > 0.2:
+            print(
+                f"hint: run {r['run_id']} waited on its data iterator "
+                f"{r['data_wait_share']:.0%} of loop time; try more DataLoader workers "
+                f"or prefetching"
+            )
+    return 0
+
+
+def _short(value) -> str:
+    text = f"{value:.4g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= 20 else text[:19] + "…"
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    write_frame(_store(args).query(args.sql), args.format)
+    return 0
+
+
+def cmd_dataframe(args: argparse.Namespace) -> int:
+    names = [n for arg in args.names for n in arg.split(",") if n]
+    write_frame(_store(args).dataframe(*names), args.format)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from florwb.demo.build import build_demo
+
+    folder = build_demo(Path(args.dir), progress=lambda line: print(line, file=sys.stderr))
+    print(f"demo project ready in {folder}", file=sys.stderr)
+    from engine.store import Store
+
+    runs = Store(folder).runs()
+    write_table(
+        ["run", "status", "version", "args"],
+        [[r["run_id"], r["status"], (r["version"] or "")[:8], _args_text(r["args"])] for r in runs],
+        sys.stdout,
+    )
+    return 0
+
+
+def _args_text(values: dict) -> str:
+    return " ".join(f"{k}={_short(v)}" for k, v in values.items())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="florwb", description="Hindsight logging workbench for model training."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("runs", help="list recorded runs")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("query", help="run read-only SQL over the catalog")
+    p.add_argument("sql")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.set_defaults(func=cmd_query)
+
+    p = sub.add_parser("dataframe", help="logs pivoted by run and loop coordinates")
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.set_defaults(func=cmd_dataframe)
+
+    p = sub.add_parser("demo", help="build the demo project (several runs, two versions)")
+    p.add_argument("dir", nargs="?", default="florwb-demo")
+    p.add_argument("--no-ui", action="store_true", help="build and list runs only")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from engine.store import StoreBusy, StoreError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return args.func(args)
+    except (StoreError, StoreBusy, CommandError) as exc:
+        print(f"florwb: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("florwb: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
