@@ -264,9 +264,12 @@ class Analysis:
         )
 
 
+_CHAIN_NODES = (cst.BaseCompoundStatement, cst.Else, cst.ExceptHandler, cst.Finally, cst.MatchCase)
+
+
 def _chain_entry(anc: TNode, child: TNode, code) -> str | None:
     node = anc.node
-    if isinstance(node, (cst.Module, cst.IndentedBlock)):
+    if not isinstance(node, _CHAIN_NODES):
         return None
     if isinstance(node, cst.If):
         if child.field != "body":

@@ -22,6 +22,8 @@ from engine.propagate.tree import TNode, Tree, bag_dice
 MIN_HEIGHT = 2
 MIN_DICE = 0.4
 STATEMENT_SIMILARITY = 0.5
+UNIQUE_STATEMENT_SIMILARITY = 0.3
+KEY_BONUS = 0.3
 MAX_AMBIGUOUS_PAIRS = 400
 _EPS = 1e-9
 
@@ -43,6 +45,29 @@ _STATEMENT_PREFIXES = (
 
 def _is_statement_label(label: str) -> bool:
     return label.startswith(_STATEMENT_PREFIXES)
+
+
+def _statement_key(tn: TNode) -> tuple[int, ...]:
+    """What a statement binds or defines: assignment targets, loop target, def name."""
+    keys: list[int] = []
+    for child in tn.children:
+        label = child.label
+        if label == "Assign":
+            keys.extend(c.hash for c in child.children if c.label == "AssignTarget")
+        elif label.startswith(("AugAssign", "AnnAssign")) and child.children:
+            keys.append(child.children[0].hash)
+        elif child.field in ("target", "name"):
+            keys.append(child.hash)
+    return tuple(keys)
+
+
+def _on_self(attr_name: TNode) -> bool:
+    """True for the `x` of `self.x`."""
+    parent = attr_name.parent
+    if parent is None or parent.label != "Attribute" or not parent.children:
+        return False
+    base = parent.children[0]
+    return base.label == "Name" and base.value == "self"
 
 
 class Matching:
@@ -71,16 +96,28 @@ class Matching:
 
     def renames(self) -> dict[str, str]:
         """new identifier -> old identifier, where matched occurrences agree on a rename."""
+        return self._renames(attributes=False)
+
+    def attribute_renames(self) -> dict[str, str]:
+        """new `self.<attr>` name -> old one, where matched occurrences agree on a rename."""
+        return self._renames(attributes=True)
+
+    def _renames(self, attributes: bool) -> dict[str, str]:
         pairs: dict[str, Counter[str]] = defaultdict(Counter)
         for tn in self.new.nodes:
-            if tn.label != "Name" or tn.field in ("attr", "keyword"):
+            if tn.label != "Name" or tn.field == "keyword":
+                continue
+            if (tn.field == "attr") != attributes or (attributes and not _on_self(tn)):
                 continue
             j = self.n2o[tn.idx]
             if j < 0:
                 continue
             other = self.old.nodes[j]
-            if other.label == "Name" and other.field not in ("attr", "keyword"):
-                pairs[tn.value][other.value] += 1
+            if other.label != "Name" or (other.field == "attr") != attributes:
+                continue
+            if attributes and not _on_self(other):
+                continue
+            pairs[tn.value][other.value] += 1
         renames: dict[str, str] = {}
         for new_name, counts in pairs.items():
             (old_name, best), *rest = counts.most_common()
@@ -249,20 +286,38 @@ class Matching:
                     self._recover(c, self.old.nodes[j])
 
     def _match_statements(self, stmts_a: list[TNode], stmts_b: list[TNode]) -> None:
+        """Pair changed statements of two matched blocks by content similarity.
+
+        Similarity is the Dice coefficient of the statements' (label, value) bags, plus a
+        bonus when both bind the same targets (`loss = ...` vs `loss = ...`). A statement
+        kind that occurs once among the unmatched statements on both sides needs less
+        similarity (it is most likely the edited version of the other); ties are refused.
+        """
         if not stmts_b:
             return
         n2o, o2n = self.n2o, self.o2n
         new_tree, old_tree = self.new, self.old
+        labels_a = Counter(c.label for c in stmts_a)
+        labels_b = Counter(c.label for c in stmts_b)
         pairs: list[tuple[float, int, TNode, TNode]] = []
         for pa, c in enumerate(stmts_a):
             bag_a = new_tree.bag(c)
+            key_a = _statement_key(c)
+            unique = labels_a[c.label] == 1
             for pb, d in enumerate(stmts_b):
                 if c.label != d.label:
                     continue
                 if len(stmts_a) * len(stmts_b) > 2500 and abs(pa - pb) > 25:
                     continue
                 score = bag_dice(bag_a, old_tree.bag(d))
-                if score >= STATEMENT_SIMILARITY:
+                if key_a and key_a == _statement_key(d):
+                    score += KEY_BONUS
+                threshold = (
+                    UNIQUE_STATEMENT_SIMILARITY
+                    if unique and labels_b[d.label] == 1
+                    else STATEMENT_SIMILARITY
+                )
+                if score >= threshold:
                     pairs.append((score, -abs(pa - pb), c, d))
         pairs.sort(key=lambda p: (-p[0], -p[1]))
         for score, _, c, d in pairs:

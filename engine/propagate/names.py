@@ -95,6 +95,23 @@ def _free(node: cst.CSTNode, bound: frozenset[str], out: list[cst.Name]) -> None
         _free(child, bound, out)
 
 
+def self_attributes(expr: cst.CSTNode) -> list[cst.Attribute]:
+    """`self.x` reads inside an expression (outermost `self.<attr>` of each chain)."""
+    found: list[cst.Attribute] = []
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if (
+            isinstance(node, cst.Attribute)
+            and isinstance(node.value, cst.Name)
+            and node.value.value == "self"
+        ):
+            found.append(node)
+            continue
+        stack.extend(child for child, _, _ in iter_children(node))
+    return found
+
+
 def _all_params(params: cst.Parameters) -> Iterable[cst.Param]:
     yield from params.posonly_params
     yield from params.params

@@ -41,10 +41,11 @@ from engine.propagate.model import (
     Placement,
     PropagationResult,
 )
-from engine.propagate.names import Bindings
-from engine.propagate.tree import TNode, Tree, iter_children
+from engine.propagate.names import Bindings, self_attributes
+from engine.propagate.tree import TNode, Tree, iter_children, subtree_hash
 
 _LOOPS = (cst.For, cst.While)
+_BLOCKS = (cst.Module, cst.IndentedBlock)
 _DOC_OWNERS = (cst.Module, cst.FunctionDef, cst.ClassDef)
 
 
@@ -94,6 +95,9 @@ class _Propagation:
         self.plan = EditPlan()
         self._import: tuple[str, str] | None = None  # (module, alias) to add to old
         self._import_pos: int | None = None
+        self._old_self_attributes: frozenset[str] | None = None
+        # new log statement -> (old block idx, index after it) once placed, as an anchor
+        self._placed: dict[int, tuple[int, int]] = {}
 
     # -- lazily built analysis -------------------------------------------------------------
     @property
@@ -113,7 +117,7 @@ class _Propagation:
                         skip.add(id(site.small))
                 else:
                     unwrap[id(site.call)] = site.value_arg.value
-            self._new_tree = Tree(self.new.module, skip, unwrap)
+            self._new_tree = self.new.tree.derived(skip, unwrap)
         return self._new_tree
 
     @property
@@ -220,30 +224,32 @@ class _Propagation:
                 f"it sits in a one-line block (`{new.describe(site.statement)}`), "
                 "which propagation does not split"
             )
-        tree = self.new_tree
-        block = tree.of(site.block)
+        block = self.new_tree.of(site.block)
         assert block is not None
         before, after = self._neighbours(site, block)
-        if before and self._ambiguous(before[-1]):
+        placed_before = [
+            self._placed[id(s)] for s in site.block.body[: site.index] if id(s) in self._placed
+        ]
+        if before and self._ambiguous(before[-1]) and not placed_before:
             raise _Unplaced(
                 f"the statement before it (`{new.describe(before[-1].node)}`) "
                 "matches several places in the old version"
             )
         old_block = m.old_of(block)
-        if old_block is not None and not isinstance(old_block.node, (cst.Module, cst.IndentedBlock)):
+        if old_block is not None and not isinstance(old_block.node, _BLOCKS):
             old_block = None
         target: tuple[TNode, int] | None = None
         if old_block is not None:
-            target = self._anchor(before, after, old_block)
+            target = self._anchor(before, after, old_block, placed_before)
             if target is None and not before:
                 target = (old_block, 0)
         else:
-            for candidate in (*reversed(before), *after):
-                mapped = m.old_of(candidate)
-                if mapped is None or mapped.parent is None:
-                    continue
-                if isinstance(mapped.parent.node, (cst.Module, cst.IndentedBlock)):
-                    target = self._anchor(before, after, mapped.parent)
+            candidates = [m.old_of(c) for c in (*reversed(before), *after)]
+            blocks = [c.parent for c in candidates if c is not None and c.parent is not None]
+            blocks += [self.old.tree.nodes[idx] for idx, _ in reversed(placed_before)]
+            for candidate in blocks:
+                if isinstance(candidate.node, _BLOCKS):
+                    target = self._anchor(before, after, candidate, placed_before)
                     break
         if target is None:
             owner = block.parent
@@ -260,6 +266,12 @@ class _Propagation:
         target_block, index = target
         index = _skip_docstring(target_block, index)
         self._check_enclosing(site, block, target_block)
+        absorbed = self._absorbed_call(site, target_block)
+        if absorbed is not None:
+            statement = _statement_of(absorbed)
+            if statement.key is not None:
+                self._placed[id(site.statement)] = (target_block.idx, statement.key + 1)
+            return self._wrap_old(site, absorbed)
         pos = (
             target_block.children[index].idx
             if index < len(target_block.children)
@@ -268,13 +280,13 @@ class _Propagation:
         scope = self.bindings.scope_of_block(target_block)
         log_ref = self._log_ref(scope, pos, target_block)
         substitutions = self._substitutions(site, scope, pos, target_block)
-        value = site.value_arg.value
-        if substitutions:
-            value = replace_nodes(
-                value,
-                {id(n): n.with_changes(value=substitutions[n.value]) for n in site.read_nodes
-                 if n.value in substitutions},
-            )
+        replacements: dict[int, cst.CSTNode] = {
+            id(n): n.with_changes(value=substitutions[n.value])
+            for n in site.read_nodes
+            if n.value in substitutions
+        }
+        replacements.update(self._attribute_substitutions(site))
+        value = replace_nodes(site.value_arg.value, replacements)
         call = site.call.with_changes(
             func=log_ref if _code(log_ref) != _code(site.call.func) else site.call.func,
             args=tuple(
@@ -290,7 +302,37 @@ class _Propagation:
         )
         line = cst.SimpleStatementLine(body=[small], trailing_whitespace=trailing)
         self.plan.insert(target_block, index, line)
+        self._placed[id(site.statement)] = (target_block.idx, index)
         return _Planned(site, self.old.context_of(target_block)[0], call)
+
+    def _absorbed_call(self, site: LogSite, block: TNode) -> TNode | None:
+        """An old statement that computes exactly the logged call on its own.
+
+        `flor.log("loss", train_epoch())` in the new version where the old one has a bare
+        `train_epoch()` (or `x = train_epoch()`) that nothing in the new version matches:
+        inserting the statement would run `train_epoch()` twice, so the old call is
+        wrapped instead.
+        """
+        value = site.value_arg.value
+        if not any(isinstance(n, cst.Call) for n in _walk(value)):
+            return None
+        wanted = subtree_hash(value)
+        found = []
+        for statement in block.children:
+            if self.matching.new_of(statement) is not None:
+                continue
+            node = statement.node
+            if not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
+                continue
+            small = statement.children[0] if statement.children else None
+            if small is None or not isinstance(small.node, (cst.Expr, cst.Assign)):
+                continue
+            expr = next((c for c in small.children if c.field == "value"), None)
+            if expr is not None and expr.hash == wanted:
+                found.append(expr)
+        if len(found) > 1:
+            raise _Unplaced("the old version computes the logged value in several places")
+        return found[0] if found else None
 
     def _neighbours(self, site: LogSite, block: TNode) -> tuple[list[TNode], list[TNode]]:
         """Statements of the (stripped) new block before and after the log statement."""
@@ -307,15 +349,34 @@ class _Propagation:
         return before, after
 
     def _anchor(
-        self, before: list[TNode], after: list[TNode], old_block: TNode
+        self,
+        before: list[TNode],
+        after: list[TNode],
+        old_block: TNode,
+        placed_before: list[tuple[int, int]] = (),
     ) -> tuple[TNode, int] | None:
+        """Insertion index in `old_block`: after the last matched predecessor (or a new
+        statement already placed there), else before the first matched successor."""
         m = self.matching
-        keys = [mapped.key for c in before if (mapped := m.old_of(c)) and mapped.parent is old_block]
-        if keys:
-            return old_block, max(k for k in keys if k is not None) + 1
-        keys = [mapped.key for c in after if (mapped := m.old_of(c)) and mapped.parent is old_block]
-        if keys:
-            return old_block, min(k for k in keys if k is not None)
+        indices = [
+            mapped.key + 1
+            for c in before
+            if (mapped := m.old_of(c)) is not None
+            and mapped.parent is old_block
+            and mapped.key is not None
+        ]
+        indices += [index for block_idx, index in placed_before if block_idx == old_block.idx]
+        if indices:
+            return old_block, max(indices)
+        indices = [
+            mapped.key
+            for c in after
+            if (mapped := m.old_of(c)) is not None
+            and mapped.parent is old_block
+            and mapped.key is not None
+        ]
+        if indices:
+            return old_block, min(indices)
         return None
 
     def _ambiguous(self, tn: TNode) -> bool:
@@ -340,8 +401,7 @@ class _Propagation:
             mapped = m.old_of(anc)
             if mapped is not None and not mapped.contains(target):
                 raise _Unplaced(
-                    f"the matching place in the old version is outside "
-                    f"`{new.describe(anc.node)}`"
+                    f"the matching place in the old version is outside `{new.describe(anc.node)}`"
                 )
         child = target
         for anc in target.ancestors():
@@ -413,6 +473,32 @@ class _Propagation:
             raise _Unplaced("the renamed variables it reads collide in the old version")
         return substitutions
 
+    @property
+    def old_self_attributes(self) -> frozenset[str]:
+        if self._old_self_attributes is None:
+            self._old_self_attributes = frozenset(
+                a.attr.value for a in self_attributes(self.old.module)
+            )
+        return self._old_self_attributes
+
+    def _attribute_substitutions(self, site: LogSite) -> dict[int, cst.CSTNode]:
+        """`self.x` must exist in the old version, possibly under its matched old name."""
+        if "self" not in site.reads:
+            return {}
+        replacements: dict[int, cst.CSTNode] = {}
+        renames = None
+        for attribute in self_attributes(site.value_arg.value):
+            name = attribute.attr.value
+            if name in self.old_self_attributes:
+                continue
+            if renames is None:
+                renames = self.matching.attribute_renames()
+            renamed = renames.get(name)
+            if renamed is None or renamed not in self.old_self_attributes:
+                raise _Unplaced(f"it reads `self.{name}`, which the old version never uses")
+            replacements[id(attribute)] = attribute.with_changes(attr=cst.Name(renamed))
+        return replacements
+
     def _place_wrapped(self, site: LogSite) -> _Planned:
         new, m, tree = self.new, self.matching, self.new_tree
         value = tree.of(site.value_arg.value)
@@ -445,7 +531,10 @@ class _Propagation:
                     f"`{self.old.describe(_statement_of(current).node)}`"
                 )
             current = nxt
-        target = current
+        return self._wrap_old(site, current)
+
+    def _wrap_old(self, site: LogSite, target: TNode) -> _Planned:
+        """Plan `<log>("<name>", <old expression>)` around an old expression."""
         if not isinstance(target.node, cst.BaseExpression):
             raise _Unplaced("the matching place in the old version holds no expression")
         if isinstance(target.node, cst.Call) and log_call_parts(target.node, self.old.imports):
@@ -490,6 +579,14 @@ class _Propagation:
         if len(siblings) != len(candidates) or step not in siblings:
             return None
         return candidates[siblings.index(step)]
+
+
+def _walk(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(child for child, _, _ in iter_children(current))
 
 
 def _positional(node: cst.CSTNode) -> bool:

@@ -84,6 +84,8 @@ _VALUE_TYPES = (
     cst.FormattedStringText,
 )
 
+_VALUE_TYPE_SET = frozenset(_VALUE_TYPES)
+
 _fields_cache: dict[type, tuple[str, ...]] = {}
 
 
@@ -102,17 +104,45 @@ def _fields(tp: type) -> tuple[str, ...]:
     return names
 
 
+_TRIVIA, _NODE, _OTHER = 0, 1, 2
+_kinds: dict[type, int] = {}
+
+
+def _kind(tp: type) -> int:
+    """Trivia / kept node / not a node, cached per type (ABC isinstance checks are slow)."""
+    kind = _kinds.get(tp)
+    if kind is None:
+        if issubclass(tp, _TRIVIA_TYPES):
+            kind = _TRIVIA
+        elif issubclass(tp, cst.CSTNode):
+            kind = _NODE
+        else:
+            kind = _OTHER
+        _kinds[tp] = kind
+    return kind
+
+
 def iter_children(node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, str, int | None]]:
     """Non-trivia children of a libcst node in source order, as (child, field, index)."""
     for name in _fields(type(node)):
         value = getattr(node, name, None)
-        if isinstance(value, cst.CSTNode):
-            if not isinstance(value, _TRIVIA_TYPES):
-                yield value, name, None
-        elif isinstance(value, (tuple, list)):
+        tp = type(value)
+        if tp is tuple or tp is list:
             for i, child in enumerate(value):
-                if isinstance(child, cst.CSTNode) and not isinstance(child, _TRIVIA_TYPES):
+                if _kind(type(child)) == _NODE:
                     yield child, name, i
+        elif _kind(tp) == _NODE:
+            yield value, name, None
+
+
+def _leaf_value(node: cst.CSTNode) -> str:
+    """A leaf's value; string literals by content, so `'a'` and `"a"` compare equal."""
+    if isinstance(node, cst.SimpleString):
+        try:
+            return repr(node.evaluated_value)
+        except Exception:  # noqa: BLE001 - odd literals fall back to their source text
+            return node.value
+    return node.value  # type: ignore[attr-defined]
 
 
 class TNode:
@@ -173,71 +203,119 @@ class TNode:
         return f"<{self.label}{value} #{self.idx}>"
 
 
+_static_labels: dict[type, str | None] = {}
+
+
 def _label(node: cst.CSTNode, skip: frozenset[int] | set[int]) -> str:
-    name = type(node).__name__
-    if isinstance(node, cst.SimpleStatementLine):
+    tp = type(node)
+    static = _static_labels.get(tp, "")
+    if static:
+        return static
+    name = tp.__name__
+    if tp is cst.SimpleStatementLine:
         kinds = ",".join(type(s).__name__ for s in node.body if id(s) not in skip)
         return f"SimpleStatementLine[{kinds}]"
+    dynamic = False
     operator = getattr(node, "operator", None)
-    if isinstance(operator, cst.CSTNode):
-        return f"{name}:{type(operator).__name__}"
+    if operator is not None:
+        dynamic = True
+        if isinstance(operator, cst.CSTNode):
+            return f"{name}:{type(operator).__name__}"
     star = getattr(node, "star", None)
-    if isinstance(star, str) and star:
-        return f"{name}{star}"
-    if getattr(node, "asynchronous", None) is not None:
-        return f"async {name}"
-    if isinstance(node, cst.ImportFrom) and node.relative:
-        return f"{name}{'.' * len(node.relative)}"
+    if star is not None:
+        dynamic = True
+        if isinstance(star, str) and star:
+            return f"{name}{star}"
+    if hasattr(node, "asynchronous"):
+        dynamic = True
+        if node.asynchronous is not None:  # type: ignore[attr-defined]
+            return f"async {name}"
+    if tp is cst.ImportFrom:
+        dynamic = True
+        if node.relative:
+            return f"{name}{'.' * len(node.relative)}"
+    if not dynamic:
+        _static_labels[tp] = name
     return name
 
 
 class Tree:
     """The kept nodes of one module in preorder, with a lookup from libcst nodes."""
 
-    def __init__(
-        self,
-        module: cst.Module,
-        skip: frozenset[int] | set[int] = frozenset(),
-        unwrap: Mapping[int, cst.CSTNode] | None = None,
-    ) -> None:
-        unwrap = unwrap or {}
+    def __init__(self, module: cst.Module) -> None:
         self.module = module
         self.nodes: list[TNode] = []
         self.by_cst: dict[int, TNode] = {}
-        nodes = self.nodes
+        self._bags: dict[int, Counter[tuple[str, str | None]]] = {}
+        nodes, by_cst = self.nodes, self.by_cst
+        value_types = _VALUE_TYPE_SET
+        empty: frozenset[int] = frozenset()
         stack: list[tuple[cst.CSTNode, TNode | None, str | None, int | None]] = [
             (module, None, None, None)
         ]
         while stack:
             node, parent, field, key = stack.pop()
-            value = node.value if isinstance(node, _VALUE_TYPES) else None
-            tn = TNode(_label(node, skip), value, node, parent, field, key, len(nodes))
+            tp = type(node)
+            if tp in value_types:
+                tn = TNode(tp.__name__, _leaf_value(node), node, parent, field, key, len(nodes))
+            else:
+                tn = TNode(_label(node, empty), None, node, parent, field, key, len(nodes))
             nodes.append(tn)
-            self.by_cst[id(node)] = tn
+            by_cst[id(node)] = tn
             if parent is not None:
                 parent.children.append(tn)
-            if value is not None:
+            if tn.value is not None:
                 continue
-            kids = []
-            for child, cfield, ckey in iter_children(node):
-                cid = id(child)
-                if cid in skip:
-                    continue
-                if cid in unwrap:
-                    child = unwrap[cid]
-                kids.append((child, tn, cfield, ckey))
+            kids = [(child, tn, name, index) for child, name, index in iter_children(node)]
             kids.reverse()
             stack.extend(kids)
-        for tn in reversed(nodes):
+        self._finish()
+
+    def _finish(self) -> None:
+        """Compute spans, heights and shape hashes bottom-up (children follow parents)."""
+        for tn in reversed(self.nodes):
             children = tn.children
             if children:
                 tn.end = children[-1].end
                 tn.height = 1 + max(c.height for c in children)
                 tn.hash = hash((tn.label, tuple(c.hash for c in children)))
             else:
+                tn.end = tn.idx
+                tn.height = 1
                 tn.hash = hash((tn.label, tn.value))
-        self.root = nodes[0]
-        self._bags: dict[int, Counter[tuple[str, str | None]]] = {}
+        self.root = self.nodes[0]
+
+    def derived(self, skip: set[int], unwrap: Mapping[int, cst.CSTNode]) -> Tree:
+        """A copy without the `skip`ped libcst nodes, and with each `unwrap` key (a call)
+        replaced by the subtree of its mapped node (the value it wraps)."""
+        tree = Tree.__new__(Tree)
+        tree.module = self.module
+        tree.nodes = nodes = []
+        tree.by_cst = by_cst = {}
+        tree._bags = {}
+        source = self.by_cst
+        stack: list[tuple[TNode, TNode | None, str | None, int | None]] = [
+            (self.root, None, None, None)
+        ]
+        while stack:
+            src, parent, field, key = stack.pop()
+            replacement = unwrap.get(id(src.node))
+            if replacement is not None:
+                src = source[id(replacement)]
+            node = src.node
+            label = src.label
+            if type(node) is cst.SimpleStatementLine and skip:
+                label = _label(node, skip)
+            tn = TNode(label, src.value, node, parent, field, key, len(nodes))
+            nodes.append(tn)
+            by_cst[id(node)] = tn
+            if parent is not None:
+                parent.children.append(tn)
+            kids = [(c, tn, c.field, c.key) for c in src.children if id(c.node) not in skip]
+            kids.reverse()
+            stack.extend(kids)
+        tree._finish()
+        return tree
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -265,6 +343,16 @@ class Tree:
             bag = Counter((n.label, n.value) for n in self.nodes[tn.idx : tn.end + 1])
             self._bags[tn.idx] = bag
         return bag
+
+
+def subtree_hash(node: cst.CSTNode) -> int:
+    """The shape hash a Tree would give this node (to find it in another tree)."""
+    if type(node) in _VALUE_TYPE_SET:
+        return hash((type(node).__name__, _leaf_value(node)))
+    children = tuple(subtree_hash(child) for child, _, _ in iter_children(node))
+    if not children:
+        return hash((_label(node, frozenset()), None))
+    return hash((_label(node, frozenset()), children))
 
 
 def bag_dice(a: Counter[tuple[str, str | None]], b: Counter[tuple[str, str | None]]) -> float:

@@ -55,7 +55,12 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
         if state is not None and state[4]:
             continue
         try:
-            report.rows += _ingest_one(con, path, state)
+            while state is None or not state[4]:  # until nothing new (a live run) or done
+                rows, new_state = _ingest_one(con, path, state)
+                if new_state == state:
+                    break
+                report.rows += rows
+                state = new_state
             report.journals += 1
         except (duckdb.Error, ValueError, TypeError, KeyError, EOFError) as exc:
             _rollback(con)
@@ -78,19 +83,25 @@ class _Keys:
     source_key: int = 0
 
 
-def _ingest_one(con: duckdb.DuckDBPyConnection, path: Path, state: tuple | None) -> int:
+def _ingest_one(
+    con: duckdb.DuckDBPyConnection, path: Path, state: tuple | None
+) -> tuple[int, tuple | None]:
+    """Ingest what is new in one journal; returns (rows, new state)."""
     run_id, source, offset, next_seq, _done = state or (None, RECORDED, 0, 0, False)
+    # Checked before reading: a process found dead now wrote its last bytes already.
+    dead = run_id is not None and _is_dead(con, run_id)
     batch = journal.read_from(path, offset)
     if not batch:
-        if run_id is not None and _is_dead(con, run_id):
-            con.execute("BEGIN")
-            con.execute(
-                "UPDATE runs SET status = 'killed' WHERE run_id = ? AND status = 'running'",
-                [run_id],
-            )
-            _save_state(con, path.name, run_id, source, offset, next_seq, True)
-            con.execute("COMMIT")
-        return 0
+        if not dead:
+            return 0, state
+        con.execute("BEGIN")
+        con.execute(
+            "UPDATE runs SET status = 'killed' WHERE run_id = ? AND status = 'running'",
+            [run_id],
+        )
+        _save_state(con, path.name, run_id, source, offset, next_seq, True)
+        con.execute("COMMIT")
+        return 0, (run_id, source, offset, next_seq, True)
     con.execute("BEGIN")
     keys = _Keys(run_id, source)
     done = False
@@ -110,9 +121,10 @@ def _ingest_one(con: duckdb.DuckDBPyConnection, path: Path, state: tuple | None)
     _insert_loop_entries(con, keys, entries)
     _insert_iterations(con, keys, batch.timings)
     rows = _insert_logs(con, keys, batch.logs, next_seq)
-    _save_state(con, path.name, keys.run_id, keys.source, batch.end_offset, next_seq + rows, done)
+    new_state = (keys.run_id, keys.source, batch.end_offset, next_seq + rows, done)
+    _save_state(con, path.name, *new_state)
     con.execute("COMMIT")
-    return rows
+    return rows, new_state
 
 
 def _resolve_keys(con, keys: _Keys) -> None:

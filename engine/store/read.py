@@ -125,9 +125,7 @@ class Store:
 
     def names(self) -> list[str]:
         with self.session() as con:
-            return [
-                r[0] for r in con.execute("SELECT DISTINCT name FROM names ORDER BY 1").fetchall()
-            ]
+            return _logged_names(con)
 
     def dataframe(self, *names: str) -> pd.DataFrame:
         """One row per run x loop coordinates, one column per name (logs or args)."""

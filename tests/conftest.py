@@ -1,0 +1,94 @@
+"""Shared fixtures: real git repositories in temp folders and real training subprocesses."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Test",
+    "GIT_AUTHOR_EMAIL": "test@example.com",
+    "GIT_COMMITTER_NAME": "Test",
+    "GIT_COMMITTER_EMAIL": "test@example.com",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV},
+    ).stdout
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+def run_py(project: Path, script: str, *args: str, check: bool = True, env=None, timeout=180):
+    """Run a training script the way a user does: `python script.py ...` in the project."""
+    proc = subprocess.run(
+        [sys.executable, script, *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+def florwb(project: Path, *args: str, check: bool = True):
+    proc = subprocess.run(
+        [sys.executable, "-m", "florwb.cli", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"florwb {args} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+def repo_state(repo: Path) -> dict:
+    """Everything about the user's repository florwb promises not to change."""
+    return {
+        "status": git(repo, "status", "--porcelain"),
+        "head": subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+        ).stdout,
+        "branch": git(repo, "branch", "-a", "-v"),
+        "refs": git(repo, "for-each-ref"),
+        "log": subprocess.run(
+            ["git", "log", "--all", "--oneline"], cwd=repo, capture_output=True, text=True
+        ).stdout,
+        "index": hashlib.sha256((repo / ".git" / "index").read_bytes()).hexdigest()
+        if (repo / ".git" / "index").exists()
+        else None,
+    }
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """An empty git repository with one commit, like a user's project."""
+    root = tmp_path / "project"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    write(root / "README.md", "# project\n")
+    git(root, "add", "README.md")
+    git(root, "commit", "-q", "-m", "init")
+    return root
