@@ -84,9 +84,12 @@ def cmd_dataframe(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from florwb.demo.build import build_demo
+    from florwb.demo.build import DemoError, build_demo
 
-    folder = build_demo(Path(args.dir), progress=lambda line: print(line, file=sys.stderr))
+    try:
+        folder = build_demo(Path(args.dir), progress=lambda line: print(line, file=sys.stderr))
+    except DemoError as exc:
+        raise CommandError(str(exc)) from None
     print(f"demo project ready in {folder}", file=sys.stderr)
     from engine.store import Store
 

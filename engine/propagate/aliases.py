@@ -140,33 +140,25 @@ def log_call_parts(
     return name, name_arg, value_arg
 
 
-def ast_log_call_lines(tree: ast.Module) -> list[tuple[int, int, str]]:
+def ast_log_call_lines(tree: ast.Module, imports: FlorImports) -> list[tuple[int, int, str]]:
     """(line, column, name) of every log call with a literal name, in source order.
 
     Used to give libcst nodes line numbers without libcst's (slow) position pass: both
     parsers see the same log calls in the same order.
     """
-    modules: set[str] = set()
-    functions: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name in FLOR_MODULES:
-                    modules.add(alias.asname or alias.name)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level == 0 and node.module in FLOR_MODULES:
-                for alias in node.names:
-                    if alias.name == "log":
-                        functions.add(alias.asname or alias.name)
+    modules = set(imports.modules)
+    functions = {local for local, api in imports.functions.items() if api == "log"}
     found: list[tuple[int, int, str]] = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
+        if type(node) is not ast.Call:
             continue
         func = node.func
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-            if func.value.id not in modules or func.attr != "log":
+        if type(func) is ast.Attribute:
+            if func.attr != "log" or type(func.value) is not ast.Name:
                 continue
-        elif isinstance(func, ast.Name):
+            if func.value.id not in modules:
+                continue
+        elif type(func) is ast.Name:
             if func.id not in functions:
                 continue
         else:

@@ -27,24 +27,26 @@ KEY_BONUS = 0.3
 MAX_AMBIGUOUS_PAIRS = 400
 _EPS = 1e-9
 
-_STATEMENT_PREFIXES = (
-    "SimpleStatementLine",
-    "If",
-    "For",
-    "While",
-    "With",
-    "Try",
-    "FunctionDef",
-    "ClassDef",
-    "async For",
-    "async With",
-    "async FunctionDef",
-    "Match",
+_COMPOUND_LABELS = frozenset(
+    {
+        "If",
+        "For",
+        "While",
+        "With",
+        "Try",
+        "TryStar",
+        "FunctionDef",
+        "ClassDef",
+        "Match",
+        "async For",
+        "async With",
+        "async FunctionDef",
+    }
 )
 
 
 def _is_statement_label(label: str) -> bool:
-    return label.startswith(_STATEMENT_PREFIXES)
+    return label in _COMPOUND_LABELS or label.startswith("SimpleStatementLine")
 
 
 def _statement_key(tn: TNode) -> tuple[int, ...]:
@@ -52,13 +54,69 @@ def _statement_key(tn: TNode) -> tuple[int, ...]:
     keys: list[int] = []
     for child in tn.children:
         label = child.label
-        if label == "Assign":
+        if label == "Return":
+            keys.append(0)  # a block's return: the function's result either way
+        elif label == "Assign":
             keys.extend(c.hash for c in child.children if c.label == "AssignTarget")
         elif label.startswith(("AugAssign", "AnnAssign")) and child.children:
             keys.append(child.children[0].hash)
         elif child.field in ("target", "name"):
             keys.append(child.hash)
     return tuple(keys)
+
+
+_BINDING_SLOTS = {
+    ("AssignTarget", "target"),
+    ("For", "target"),
+    ("async For", "target"),
+    ("AsName", "name"),
+    ("Param", "name"),
+    ("NamedExpr", "target"),
+    ("AnnAssign", "target"),
+}
+_TARGET_LABELS = ("Tuple", "List", "Element", "StarredElement")
+
+
+def _is_binding(name: TNode) -> bool:
+    """A Name (or the `x` of `self.x`) in an assignment / loop / with / parameter target."""
+    node = name.parent if name.field == "attr" else name
+    while node is not None and node.parent is not None and node.parent.label in _TARGET_LABELS:
+        node = node.parent
+    if node is None or node.parent is None:
+        return False
+    parent_label = node.parent.label
+    if parent_label.startswith("AugAssign"):
+        return node.field == "target"
+    return (parent_label, node.field) in _BINDING_SLOTS
+
+
+def _binding_units(name: TNode) -> list[TNode]:
+    """The code that gives a binding occurrence its value, to compare across versions."""
+    node = name.parent if name.field == "attr" else name
+    while node is not None and node.parent is not None and node.parent.label in _TARGET_LABELS:
+        node = node.parent
+    slot = node.parent if node is not None else None
+    if slot is None:
+        return []
+    label = slot.label
+    if label == "AssignTarget" and slot.parent is not None:
+        return [slot.parent]
+    if label in ("For", "async For"):
+        return [c for c in slot.children if c.field in ("target", "iter")]
+    if label == "AsName" and slot.parent is not None:
+        return [slot.parent]
+    if label in ("Param", "NamedExpr", "AnnAssign") or label.startswith("AugAssign"):
+        return [slot]
+    return []
+
+
+def _statement_of(tn: TNode) -> TNode:
+    node: TNode | None = tn
+    while node is not None:
+        if _is_statement_label(node.label):
+            return node
+        node = node.parent
+    return tn
 
 
 def _on_self(attr_name: TNode) -> bool:
@@ -80,6 +138,7 @@ class Matching:
         self.o2n = [-1] * len(old.nodes)
         self.ambiguous_new: set[int] = set()
         self._dice_cache: dict[tuple[int, int], float] = {}
+        self._rename_cache: tuple[dict[str, str], dict[str, str]] | None = None
         self._run()
 
     # -- queries ---------------------------------------------------------------------------
@@ -95,39 +154,81 @@ class Matching:
         return self.n2o[tn.idx] < 0 and tn.idx in self.ambiguous_new
 
     def renames(self) -> dict[str, str]:
-        """new identifier -> old identifier, where matched occurrences agree on a rename."""
-        return self._renames(attributes=False)
+        """new identifier -> old identifier, where the matching shows a rename."""
+        return self._renames()[0]
 
     def attribute_renames(self) -> dict[str, str]:
-        """new `self.<attr>` name -> old one, where matched occurrences agree on a rename."""
-        return self._renames(attributes=True)
+        """new `self.<attr>` name -> old one, where the matching shows a rename."""
+        return self._renames()[1]
 
-    def _renames(self, attributes: bool) -> dict[str, str]:
-        pairs: dict[str, Counter[str]] = defaultdict(Counter)
+    def _renames(self) -> tuple[dict[str, str], dict[str, str]]:
+        """Renames backed by (1) most matched occurrences agreeing and (2) a matched pair of
+        *binding* occurrences (`net = f(x)` / `model = f(x)`, loop targets, parameters)
+        whose binding code is the same apart from renamed names. Cached."""
+        if self._rename_cache is not None:
+            return self._rename_cache
+        counts: tuple[dict[str, Counter[str]], dict[str, Counter[str]]] = (
+            defaultdict(Counter),
+            defaultdict(Counter),
+        )
+        bindings: list[tuple[int, TNode, TNode]] = []
         for tn in self.new.nodes:
             if tn.label != "Name" or tn.field == "keyword":
-                continue
-            if (tn.field == "attr") != attributes or (attributes and not _on_self(tn)):
                 continue
             j = self.n2o[tn.idx]
             if j < 0:
                 continue
             other = self.old.nodes[j]
-            if other.label != "Name" or (other.field == "attr") != attributes:
+            if other.label != "Name" or other.field == "keyword":
                 continue
-            if attributes and not _on_self(other):
+            kind = 1 if tn.field == "attr" else 0
+            if (other.field == "attr") != bool(kind):
                 continue
-            pairs[tn.value][other.value] += 1
-        renames: dict[str, str] = {}
-        for new_name, counts in pairs.items():
-            (old_name, best), *rest = counts.most_common()
-            if old_name == new_name or (rest and rest[0][1] == best):
+            if kind and not (_on_self(tn) and _on_self(other)):
                 continue
-            if best >= 0.75 * sum(counts.values()):
-                renames[new_name] = old_name
-        # two new names onto one old name is no rename we can trust
-        targets = Counter(renames.values())
-        return {k: v for k, v in renames.items() if targets[v] == 1}
+            counts[kind][tn.value][other.value] += 1
+            if tn.value != other.value and _is_binding(tn) and _is_binding(other):
+                bindings.append((kind, tn, other))
+        candidates: tuple[dict[str, str], dict[str, str]] = ({}, {})
+        for kind in (0, 1):
+            for new_name, seen in counts[kind].items():
+                (old_name, best), *rest = seen.most_common()
+                if old_name == new_name or (rest and rest[0][1] == best):
+                    continue
+                if best >= 0.75 * sum(seen.values()):
+                    candidates[kind][new_name] = old_name
+        allowed = {**candidates[1], **candidates[0]}
+        result: tuple[dict[str, str], dict[str, str]] = ({}, {})
+        for kind, a, b in bindings:
+            if candidates[kind].get(a.value) != b.value or a.value in result[kind]:
+                continue
+            units_a, units_b = _binding_units(a), _binding_units(b)
+            if (
+                units_a
+                and len(units_a) == len(units_b)
+                and all(self._same_modulo(x, y, allowed) for x, y in zip(units_a, units_b))
+            ):
+                result[kind][a.value] = b.value
+        for renames in result:  # two new names onto one old name is no rename we can trust
+            targets = Counter(renames.values())
+            for key in [k for k, v in renames.items() if targets[v] > 1]:
+                del renames[key]
+        self._rename_cache = result
+        return result
+
+    def _same_modulo(self, a: TNode, b: TNode, allowed: dict[str, str]) -> bool:
+        """Same shape and leaves, except names renamed consistently with `allowed`."""
+        if a.end - a.idx != b.end - b.idx:
+            return False
+        old_nodes = self.old.nodes
+        offset = b.idx - a.idx
+        for x in self.new.nodes[a.idx : a.end + 1]:
+            y = old_nodes[x.idx + offset]
+            if x.label != y.label:
+                return False
+            if x.value != y.value and not (x.label == "Name" and allowed.get(x.value) == y.value):
+                return False
+        return True
 
     # -- core ------------------------------------------------------------------------------
     def _link(self, a: TNode, b: TNode) -> None:
@@ -288,35 +389,40 @@ class Matching:
     def _match_statements(self, stmts_a: list[TNode], stmts_b: list[TNode]) -> None:
         """Pair changed statements of two matched blocks by content similarity.
 
-        Similarity is the Dice coefficient of the statements' (label, value) bags, plus a
-        bonus when both bind the same targets (`loss = ...` vs `loss = ...`). A statement
-        kind that occurs once among the unmatched statements on both sides needs less
-        similarity (it is most likely the edited version of the other); ties are refused.
+        Similarity is the Dice coefficient of the statements' leaf bags (names, literals),
+        plus a bonus when both bind the same targets (`loss = ...` vs `loss = ...`). A
+        second pass accepts less similarity for a statement kind left once on both sides
+        (most likely the edited version of the other). Ties are refused.
         """
+        self._pair_statements(stmts_a, stmts_b, unique_only=False)
+        n2o, o2n = self.n2o, self.o2n
+        rest_a = [c for c in stmts_a if n2o[c.idx] < 0]
+        rest_b = [c for c in stmts_b if o2n[c.idx] < 0]
+        if rest_a and rest_b:
+            self._pair_statements(rest_a, rest_b, unique_only=True)
+
+    def _pair_statements(self, stmts_a: list[TNode], stmts_b: list[TNode], unique_only: bool):
         if not stmts_b:
             return
         n2o, o2n = self.n2o, self.o2n
         new_tree, old_tree = self.new, self.old
         labels_a = Counter(c.label for c in stmts_a)
         labels_b = Counter(c.label for c in stmts_b)
+        threshold = UNIQUE_STATEMENT_SIMILARITY if unique_only else STATEMENT_SIMILARITY
         pairs: list[tuple[float, int, TNode, TNode]] = []
         for pa, c in enumerate(stmts_a):
+            if unique_only and labels_a[c.label] != 1:
+                continue
             bag_a = new_tree.bag(c)
             key_a = _statement_key(c)
-            unique = labels_a[c.label] == 1
             for pb, d in enumerate(stmts_b):
-                if c.label != d.label:
+                if c.label != d.label or (unique_only and labels_b[d.label] != 1):
                     continue
                 if len(stmts_a) * len(stmts_b) > 2500 and abs(pa - pb) > 25:
                     continue
                 score = bag_dice(bag_a, old_tree.bag(d))
                 if key_a and key_a == _statement_key(d):
                     score += KEY_BONUS
-                threshold = (
-                    UNIQUE_STATEMENT_SIMILARITY
-                    if unique and labels_b[d.label] == 1
-                    else STATEMENT_SIMILARITY
-                )
                 if score >= threshold:
                     pairs.append((score, -abs(pa - pb), c, d))
         pairs.sort(key=lambda p: (-p[0], -p[1]))

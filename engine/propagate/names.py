@@ -169,22 +169,23 @@ class Bindings:
         return module.star
 
     def _collect(self, root: TNode) -> None:
+        # dispatch on exact types: isinstance() against libcst's ABC-based classes is slow
         stack: list[tuple[TNode, Scope, bool]] = [(root, self.module_scope, False)]
         while stack:
             tn, scope, binding = stack.pop()
             node = tn.node
+            tp = type(node)
             if binding:
-                if isinstance(node, cst.Name):
+                if tp is cst.Name:
                     scope.bind(node.value, tn.idx)
-                elif isinstance(node, (cst.Tuple, cst.List, cst.StarredElement, cst.Element)):
-                    stack.extend((c, scope, True) for c in tn.children)
                 else:
-                    stack.extend((c, scope, False) for c in tn.children)
+                    deeper = tp in _TARGET_CONTAINERS
+                    stack.extend((c, scope, deeper) for c in tn.children)
                 continue
-            if isinstance(node, (cst.Module, cst.IndentedBlock)):
+            if tp in _BLOCK_TYPES:
                 self.block_scope[tn.idx] = scope
                 stack.extend((c, scope, False) for c in tn.children)
-            elif isinstance(node, cst.FunctionDef):
+            elif tp is cst.FunctionDef:
                 scope.bind(node.name.value, tn.idx)
                 inner = Scope("function", scope)
                 for c in tn.children:
@@ -192,7 +193,7 @@ class Bindings:
                         stack.append((c, inner, False))
                     elif c.field != "name":
                         stack.append((c, scope, False))
-            elif isinstance(node, cst.ClassDef):
+            elif tp is cst.ClassDef:
                 scope.bind(node.name.value, tn.idx)
                 inner = Scope("class", scope)
                 for c in tn.children:
@@ -200,41 +201,42 @@ class Bindings:
                         stack.append((c, inner, False))
                     elif c.field != "name":
                         stack.append((c, scope, False))
-            elif isinstance(node, (cst.Lambda, *_COMPREHENSIONS)):
+            elif tp in _OWN_SCOPES:
                 continue
-            elif isinstance(node, cst.Param):
+            elif tp is cst.Param:
                 scope.bind(node.name.value, tn.idx)
-            elif isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.For)) or (
-                isinstance(node, cst.AnnAssign) and node.value is not None
-            ):
+            elif tp in _TARGET_OWNERS or (tp is cst.AnnAssign and node.value is not None):
                 for c in tn.children:
                     stack.append((c, scope, c.field == "target"))
-            elif isinstance(node, cst.NamedExpr):
-                for c in tn.children:
-                    stack.append((c, scope, c.field == "target"))
-            elif isinstance(node, cst.AsName):
+            elif tp is cst.AsName:
                 for c in tn.children:
                     stack.append((c, scope, c.field == "name"))
-            elif isinstance(node, cst.ImportAlias):
-                if node.asname is not None and isinstance(node.asname.name, cst.Name):
+            elif tp is cst.ImportAlias:
+                if node.asname is not None and type(node.asname.name) is cst.Name:
                     scope.bind(node.asname.name.value, tn.idx)
                 else:
                     head = node.name
-                    while isinstance(head, cst.Attribute):
+                    while type(head) is cst.Attribute:
                         head = head.value
-                    if isinstance(head, cst.Name):
+                    if type(head) is cst.Name:
                         scope.bind(head.value, tn.idx)
-            elif isinstance(node, cst.ImportFrom):
-                if isinstance(node.names, cst.ImportStar):
+            elif tp is cst.ImportFrom:
+                if type(node.names) is cst.ImportStar:
                     scope.star = True
                 stack.extend((c, scope, False) for c in tn.children)
-            elif isinstance(node, (cst.Global, cst.Nonlocal)):
-                for item in node.names:
-                    if isinstance(node, cst.Global):
-                        scope.globals.add(item.name.value)
-            elif isinstance(node, (cst.MatchAs, cst.MatchStar)):
+            elif tp is cst.Global:
+                scope.globals.update(item.name.value for item in node.names)
+            elif tp is cst.Nonlocal:
+                continue
+            elif tp is cst.MatchAs or tp is cst.MatchStar:
                 if node.name is not None:
                     scope.bind(node.name.value, tn.idx)
                 stack.extend((c, scope, False) for c in tn.children if c.field != "name")
             else:
                 stack.extend((c, scope, False) for c in tn.children)
+
+
+_BLOCK_TYPES = frozenset({cst.Module, cst.IndentedBlock})
+_OWN_SCOPES = frozenset({cst.Lambda, *_COMPREHENSIONS})
+_TARGET_OWNERS = frozenset({cst.AssignTarget, cst.AugAssign, cst.For, cst.NamedExpr})
+_TARGET_CONTAINERS = frozenset({cst.Tuple, cst.List, cst.StarredElement, cst.Element})

@@ -26,9 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
-from engine.propagate.aliases import FlorImports, ast_log_call_lines, log_call_parts
+from engine.propagate.aliases import FlorImports, log_call_parts
 from engine.propagate.edits import EditPlan, apply_edits, import_statement, log_call, replace_nodes
 from engine.propagate.errors import PropagationError
 from engine.propagate.finder import Analysis, LogSite, analyze
@@ -42,6 +41,7 @@ from engine.propagate.model import (
     PropagationResult,
 )
 from engine.propagate.names import Bindings, self_attributes
+from engine.propagate.source import code_and_lines
 from engine.propagate.tree import TNode, Tree, iter_children, subtree_hash
 
 _LOOPS = (cst.For, cst.While)
@@ -150,7 +150,7 @@ class _Propagation:
                 planned[id(site)] = self._place(site)
             except _Unplaced as exc:
                 reasons[id(site)] = str(exc)
-        module, code, lines = self._output(planned, reasons)
+        code, lines = self._output(planned, reasons)
         placements = []
         for site in considered:
             old_site = self.present.get(id(site))
@@ -184,25 +184,28 @@ class _Propagation:
 
     def _output(
         self, planned: dict[int, _Planned], reasons: dict[int, str]
-    ) -> tuple[cst.Module, str, dict[int, int]]:
+    ) -> tuple[str, dict[int, int]]:
+        """The output code, and the line of every log call we report on (by id)."""
         old = self.old
+        present_calls = [s.call for s in self.present.values()]
         if not self.plan:
-            return old.module, old.source, _call_lines(old.module, old.ast_tree, old.imports)
+            return old.source, _lines_of(old, present_calls)
         if self._import is not None:
             module_name, alias = self._import
             index = _import_index(old.module)
             self.plan.insert(old.tree.root, index, import_statement(module_name, alias), True)
         module = apply_edits(old.tree, self.plan)
-        code = module.code
+        calls = present_calls + [p.call for p in planned.values() if p.call is not None]
+        code, lines = code_and_lines(module, calls)
         try:
-            tree = ast.parse(code)
+            ast.parse(code)
         except SyntaxError:
             # never hand back code that does not parse: give up on every placement
             for key in list(planned):
                 del planned[key]
                 reasons[key] = "placing it would not produce valid Python"
-            return old.module, old.source, _call_lines(old.module, old.ast_tree, old.imports)
-        return module, code, _call_lines(module, tree, self._output_imports())
+            return old.source, _lines_of(old, present_calls)
+        return code, lines
 
     def _output_imports(self) -> FlorImports:
         imports = self.old.imports
@@ -220,8 +223,10 @@ class _Propagation:
     def _place_standalone(self, site: LogSite) -> _Planned:
         new, m = self.new, self.matching
         if site.in_suite:
+            suite = self.new.tree.of(site.block)
+            owner = suite.parent.node if suite is not None and suite.parent else site.statement
             raise _Unplaced(
-                f"it sits in a one-line block (`{new.describe(site.statement)}`), "
+                f"it sits in a one-line block (`{new.describe(owner)}`), "
                 "which propagation does not split"
             )
         block = self.new_tree.of(site.block)
@@ -306,30 +311,28 @@ class _Propagation:
         return _Planned(site, self.old.context_of(target_block)[0], call)
 
     def _absorbed_call(self, site: LogSite, block: TNode) -> TNode | None:
-        """An old statement that computes exactly the logged call on its own.
+        """An old computation of exactly the logged call, which the new version dropped.
 
-        `flor.log("loss", train_epoch())` in the new version where the old one has a bare
-        `train_epoch()` (or `x = train_epoch()`) that nothing in the new version matches:
-        inserting the statement would run `train_epoch()` twice, so the old call is
-        wrapped instead.
+        `flor.log("loss", train_epoch())` in the new version, where the old one has a bare
+        `train_epoch()`, `x = train_epoch()` or `print(train_epoch())` that nothing in the
+        new version matches: inserting the statement would run `train_epoch()` twice, so
+        the old call is wrapped where it is instead. Only occurrences that run whenever
+        their statement runs count (not inside lambdas, comprehensions, `a if c else b`).
         """
         value = site.value_arg.value
-        if not any(isinstance(n, cst.Call) for n in _walk(value)):
+        if not any(type(n) is cst.Call for n in _walk(value)):
             return None
         wanted = subtree_hash(value)
-        found = []
+        found: list[TNode] = []
+        nodes = self.old.tree.nodes
         for statement in block.children:
+            if type(statement.node) is not cst.SimpleStatementLine:
+                continue
             if self.matching.new_of(statement) is not None:
                 continue
-            node = statement.node
-            if not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
-                continue
-            small = statement.children[0] if statement.children else None
-            if small is None or not isinstance(small.node, (cst.Expr, cst.Assign)):
-                continue
-            expr = next((c for c in small.children if c.field == "value"), None)
-            if expr is not None and expr.hash == wanted:
-                found.append(expr)
+            for tn in nodes[statement.idx + 1 : statement.end + 1]:
+                if tn.hash == wanted and _always_evaluated(tn, statement):
+                    found.append(tn)
         if len(found) > 1:
             raise _Unplaced("the old version computes the logged value in several places")
         return found[0] if found else None
@@ -581,6 +584,42 @@ class _Propagation:
         return candidates[siblings.index(step)]
 
 
+# (parent type, field) slots whose expression runs whenever the enclosing statement runs
+_EVALUATED_SLOTS = {
+    (cst.Expr, "value"),
+    (cst.Assign, "value"),
+    (cst.AugAssign, "value"),
+    (cst.AnnAssign, "value"),
+    (cst.Return, "value"),
+    (cst.Arg, "value"),
+    (cst.Call, "args"),
+    (cst.Call, "func"),
+    (cst.Attribute, "value"),
+    (cst.Subscript, "value"),
+    (cst.Tuple, "elements"),
+    (cst.List, "elements"),
+    (cst.Element, "value"),
+    (cst.BinaryOperation, "left"),
+    (cst.BinaryOperation, "right"),
+    (cst.UnaryOperation, "expression"),
+    (cst.Comparison, "left"),
+    (cst.FormattedString, "parts"),
+    (cst.FormattedStringExpression, "expression"),
+}
+
+
+def _always_evaluated(tn: TNode, statement: TNode) -> bool:
+    """True if `tn` is computed every time `statement` runs (and is an expression)."""
+    if not isinstance(tn.node, cst.BaseExpression):
+        return False
+    node = tn
+    while node.parent is not None and node.parent is not statement:
+        if (type(node.parent.node), node.field) not in _EVALUATED_SLOTS:
+            return False
+        node = node.parent
+    return node.parent is statement
+
+
 def _walk(node: cst.CSTNode):
     stack = [node]
     while stack:
@@ -697,28 +736,7 @@ def _pair_present(new_sites: list[LogSite], old_sites: list[LogSite]) -> dict[in
     return present
 
 
-def _log_calls_in_order(module: cst.Module, imports: FlorImports) -> list[tuple[cst.Call, str]]:
-    found: list[tuple[cst.Call, str]] = []
-    stack: list[cst.CSTNode] = [module]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Call):
-            parts = log_call_parts(node, imports)
-            if parts is not None:
-                found.append((node, parts[0]))
-        if isinstance(node, (cst.Name, cst.SimpleString, cst.Integer, cst.Float)):
-            continue
-        children = [child for child, _, _ in iter_children(node)]
-        children.reverse()
-        stack.extend(children)
-    return found
-
-
-def _call_lines(module: cst.Module, tree: ast.Module, imports: FlorImports) -> dict[int, int]:
-    """id(log call) -> 1-based line in the module's code, for every log call in it."""
-    calls = _log_calls_in_order(module, imports)
-    found = ast_log_call_lines(tree)
-    if [n for _, _, n in found] == [n for _, n in calls]:
-        return {id(call): line for (call, _), (line, _, _) in zip(calls, found, strict=True)}
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    return {id(call): positions[call].start.line for call, _ in calls}
+def _lines_of(analysis: Analysis, calls: list[cst.Call]) -> dict[int, int]:
+    """Lines of log calls of an unchanged source, from its analysis."""
+    by_call = {id(site.call): site.line for site in analysis.sites}
+    return {id(call): by_call[id(call)] for call in calls if id(call) in by_call}

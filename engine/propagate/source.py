@@ -7,8 +7,10 @@ check that the code is Python and gives line numbers without libcst's slower pos
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
 
 from engine.propagate.errors import PropagationError
 
@@ -31,3 +33,40 @@ def parse_source(source: str) -> tuple[cst.Module, ast.Module]:
         message = str(exc.message).splitlines()[0] if exc.message else "syntax error"
         raise PropagationError(f"does not parse: line {exc.raw_line}: {message}") from None
     return module, tree
+
+
+class _LineTrackingState(CodegenState):
+    """libcst's code generator, also noting the line where chosen nodes start.
+
+    One code generation pass gives both the code and the lines (libcst's PositionProvider
+    does the same for every node and is several times slower).
+    """
+
+    def __init__(self, module: cst.Module, targets: set[int]) -> None:
+        super().__init__(
+            default_indent=module.default_indent, default_newline=module.default_newline
+        )
+        self._newline = "\r" if module.default_newline == "\r" else "\n"
+        self.line = 1
+        self.targets = targets
+        self.lines: dict[int, int] = {}
+
+    def add_token(self, value: str) -> None:
+        self.tokens.append(value)
+        if self._newline in value:
+            self.line += value.count(self._newline)
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        if id(node) in self.targets:
+            self.lines[id(node)] = self.line
+
+
+def code_and_lines(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> tuple[str, dict[int, int]]:
+    """The module's code and the 1-based start line of each given node (by id).
+
+    Lines are exact for expressions; a statement's line is where its leading comments or
+    blank lines start.
+    """
+    state = _LineTrackingState(module, {id(n) for n in nodes})
+    module._codegen(state)
+    return "".join(state.tokens), state.lines

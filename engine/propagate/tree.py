@@ -137,11 +137,15 @@ def iter_children(node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, str, int | N
 
 def _leaf_value(node: cst.CSTNode) -> str:
     """A leaf's value; string literals by content, so `'a'` and `"a"` compare equal."""
-    if isinstance(node, cst.SimpleString):
+    if type(node) is cst.SimpleString:
+        raw = node.value
+        if raw[:1] in "\"'" and "\\" not in raw:  # plain literal: strip the quotes
+            quote = 3 if raw[:3] in ('"""', "'''") and len(raw) >= 6 else 1
+            return repr(raw[quote:-quote])
         try:
             return repr(node.evaluated_value)
         except Exception:  # noqa: BLE001 - odd literals fall back to their source text
-            return node.value
+            return raw
     return node.value  # type: ignore[attr-defined]
 
 
@@ -337,10 +341,13 @@ class Tree:
         return order
 
     def bag(self, tn: TNode) -> Counter[tuple[str, str | None]]:
-        """Multiset of (label, value) over a subtree: a matching-free similarity basis."""
+        """Multiset of the (kind, value) leaves of a subtree (names, literals): a
+        matching-free similarity basis that is not inflated by shared syntax."""
         bag = self._bags.get(tn.idx)
         if bag is None:
-            bag = Counter((n.label, n.value) for n in self.nodes[tn.idx : tn.end + 1])
+            bag = Counter(
+                (n.label, n.value) for n in self.nodes[tn.idx : tn.end + 1] if n.value is not None
+            )
             self._bags[tn.idx] = bag
         return bag
 

@@ -176,7 +176,8 @@ def _pivot(con: duckdb.DuckDBPyConnection, names: list[str]) -> pd.DataFrame:
                     loops_used.append(column)
     taken = {"run_id", "version", "start_time", *(c.lower() for c in loops_used)}
     aliases: dict[str, str] = {}
-    columns = []
+    aggregates: dict[str, str] = {}  # output column -> aggregate over log_rows
+    casts = {}
     for name in names:
         alias = name if name.lower() not in taken else f"{name}_value"
         taken.add(alias.lower())
@@ -185,27 +186,11 @@ def _pivot(con: duckdb.DuckDBPyConnection, names: list[str]) -> pd.DataFrame:
             continue
         key, _paths, n, n_numeric, n_int = logged[name]
         value = "value" if n_numeric == n else "coalesce(text, CAST(value AS VARCHAR))"
-        expr = f"arg_max({value}, {_RECORDED_FIRST}) FILTER (WHERE name_key = {int(key)})"
+        aggregates[alias] = f"arg_max({value}, seq) FILTER (WHERE name_key = {int(key)})"
         if n_numeric == n and n_int == n:
-            expr = f"CAST({expr} AS BIGINT)"
-        columns.append(f", {expr} AS {quote(alias)}")
-    coords = "".join(f", {quote(c)}" for c in loops_used)
-    if logged:
-        keys = ", ".join(str(int(v[0])) for v in logged.values())
-        rows = (
-            f"(SELECT l.run_key, l.source_key, l.seq, l.name_key, l.value, l.text"
-            f"{coordinates_sql(loops_used)} FROM log_rows l {entry_join()} "
-            f"WHERE l.name_key IN ({keys})) l"
-        )
-    else:
-        rows = "(SELECT run_key FROM runs) l"
-    sql = (
-        f"SELECT r.run_id, any_value(r.version) AS version, any_value(r.start_time) AS "
-        f"start_time{coords}{''.join(columns)} FROM {rows} JOIN runs r ON r.run_key = l.run_key "
-        f"GROUP BY r.run_id{coords} ORDER BY any_value(r.start_time), r.run_id"
-        + "".join(f", {quote(c)} NULLS FIRST" for c in loops_used)
-    )
-    frame = con.execute(sql).df()
+            casts[alias] = "Int64"
+    keys = [int(v[0]) for v in logged.values()]
+    frame = _aggregate(con, keys, loops_used, aggregates).astype(casts)
     arg_only = [n for n in names if n not in logged]
     if arg_only:
         values: dict[tuple, object] = {
@@ -219,6 +204,60 @@ def _pivot(con: duckdb.DuckDBPyConnection, names: list[str]) -> pd.DataFrame:
         for name in arg_only:
             frame[aliases[name]] = [values.get((r, name)) for r in frame["run_id"]]
         frame = frame[["run_id", "version", "start_time", *loops_used, *aliases.values()]]
+    return frame
+
+
+def _aggregate(
+    con: duckdb.DuckDBPyConnection, keys: list[int], loops: list[str], aggregates: dict[str, str]
+) -> pd.DataFrame:
+    """Pivot in two steps: group by integer (run, source, ctx_id), cheap on tens of millions
+    of rows; then derive coordinates from the few loop entries. Only when replayed values
+    exist is a second grouping by coordinates needed, where recorded values win. Run ids
+    and versions are attached afterwards as categoricals instead of per-row strings."""
+    runs = con.execute(
+        "SELECT run_key, run_id, version, start_time FROM runs ORDER BY start_time, run_key"
+    ).df()
+    order = "".join(f", {quote(c)} NULLS FIRST" for c in loops)
+    if keys:
+        values = {f"v{i}": alias for i, alias in enumerate(aggregates)}
+        inner = "".join(f", {agg} AS v{i}" for i, agg in enumerate(aggregates.values()))
+        coord_cols = "".join(f", {quote(c)}" for c in loops)
+        value_cols = "".join(f", {v}" for v in values)
+        key_list = ", ".join(map(str, keys))
+        select = (
+            f"SELECT a.run_key, a.source_key{coordinates_sql(loops, rows='a')}{value_cols} "
+            f"FROM (SELECT run_key, source_key, ctx_id{inner} FROM log_rows "
+            f"WHERE name_key IN ({key_list}) GROUP BY ALL) a {entry_join('a', 'e')}"
+        )
+        replayed = con.execute(
+            f"SELECT count(*) FROM name_stats WHERE source_key != 0 AND name_key IN ({key_list})"
+        ).fetchone()[0]
+        if replayed:
+            merged = "".join(
+                f", arg_max({v}, source_key = 0) FILTER (WHERE {v} IS NOT NULL) AS {v}"
+                for v in values
+            )
+            select = f"SELECT run_key{coord_cols}{merged} FROM ({select}) GROUP BY ALL"
+    else:
+        values, coord_cols, value_cols = {}, "", ""
+        select = "SELECT run_key FROM runs"
+    frame = con.execute(
+        f"SELECT p.position{coord_cols}{value_cols} FROM ({select}) x JOIN (SELECT run_key, "
+        f"row_number() OVER (ORDER BY start_time, run_key) - 1 AS position FROM runs) p "
+        f"USING (run_key) ORDER BY p.position{order}"
+    ).df()
+    codes = frame.pop("position").to_numpy()
+    frame = frame.rename(columns=values)
+    for i, column in enumerate(("run_id", "version")):
+        categories = runs[column].fillna("").astype(object)
+        frame.insert(
+            i,
+            column,
+            pd.Categorical.from_codes(codes, categories=categories.unique())
+            if categories.is_unique
+            else categories.to_numpy()[codes],
+        )
+    frame.insert(2, "start_time", runs["start_time"].to_numpy()[codes])
     return frame
 
 
