@@ -6,9 +6,9 @@ readable. A chunk is `length, crc32, marshal(payload)`; marshal is fast, C-level
 execute code when read back. A torn last chunk (the writer died mid-write) fails its length
 or checksum and is left for a later read, so ingestion never sees half a batch.
 
-Payload: a tuple `(logs, timings, events)`, column blocks so reading needs no per-row work:
-  logs      (names, values, vtypes, ctx_ids) or None    see pack_logs
-  timings   (ctx_ids, wait_s, iter_s) or None           one row per finished loop iteration
+Payload: a tuple `(logs, timings, events)`, in column blocks:
+  logs      see pack_logs, or None
+  timings   (ctx_ids, wait_s, iter_s) packed arrays, or None; one row per loop iteration
   events    [dict, ...]                                  run start/end, args, loop entries...
 
 A ctx_id is `entry_id << 32 | iteration`: the loop entry (one `loop` event each time a
@@ -34,37 +34,38 @@ SUFFIX = ".journal"
 
 
 VTYPES = ("float", "int", "bool", "str", "none", "json", "object")
-_VTYPE_CODE = {float: 0, int: 1, bool: 2, str: 3, type(None): 4}
-_NUMERIC = frozenset({float, int, bool})
 
 
-def pack_logs(logs: list) -> tuple | None:
-    """Columns of `(name, value, ctx_id)` tuples: numbers as packed doubles when possible.
+def pack_logs(flat: list) -> tuple | None:
+    """Columns of the flat `[name, value, ctx_id, name, value, ctx_id, ...]` log buffer.
 
-    values is `bytes` of float64 (vtypes: None = all float, else one code byte per row) or,
-    for batches holding strings/None/objects, the plain list of values (vtypes None).
+    Slicing transposes in C. Names use marshal's reference sharing (the same few string
+    objects repeat); values and ctx_ids use version 2, which skips the per-object reference
+    bookkeeping that makes version 4 slow for numbers.
     """
-    if not logs:
+    if not flat:
         return None
-    names, values, ctxs = zip(*logs)
-    types = set(map(type, values))
-    vtypes = None
-    packed: bytes | list = list(values)
-    if types <= _NUMERIC:
-        try:
-            packed = array("d", values).tobytes()
-            if types != {float}:
-                vtypes = bytes(map(_VTYPE_CODE.__getitem__, map(type, values)))
-        except OverflowError:  # an int beyond float range: keep it exact as text later
-            packed = list(values)
-    return names, packed, vtypes, array("q", ctxs).tobytes()
+    return (
+        marshal.dumps(flat[0::3], 4),
+        marshal.dumps(flat[1::3], 2),
+        marshal.dumps(flat[2::3], 2),
+    )
 
 
-def pack_timings(timings: list) -> tuple | None:
-    if not timings:
+def unpack_logs(block: tuple) -> tuple[list, list, list]:
+    """(names, values, ctx_ids) of one pack_logs block."""
+    return marshal.loads(block[0]), marshal.loads(block[1]), marshal.loads(block[2])
+
+
+def pack_timings(flat: list) -> tuple | None:
+    """Columns of the flat `[ctx_id, wait_s, iter_s, ...]` timing buffer, as packed arrays."""
+    if not flat:
         return None
-    ctxs, waits, iters = zip(*timings)
-    return array("q", ctxs).tobytes(), array("d", waits).tobytes(), array("d", iters).tobytes()
+    return (
+        array("q", flat[0::3]).tobytes(),
+        array("d", flat[1::3]).tobytes(),
+        array("d", flat[2::3]).tobytes(),
+    )
 
 
 def encode_chunk(payload: tuple) -> bytes:

@@ -160,8 +160,8 @@ def test_torn_journal_tail_is_left_for_later_and_never_duplicated(tmp_path):
         "host": __import__("socket").gethostname(),
         "pid_ticks": processes.start_ticks(os.getpid()),
     }
-    head = journal.encode_chunk((journal.pack_logs([("x", 1.0, 0)]), None, [start]))
-    tail = journal.encode_chunk((journal.pack_logs([("late", 2.0, 0)]), None, []))
+    head = journal.encode_chunk((journal.pack_logs(["x", 1.0, 0]), None, [start]))
+    tail = journal.encode_chunk((journal.pack_logs(["late", 2.0, 0]), None, []))
     path.write_bytes(head + tail[: len(tail) // 2])
     store = Store(folder)
     assert store.names() == ["x"]
@@ -175,16 +175,17 @@ def test_torn_journal_tail_is_left_for_later_and_never_duplicated(tmp_path):
 def test_journal_chunks_are_read_back_exactly(tmp_path):
     path = tmp_path / "j.journal"
     writer = journal.JournalWriter(path)
-    logs = [("a", 1.5, 0), ("b", 2, 5), ("c", "s", 7), ("d", None, 0)]
-    writer.append((journal.pack_logs(logs), journal.pack_timings([(5, 0.1, 0.2)]), [{"k": 1}]))
+    logs = ["a", 1.5, 0, "b", 2, 5, "c", "s", 7, "d", None, 0]
+    writer.append((journal.pack_logs(logs), journal.pack_timings([5, 0.1, 0.2]), [{"k": 1}]))
     first_end = path.stat().st_size
     writer.append((None, None, [{"k": 2}]))
     writer.close()
     batch = journal.read_from(path, 0)
     assert batch.end_offset == path.stat().st_size
     assert [e["k"] for e in batch.events] == [1, 2]
-    names, values, _vt, _ctx = batch.logs[0]
-    assert names == ("a", "b", "c", "d") and values == [1.5, 2, "s", None]
+    names, values, ctxs = journal.unpack_logs(batch.logs[0])
+    assert names == ["a", "b", "c", "d"] and values == [1.5, 2, "s", None]
+    assert ctxs == [0, 5, 7, 0]
     assert journal.read_from(path, first_end).events == [{"k": 2}]
     with open(path, "ab") as f:
         f.write(b"\x10\x00\x00\x00garbage")

@@ -104,6 +104,11 @@ def _asname(alias: cst.ImportAlias) -> str | None:
 
 def literal_string(expr: cst.BaseExpression) -> str | None:
     """The value of a plain (non-f, non-bytes) string literal, else None."""
+    if type(expr) is cst.SimpleString:
+        raw = expr.value
+        if raw[:1] in "\"'" and "\\" not in raw:  # no prefix, no escapes: just unquote
+            quote = 3 if raw[:3] in ('"""', "'''") and len(raw) >= 6 else 1
+            return raw[quote:-quote]
     if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
         try:
             value = expr.evaluated_value

@@ -23,7 +23,7 @@ from engine.propagate.aliases import (
 from engine.propagate.errors import PropagationError
 from engine.propagate.model import STANDALONE, WRAPPED, LogStatement
 from engine.propagate.names import free_names
-from engine.propagate.source import parse_source
+from engine.propagate.source import gc_paused, parse_source
 from engine.propagate.tree import TNode, Tree
 
 _LOOPS = (cst.For, cst.While)
@@ -79,6 +79,7 @@ class Analysis:
             tn.node for tn in self.tree.nodes if tn.label in ("Import", "ImportFrom")
         )
         self._contexts: dict[str, tuple[tuple[str, ...] | None, frozenset[int]]] = {}
+        self._loop_names: dict[int, str | None] = {}
         self._top_functions = {
             c.node.name.value: c for c in self.tree.root.children if c.label == "FunctionDef"
         }
@@ -97,6 +98,12 @@ class Analysis:
 
     def loop_name(self, loop: cst.CSTNode) -> str | None:
         """The `flor.loop` name a for loop iterates over (also inside enumerate(...))."""
+        key = id(loop)
+        if key not in self._loop_names:
+            self._loop_names[key] = self._find_loop_name(loop)
+        return self._loop_names[key]
+
+    def _find_loop_name(self, loop: cst.CSTNode) -> str | None:
         if not isinstance(loop, cst.For):
             return None
         tn = self.tree.of(loop.iter)
@@ -312,7 +319,7 @@ def header(node: cst.CSTNode, code) -> str:
     return code(node).strip()
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=16)
 def _analyze(source: str) -> Analysis:
     return Analysis(source)
 
@@ -333,4 +340,5 @@ def find_log_statements(source: str) -> list[LogStatement]:
 
     Raises PropagationError (one line, with the file line) if the source does not parse.
     """
-    return [site.to_statement() for site in analyze(source, "source").sites]
+    with gc_paused():
+        return [site.to_statement() for site in analyze(source, "source").sites]

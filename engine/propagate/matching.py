@@ -90,6 +90,13 @@ def _is_binding(name: TNode) -> bool:
     return (parent_label, node.field) in _BINDING_SLOTS
 
 
+def _keyword(tn: TNode) -> str | None:
+    """The keyword of a keyword argument (`f(k=v)`), else None."""
+    if tn.label == "Arg" and tn.children and tn.children[-1].field == "keyword":
+        return tn.children[-1].value
+    return None
+
+
 def _binding_units(name: TNode) -> list[TNode]:
     """The code that gives a binding occurrence its value, to compare across versions."""
     node = name.parent if name.field == "attr" else name
@@ -369,15 +376,28 @@ class Matching:
         stmts_a = [c for c in free_a if _is_statement_label(c.label)]
         if stmts_a:
             self._match_statements(stmts_a, [c for c in free_b if _is_statement_label(c.label)])
-        # everything else: kinds that occur once among the unmatched children
-        labels_a = Counter(c.label for c in free_a if not _is_statement_label(c.label))
-        labels_b = Counter(c.label for c in free_b if not _is_statement_label(c.label))
-        for c in free_a:
-            if _is_statement_label(c.label) or n2o[c.idx] >= 0:
-                continue
-            if labels_a[c.label] == 1 and labels_b[c.label] == 1:
-                d = next(x for x in free_b if x.label == c.label)
-                if o2n[d.idx] < 0:
+        # expressions: keyword arguments by keyword, then each kind in order when it
+        # occurs equally often on both sides (`f(a, b)` / `f(x, y)`, tuple elements)
+        exprs_a = [c for c in free_a if not _is_statement_label(c.label) and n2o[c.idx] < 0]
+        exprs_b = [c for c in free_b if not _is_statement_label(c.label) and o2n[c.idx] < 0]
+        keywords_b = {_keyword(d): d for d in exprs_b if _keyword(d) is not None}
+        for c in exprs_a:
+            d = keywords_b.get(_keyword(c)) if _keyword(c) is not None else None
+            if d is not None and d.label == c.label and o2n[d.idx] < 0:
+                self._link(c, d)
+                self._recover(c, d)
+        exprs_a = [c for c in exprs_a if n2o[c.idx] < 0 and _keyword(c) is None]
+        exprs_b = [c for c in exprs_b if o2n[c.idx] < 0 and _keyword(c) is None]
+        by_label_b: dict[str, list[TNode]] = defaultdict(list)
+        for d in exprs_b:
+            by_label_b[d.label].append(d)
+        by_label_a: dict[str, list[TNode]] = defaultdict(list)
+        for c in exprs_a:
+            by_label_a[c.label].append(c)
+        for label, group_a in by_label_a.items():
+            group_b = by_label_b.get(label, [])
+            if len(group_a) == len(group_b):
+                for c, d in zip(group_a, group_b):
                     self._link(c, d)
                     self._recover(c, d)
         for c in a.children:

@@ -22,6 +22,7 @@ from engine.propagate.model import (
     StatementMatrix,
 )
 from engine.propagate.propagation import propagate
+from engine.propagate.source import gc_paused
 
 
 def statement_matrix(sources: Mapping[str, str], reference: str) -> StatementMatrix:
@@ -36,6 +37,11 @@ def statement_matrix(sources: Mapping[str, str], reference: str) -> StatementMat
     """
     if reference not in sources:
         raise ValueError(f"reference version {reference!r} is not among the sources")
+    with gc_paused():
+        return _statement_matrix(sources, reference)
+
+
+def _statement_matrix(sources: Mapping[str, str], reference: str) -> StatementMatrix:
     ref = analyze(sources[reference], f"version {reference}")
     analyses: dict[str, Analysis | PropagationError] = {}
     for version, source in sources.items():

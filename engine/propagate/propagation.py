@@ -40,8 +40,8 @@ from engine.propagate.model import (
     Placement,
     PropagationResult,
 )
-from engine.propagate.names import Bindings, self_attributes
-from engine.propagate.source import code_and_lines
+from engine.propagate.names import Bindings, Scope, self_attributes
+from engine.propagate.source import code_and_lines, gc_paused
 from engine.propagate.tree import TNode, Tree, iter_children, subtree_hash
 
 _LOOPS = (cst.For, cst.While)
@@ -51,6 +51,10 @@ _DOC_OWNERS = (cst.Module, cst.FunctionDef, cst.ClassDef)
 
 class _Unplaced(Exception):
     """Internal: a statement cannot be placed; the message is the reported reason."""
+
+
+class _Nested(Exception):
+    """Internal: a wrapped log call inside another new log statement goes where it goes."""
 
 
 @dataclass
@@ -70,15 +74,16 @@ def propagate(
     and one Placement per considered new statement, in new-source order.
     Raises PropagationError when a source does not parse or a requested name is unknown.
     """
-    new = analyze(new_source, "new version")
-    old = analyze(old_source, "old version")
-    wanted = None if names is None else set(names)
-    if wanted is not None:
-        unknown = sorted(wanted - {s.name for s in new.sites})
-        if unknown:
-            listed = ", ".join(repr(n) for n in unknown)
-            raise PropagationError(f"no log statement named {listed} in the new version")
-    return _Propagation(new, old, wanted).run()
+    with gc_paused():
+        new = analyze(new_source, "new version")
+        old = analyze(old_source, "old version")
+        wanted = None if names is None else set(names)
+        if wanted is not None:
+            unknown = sorted(wanted - {s.name for s in new.sites})
+            if unknown:
+                listed = ", ".join(repr(n) for n in unknown)
+                raise PropagationError(f"no log statement named {listed} in the new version")
+        return _Propagation(new, old, wanted).run()
 
 
 class _Propagation:
@@ -98,6 +103,7 @@ class _Propagation:
         self._old_self_attributes: frozenset[str] | None = None
         # new log statement -> (old block idx, index after it) once placed, as an anchor
         self._placed: dict[int, tuple[int, int]] = {}
+        self._all_planned: dict[int, _Planned] = {}
 
     # -- lazily built analysis -------------------------------------------------------------
     @property
@@ -143,6 +149,7 @@ class _Propagation:
         considered = [s for s in self.new.sites if self.wanted is None or s.name in self.wanted]
         planned: dict[int, _Planned] = {}
         reasons: dict[int, str] = {}
+        nested: list[LogSite] = []
         for site in considered:
             if id(site) in self.present:
                 continue
@@ -150,6 +157,16 @@ class _Propagation:
                 planned[id(site)] = self._place(site)
             except _Unplaced as exc:
                 reasons[id(site)] = str(exc)
+            except _Nested:
+                nested.append(site)
+        for site in nested:
+            outer = self._outer_log(site)
+            if outer is None or id(outer) not in self._all_planned:
+                name = outer.name if outer is not None else "?"
+                reasons[id(site)] = f"it is nested inside `{name}`, which could not be placed"
+            else:
+                host = self._all_planned[id(outer)]
+                planned[id(site)] = _Planned(site, host.loop_path, host.call)
         code, lines = self._output(planned, reasons)
         placements = []
         for site in considered:
@@ -207,18 +224,21 @@ class _Propagation:
             return old.source, _lines_of(old, present_calls)
         return code, lines
 
-    def _output_imports(self) -> FlorImports:
-        imports = self.old.imports
-        if self._import is None:
-            return imports
-        module_name, alias = self._import
-        return FlorImports({**imports.modules, alias: module_name}, dict(imports.functions))
-
     # -- placing one statement -------------------------------------------------------------
     def _place(self, site: LogSite) -> _Planned:
         if site.form == STANDALONE:
-            return self._place_standalone(site)
-        return self._place_wrapped(site)
+            planned = self._place_standalone(site)
+        else:
+            planned = self._place_wrapped(site)
+        self._all_planned[id(site)] = planned
+        return planned
+
+    def _outer_log(self, site: LogSite) -> LogSite | None:
+        """The missing standalone log statement a nested log call sits in."""
+        for other in self.missing:
+            if other is not site and other.form == STANDALONE and other.small is site.small:
+                return other
+        return None
 
     def _place_standalone(self, site: LogSite) -> _Planned:
         new, m = self.new, self.matching
@@ -271,6 +291,12 @@ class _Propagation:
         target_block, index = target
         index = _skip_docstring(target_block, index)
         self._check_enclosing(site, block, target_block)
+        for earlier in target_block.children[:index]:
+            if _ends_flow(earlier.node):
+                raise _Unplaced(
+                    f"the matching place in the old version comes after "
+                    f"`{self.old.describe(earlier.node)}`, so it would never run"
+                )
         absorbed = self._absorbed_call(site, target_block)
         if absorbed is not None:
             statement = _statement_of(absorbed)
@@ -283,8 +309,8 @@ class _Propagation:
             else target_block.end + 1
         )
         scope = self.bindings.scope_of_block(target_block)
-        log_ref = self._log_ref(scope, pos, target_block)
-        substitutions = self._substitutions(site, scope, pos, target_block)
+        log_ref = self._log_ref(scope, pos)
+        substitutions = self._substitutions(site, scope, pos)
         replacements: dict[int, cst.CSTNode] = {
             id(n): n.with_changes(value=substitutions[n.value])
             for n in site.read_nodes
@@ -320,8 +346,8 @@ class _Propagation:
         their statement runs count (not inside lambdas, comprehensions, `a if c else b`).
         """
         value = site.value_arg.value
-        if not any(type(n) is cst.Call for n in _walk(value)):
-            return None
+        if not any(type(n) is cst.Call and not _pure_call(n) for n in _walk(value)):
+            return None  # re-computing e.g. `loss.item()` is harmless: insert as usual
         wanted = subtree_hash(value)
         found: list[TNode] = []
         nodes = self.old.tree.nodes
@@ -331,7 +357,7 @@ class _Propagation:
             if self.matching.new_of(statement) is not None:
                 continue
             for tn in nodes[statement.idx + 1 : statement.end + 1]:
-                if tn.hash == wanted and _always_evaluated(tn, statement):
+                if tn.hash == wanted and _always_evaluated(tn, statement, self.old.imports):
                     found.append(tn)
         if len(found) > 1:
             raise _Unplaced("the old version computes the logged value in several places")
@@ -419,7 +445,7 @@ class _Propagation:
                     f"`{old.describe(anc.node)}`, a loop it does not run in"
                 )
 
-    def _log_ref(self, scope, pos: int, block: TNode) -> cst.BaseExpression:
+    def _log_ref(self, scope: Scope, pos: int) -> cst.BaseExpression:
         """How the old version calls `log` at this point (adding an import if it has none)."""
         imports, bindings = self.old.imports, self.bindings
         ref = imports.log_ref()
@@ -446,7 +472,7 @@ class _Propagation:
         index = _import_index(self.old.module)
         return root.children[index].idx if index < len(root.children) else root.end + 1
 
-    def _substitutions(self, site: LogSite, scope, pos: int, block: TNode) -> dict[str, str]:
+    def _substitutions(self, site: LogSite, scope: Scope, pos: int) -> dict[str, str]:
         """Renames that make the statement read the old version's names; raises if none can."""
         bindings = self.bindings
         new_aliases = set(self.new.imports.modules)
@@ -506,7 +532,10 @@ class _Propagation:
         new, m, tree = self.new, self.matching, self.new_tree
         value = tree.of(site.value_arg.value)
         statement = tree.of(site.statement)
-        assert value is not None and statement is not None
+        if statement is None:
+            raise _Nested()
+        if value is None:
+            raise _Unplaced("it wraps another new log call; only that one is placed")
         path: list[TNode] = [value]
         anchor: TNode | None = None
         node = value.parent
@@ -534,6 +563,9 @@ class _Propagation:
                     f"`{self.old.describe(_statement_of(current).node)}`"
                 )
             current = nxt
+        new_block = tree.of(site.block)
+        if new_block is not None:
+            self._check_enclosing(site, new_block, _block_of(current))
         return self._wrap_old(site, current)
 
     def _wrap_old(self, site: LogSite, target: TNode) -> _Planned:
@@ -546,7 +578,7 @@ class _Propagation:
             raise _Unplaced("another statement already wraps the same old expression")
         block = _block_of(target)
         scope = self.bindings.scope_of_block(block)
-        log_ref = self._log_ref(scope, target.idx, block)
+        log_ref = self._log_ref(scope, target.idx)
         name_literal = site.name_arg.value
         planned = _Planned(site, self.old.context_of(target)[0])
 
@@ -608,16 +640,42 @@ _EVALUATED_SLOTS = {
 }
 
 
-def _always_evaluated(tn: TNode, statement: TNode) -> bool:
-    """True if `tn` is computed every time `statement` runs (and is an expression)."""
+def _always_evaluated(tn: TNode, statement: TNode, imports: FlorImports) -> bool:
+    """True if `tn` is computed every time `statement` runs (and is not already logged)."""
     if not isinstance(tn.node, cst.BaseExpression):
         return False
     node = tn
     while node.parent is not None and node.parent is not statement:
-        if (type(node.parent.node), node.field) not in _EVALUATED_SLOTS:
+        parent = node.parent.node
+        if (type(parent), node.field) not in _EVALUATED_SLOTS:
             return False
+        if type(parent) is cst.Call and imports.api_of(parent.func) is not None:
+            return False  # inside flor.log(...) / flor.arg(...): leave it alone
         node = node.parent
     return node.parent is statement
+
+
+# Calls that only read: computing them once more in the old version changes nothing.
+_PURE_METHODS = frozenset(
+    """item mean sum norm std var max min abs detach cpu numpy tolist float double half
+    clone size numel dim exp log sqrt pow argmax argmin softmax log_softmax flatten view
+    reshape squeeze unsqueeze t transpose to get_last_lr get_lr parameters
+    named_parameters values keys items copy get format lower upper round isnan isinf all
+    any prod cumsum stack cat tensor zeros_like ones_like shape count""".split()
+)
+_PURE_FUNCTIONS = frozenset(
+    """len float int str bool abs max min sum round sorted list tuple dict set repr
+    isinstance any all zip enumerate range map filter getattr hasattr type""".split()
+)
+
+
+def _pure_call(call: cst.Call) -> bool:
+    func = call.func
+    if type(func) is cst.Attribute:
+        return func.attr.value in _PURE_METHODS
+    if type(func) is cst.Name:
+        return func.value in _PURE_FUNCTIONS
+    return False
 
 
 def _walk(node: cst.CSTNode):
@@ -626,6 +684,13 @@ def _walk(node: cst.CSTNode):
         current = stack.pop()
         yield current
         stack.extend(child for child, _, _ in iter_children(current))
+
+
+def _ends_flow(statement: cst.CSTNode) -> bool:
+    """`return`, `raise`, `continue` or `break`: nothing after it in the block runs."""
+    return type(statement) is cst.SimpleStatementLine and any(
+        type(small) in (cst.Return, cst.Raise, cst.Continue, cst.Break) for small in statement.body
+    )
 
 
 def _positional(node: cst.CSTNode) -> bool:

@@ -7,7 +7,9 @@ check that the code is Python and gives line numbers without libcst's slower pos
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+import gc
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -70,3 +72,19 @@ def code_and_lines(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> tuple[st
     state = _LineTrackingState(module, {id(n) for n in nodes})
     module._codegen(state)
     return "".join(state.tokens), state.lines
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building large trees.
+
+    Parsing and matching allocate hundreds of thousands of long-lived objects, which makes
+    the collector rescan the heap again and again (about a quarter of the run time).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

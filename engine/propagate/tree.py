@@ -253,12 +253,14 @@ class Tree:
         self._bags: dict[int, Counter[tuple[str, str | None]]] = {}
         nodes, by_cst = self.nodes, self.by_cst
         value_types = _VALUE_TYPE_SET
+        kinds = _kinds
         empty: frozenset[int] = frozenset()
         stack: list[tuple[cst.CSTNode, TNode | None, str | None, int | None]] = [
             (module, None, None, None)
         ]
+        pop, push = stack.pop, stack.extend
         while stack:
-            node, parent, field, key = stack.pop()
+            node, parent, field, key = pop()
             tp = type(node)
             if tp in value_types:
                 tn = TNode(tp.__name__, _leaf_value(node), node, parent, field, key, len(nodes))
@@ -270,9 +272,29 @@ class Tree:
                 parent.children.append(tn)
             if tn.value is not None:
                 continue
-            kids = [(child, tn, name, index) for child, name, index in iter_children(node)]
-            kids.reverse()
-            stack.extend(kids)
+            # inlined iter_children (this loop runs once per node of every source)
+            kids = []
+            names = _fields_cache.get(tp) or _fields(tp)
+            for name in names:
+                value = getattr(node, name, None)
+                vt = type(value)
+                if vt is tuple or vt is list:
+                    for i, child in enumerate(value):
+                        ct = type(child)
+                        kind = kinds.get(ct)
+                        if kind is None:
+                            kind = _kind(ct)
+                        if kind == _NODE:
+                            kids.append((child, tn, name, i))
+                else:
+                    kind = kinds.get(vt)
+                    if kind is None:
+                        kind = _kind(vt)
+                    if kind == _NODE:
+                        kids.append((value, tn, name, None))
+            if kids:
+                kids.reverse()
+                push(kids)
         self._finish()
 
     def _finish(self) -> None:
@@ -281,8 +303,12 @@ class Tree:
             children = tn.children
             if children:
                 tn.end = children[-1].end
-                tn.height = 1 + max(c.height for c in children)
-                tn.hash = hash((tn.label, tuple(c.hash for c in children)))
+                height = 0
+                for c in children:
+                    if c.height > height:
+                        height = c.height
+                tn.height = height + 1
+                tn.hash = hash((tn.label, tuple([c.hash for c in children])))
             else:
                 tn.end = tn.idx
                 tn.height = 1

@@ -1,7 +1,7 @@
 """The recording API a training script calls: arg, log, loop, checkpointing, commit.
 
 `log` and `loop` are the hot path: no I/O, no locks, no printing. They append tuples to the
-buffers in `runtime`, which a background thread drains into the run's journal. The loop
+flat buffers in `runtime`, which a background thread drains into the run's journal. The loop
 coordinates of a logged value are one integer, `entry << 32 | iteration`; the loop entry
 event carries the outer coordinates once, so nothing per call or per iteration is copied.
 """
@@ -23,8 +23,8 @@ from engine.record.values import PRIMITIVES, encode
 
 T = TypeVar("T")
 
-_LOGS_APPEND = runtime.LOGS.append
-_TIME_APPEND = runtime.TIMINGS.append
+_LOGS_EXTEND = runtime.LOGS.extend
+_TIME_EXTEND = runtime.TIMINGS.extend
 _entry_ids = itertools.count(1)
 
 # The innermost loop iteration as `entry << 32 | iteration`; 0 outside any flor.loop.
@@ -54,9 +54,9 @@ def log(name: str, value: T) -> T:
     if not _RECORDING and _start() is None:
         return value
     if type(value) in PRIMITIVES:
-        _LOGS_APPEND((name, value, _CTX))
+        _LOGS_EXTEND((name, value, _CTX))
     else:
-        _LOGS_APPEND((name, encode(value), _CTX))
+        _LOGS_EXTEND((name, encode(value), _CTX))
     return value
 
 
@@ -98,7 +98,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
             _CTX = ctx
             yield item
             t2 = clock()
-            _TIME_APPEND((ctx, t1 - t0, t2 - t1))
+            _TIME_EXTEND((ctx, t1 - t0, t2 - t1))
             _CTX = parent
             t0 = t2
             if checkpointed_here:

@@ -57,3 +57,10 @@ def connect(
         yield con
     finally:
         con.close()
+
+
+def fetch_one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None):
+    """The first row or None. Fetches everything: DuckDB refuses further statements on a
+    connection while a result is only partly read (what `fetchone()` leaves behind)."""
+    rows = con.execute(sql, params or []).fetchall()
+    return rows[0] if rows else None

@@ -23,9 +23,12 @@ import pandas as pd
 
 from engine import journal, processes
 from engine.journal import VTYPES
+from engine.store.db import fetch_one
 from engine.store.schema import RECORDED, ensure_loop_columns, quote
 
 _NUMERIC = (float, int, bool)
+_FLOATS = frozenset({float})
+_NUMBERS = frozenset({float, int, bool})
 _VTYPE_CODE = {v: i for i, v in enumerate(VTYPES)}
 _TYPE_CODE = {float: 0, int: 1, bool: 2, str: 3, type(None): 4}
 
@@ -128,17 +131,18 @@ def _ingest_one(
 
 
 def _resolve_keys(con, keys: _Keys) -> None:
-    row = con.execute("SELECT run_key FROM runs WHERE run_id = ?", [keys.run_id]).fetchone()
+    row = fetch_one(con, "SELECT run_key FROM runs WHERE run_id = ?", [keys.run_id])
     if row is None:
         raise ValueError(f"run {keys.run_id} is unknown")
     keys.run_key = row[0]
-    found = con.execute("SELECT source_key FROM sources WHERE source = ?", [keys.source]).fetchone()
+    found = fetch_one(con, "SELECT source_key FROM sources WHERE source = ?", [keys.source])
     if found is None:
-        found = con.execute(
+        found = fetch_one(
+            con,
             "INSERT INTO sources SELECT coalesce(max(source_key), 0) + 1, ? FROM sources "
             "RETURNING source_key",
             [keys.source],
-        ).fetchone()
+        )
     keys.source_key = found[0]
 
 
@@ -230,9 +234,7 @@ def _one_value(v) -> tuple[float | None, str | None, str]:
 
 def _is_dead(con, run_id: str) -> bool:
     """A run with no end event whose process is gone from this host was killed."""
-    row = con.execute(
-        "SELECT host, pid, pid_ticks, status FROM runs WHERE run_id = ?", [run_id]
-    ).fetchone()
+    row = fetch_one(con, "SELECT host, pid, pid_ticks, status FROM runs WHERE run_id = ?", [run_id])
     if row is None or row[3] != "running" or row[0] != socket.gethostname():
         return False
     _host, pid, ticks, _status = row
@@ -297,45 +299,61 @@ def _insert_iterations(con, keys: _Keys, blocks: list) -> None:
 
 
 def split_values(values: list) -> tuple[np.ndarray, list | None, np.ndarray]:
-    """(numbers, texts, vtype codes) for a batch of values that are not all numbers."""
-    number = np.array(
-        [v if type(v) in (float, int) else (float(v) if type(v) is bool else None) for v in values],
-        dtype=np.float64,
-    )
-    text = [v if type(v) is str else (v[1] if type(v) is tuple else None) for v in values]
-    codes = np.array(
-        [_TYPE_CODE[type(v)] if type(v) is not tuple else _VTYPE_CODE[v[0]] for v in values],
-        dtype=np.uint8,
+    """(numbers, texts or None, vtype codes) for one block of logged values.
+
+    All-float blocks (the usual case) convert in C; strings, None and JSON need a pass in
+    Python. Ints beyond float range keep their exact digits as text.
+    """
+    types = set(map(type, values))
+    if types <= _FLOATS:
+        return np.array(values, dtype=np.float64), None, np.zeros(len(values), np.uint8)
+    if types <= _NUMBERS:
+        try:
+            number = np.array(values, dtype=np.float64)
+            codes = np.fromiter(map(_TYPE_CODE.__getitem__, map(type, values)), np.uint8)
+            return number, None, codes
+        except OverflowError:
+            pass
+    number = np.array([_as_float(v) for v in values], dtype=np.float64)
+    text = [_as_text(v) for v in values]
+    codes = np.fromiter(
+        (_TYPE_CODE[type(v)] if type(v) is not tuple else _VTYPE_CODE[v[0]] for v in values),
+        np.uint8,
+        len(values),
     )
     return number, text, codes
 
 
-def _log_columns(blocks: list) -> dict:
-    values, texts, vtypes, has_text = [], [], [], False
-    for _names, packed, codes, _ctx in blocks:
-        if isinstance(packed, bytes):
-            number = np.frombuffer(packed, dtype=np.float64)
-            values.append(number)
-            vtypes.append(
-                np.zeros(len(number), np.uint8)
-                if codes is None
-                else np.frombuffer(codes, dtype=np.uint8)
-            )
-            texts.append(None)
-        else:
-            try:
-                number, text, code = split_values(packed)
-            except OverflowError:  # ints beyond float range: exact as text
-                packed = [str(v) if type(v) is int else v for v in packed]
-                number, text, code = split_values(packed)
-            values.append(number)
-            texts.append(text)
-            vtypes.append(code)
-            has_text = True
+def _as_float(v) -> float | None:
+    if type(v) in _NUMERIC:
+        try:
+            return float(v)
+        except OverflowError:
+            return None
+    return None
+
+
+def _as_text(v) -> str | None:
+    if type(v) is str:
+        return v
+    if type(v) is tuple:
+        return v[1]
+    if type(v) is int and not -(2**63) <= v < 2**63:
+        return str(v)
+    return None
+
+
+def _log_columns(values_blocks: list[list]) -> dict:
+    values, texts, vtypes = [], [], []
+    for block in values_blocks:
+        number, text, code = split_values(block)
+        values.append(number)
+        texts.append(text)
+        vtypes.append(code)
     value = np.concatenate(values)
     vtype = np.concatenate(vtypes)
     text = None
-    if has_text:
+    if any(t is not None for t in texts):
         text = list(
             chain.from_iterable(
                 t if t is not None else [None] * len(v) for t, v in zip(texts, values)
@@ -354,7 +372,7 @@ def _name_keys(con, names: set[str]) -> dict[str, int]:
     )
     missing = [n for n in listed if n not in found]
     if missing:
-        start = con.execute("SELECT coalesce(max(name_key), 0) + 1 FROM name_keys").fetchone()[0]
+        start = con.execute("SELECT coalesce(max(name_key), 0) + 1 FROM name_keys").fetchall()[0][0]
         new = {n: start + i for i, n in enumerate(missing)}
         con.executemany("INSERT INTO name_keys VALUES (?, ?)", [[k, n] for n, k in new.items()])
         found.update(new)
@@ -364,16 +382,17 @@ def _name_keys(con, names: set[str]) -> dict[str, int]:
 def _insert_logs(con, keys: _Keys, blocks: list, first_seq: int) -> int:
     if not blocks:
         return 0
-    names = list(chain.from_iterable(b[0] for b in blocks))
+    unpacked = [journal.unpack_logs(b) for b in blocks]
+    names = list(chain.from_iterable(u[0] for u in unpacked))
     n = len(names)
     index = _name_keys(con, set(names))
-    cols = _log_columns(blocks)
+    cols = _log_columns([u[1] for u in unpacked])
     frame = {
         "seq": np.arange(first_seq, first_seq + n, dtype=np.int64),
         "name_key": np.fromiter(map(index.__getitem__, names), dtype=np.int32, count=n),
         "value": cols["value"],
         "vtype": cols["vtype"],
-        "ctx_id": np.concatenate([np.frombuffer(b[3], dtype=np.int64) for b in blocks]),
+        "ctx_id": np.fromiter(chain.from_iterable(u[2] for u in unpacked), np.int64, n),
     }
     value_sql = "b.value"
     if cols["nan"] is not None:  # pandas NaN means NULL to DuckDB: keep logged NaNs apart

@@ -7,6 +7,7 @@ include runs that are still going or were just killed.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,7 @@ from engine.store.schema import (
     quote,
 )
 
+_INGEST_LOCK = threading.Lock()
 READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
 # Recorded values win over replayed ones at the same coordinates; then the latest logged.
 _RECORDED_FIRST = "(CASE WHEN source_key = 0 THEN 4611686018427387904 ELSE 0 END + seq)"
@@ -44,7 +46,8 @@ class Store:
         """A connection with the schema in place and every journal ingested."""
         with connect(self.dir) as con:
             ensure_schema(con)
-            self.last_ingest = ingest_pending(con, projects.journal_dir(self.project))
+            with _INGEST_LOCK:  # threads of one process share one DuckDB instance
+                self.last_ingest = ingest_pending(con, projects.journal_dir(self.project))
             yield con
 
     def ingest(self) -> IngestReport:
@@ -231,7 +234,7 @@ def _aggregate(
         )
         replayed = con.execute(
             f"SELECT count(*) FROM name_stats WHERE source_key != 0 AND name_key IN ({key_list})"
-        ).fetchone()[0]
+        ).fetchall()[0][0]
         if replayed:
             merged = "".join(
                 f", arg_max({v}, source_key = 0) FILTER (WHERE {v} IS NOT NULL) AS {v}"

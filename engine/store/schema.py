@@ -95,7 +95,7 @@ def loop_column(loop_name: str) -> str:
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     exists = con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'meta' AND schema_name = 'main'"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     if exists:
         return
     con.execute("BEGIN")
