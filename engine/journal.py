@@ -2,9 +2,10 @@
 
 The journal, not the database, is the source of truth until ingested: a training process
 never waits on DuckDB's single-writer lock, and a killed process leaves every complete chunk
-readable. A chunk is `length, crc32, marshal(payload)`; marshal is fast, C-level and cannot
-execute code when read back. A torn last chunk (the writer died mid-write) fails its length
-or checksum and is left for a later read, so ingestion never sees half a batch.
+readable. A chunk is `length, crc32, meta length` followed by marshal'd meta and the column
+parts; marshal is fast, C-level and cannot execute code when read back. A torn last chunk
+(the writer died mid-write) fails its length or checksum and is left for a later read, so
+ingestion never sees half a batch.
 
 Payload: a tuple `(logs, timings, events)`, in column blocks:
   logs      see pack_logs, or None
@@ -27,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_HEADER = struct.Struct("<II")
+_HEADER = struct.Struct("<III")  # body length, crc32 of body, length of its meta part
 ENTRY_SHIFT = 32
 ITERATION_MASK = (1 << ENTRY_SHIFT) - 1
 SUFFIX = ".journal"
@@ -36,19 +37,20 @@ SUFFIX = ".journal"
 VTYPES = ("float", "int", "bool", "str", "none", "json", "object")
 
 
-def pack_logs(flat: list) -> tuple | None:
-    """Columns of the flat `[name, value, ctx_id, name, value, ctx_id, ...]` log buffer.
+def pack_logs(flat: list, n: int | None = None) -> tuple | None:
+    """Columns of the first n items of the flat `[name, value, ctx_id, ...]` log buffer.
 
     Slicing transposes in C. Names use marshal's reference sharing (the same few string
     objects repeat); values and ctx_ids use version 2, which skips the per-object reference
     bookkeeping that makes version 4 slow for numbers.
     """
-    if not flat:
+    n = len(flat) if n is None else n
+    if not n:
         return None
     return (
-        marshal.dumps(flat[0::3], 4),
-        marshal.dumps(flat[1::3], 2),
-        marshal.dumps(flat[2::3], 2),
+        marshal.dumps(flat[0:n:3], 4),
+        marshal.dumps(flat[1:n:3], 2),
+        marshal.dumps(flat[2:n:3], 2),
     )
 
 
@@ -57,24 +59,40 @@ def unpack_logs(block: tuple) -> tuple[list, list, list]:
     return marshal.loads(block[0]), marshal.loads(block[1]), marshal.loads(block[2])
 
 
-def pack_timings(flat: list) -> tuple | None:
+def pack_timings(flat: list, n: int | None = None) -> tuple | None:
     """Columns of the flat `[ctx_id, wait_s, iter_s, ...]` timing buffer, as packed arrays."""
-    if not flat:
+    n = len(flat) if n is None else n
+    if not n:
         return None
     return (
-        array("q", flat[0::3]).tobytes(),
-        array("d", flat[1::3]).tobytes(),
-        array("d", flat[2::3]).tobytes(),
+        array("q", flat[0:n:3]).tobytes(),
+        array("d", flat[1:n:3]).tobytes(),
+        array("d", flat[2:n:3]).tobytes(),
     )
 
 
-def encode_chunk(payload: tuple) -> bytes:
-    body = marshal.dumps(payload, 4)
-    return _HEADER.pack(len(body), zlib.crc32(body)) + body
+def encode_chunk(payload: tuple) -> list[bytes]:
+    """Buffers of one chunk: header, marshalled (part lengths, events), then the column
+    parts as they are, so large blocks are never copied into one bytes object."""
+    logs, timings, events = payload
+    parts = [*(logs or ()), *(timings or ())]
+    meta = marshal.dumps(
+        (
+            [len(p) for p in logs] if logs else None,
+            [len(p) for p in timings] if timings else None,
+            events,
+        ),
+        4,
+    )
+    crc = zlib.crc32(meta)
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    body_length = len(meta) + sum(map(len, parts))
+    return [_HEADER.pack(body_length, crc, len(meta)), meta, *parts]
 
 
 class JournalWriter:
-    """Appends chunks with single `write` calls so readers never see interleaved bytes."""
+    """Appends whole chunks; one writer per journal, so readers never see interleaved bytes."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -82,11 +100,13 @@ class JournalWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def append(self, payload: tuple) -> None:
-        data = encode_chunk(payload)
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        buffers = encode_chunk(payload)
+        total = sum(map(len, buffers))
+        written = os.writev(self._fd, buffers)
+        if written < total:  # rare short write: finish the rest from one buffer
+            view = memoryview(b"".join(buffers))[written:]
+            while view:
+                view = view[os.write(self._fd, view) :]
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -117,8 +137,7 @@ def read_from(path: Path, offset: int) -> JournalBatch:
     except FileNotFoundError:
         return batch
     pos = 0
-    for payload, size in _chunks(data):
-        logs, timings, events = payload
+    for (logs, timings, events), size in _chunks(data):
         if logs is not None:
             batch.logs.append(logs)
         if timings is not None:
@@ -133,10 +152,22 @@ def _chunks(data: bytes) -> Iterator[tuple[tuple, int]]:
     pos = 0
     view = memoryview(data)
     while pos + _HEADER.size <= len(data):
-        length, crc = _HEADER.unpack_from(data, pos)
+        length, crc, meta_length = _HEADER.unpack_from(data, pos)
         start = pos + _HEADER.size
         end = start + length
         if end > len(data) or zlib.crc32(view[start:end]) != crc:
             return
-        yield marshal.loads(view[start:end]), end - pos
+        log_lengths, timing_lengths, events = marshal.loads(view[start : start + meta_length])
+        cursor = start + meta_length
+        blocks = []
+        for lengths in (log_lengths, timing_lengths):
+            if lengths is None:
+                blocks.append(None)
+                continue
+            block = []
+            for n in lengths:
+                block.append(view[cursor : cursor + n])
+                cursor += n
+            blocks.append(tuple(block))
+        yield (blocks[0], blocks[1], events), end - pos
         pos = end

@@ -9,6 +9,7 @@ imports florwb under another name) starts here.
 from __future__ import annotations
 
 import ast
+import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -145,16 +146,34 @@ def log_call_parts(
     return name, name_arg, value_arg
 
 
-def ast_log_call_lines(tree: ast.Module, imports: FlorImports) -> list[tuple[int, int, str]]:
+def ast_log_call_lines(
+    tree: ast.Module, imports: FlorImports, source: str | None = None
+) -> list[tuple[int, int, str]]:
     """(line, column, name) of every log call with a literal name, in source order.
 
     Used to give libcst nodes line numbers without libcst's (slow) position pass: both
-    parsers see the same log calls in the same order.
+    parsers see the same log calls in the same order. With the source text, only the
+    statements spanning a line that mentions one of the log names are searched.
     """
     modules = set(imports.modules)
     functions = {local for local, api in imports.functions.items() if api == "log"}
+    if not modules and not functions:
+        return []
+    wanted_lines: list[int] | None = None
+    if source is not None:
+        needles = tuple(modules | functions)
+        wanted_lines = [
+            i for i, text in enumerate(source.splitlines(), 1) if any(n in text for n in needles)
+        ]
     found: list[tuple[int, int, str]] = []
-    for node in ast.walk(tree):
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if wanted_lines is not None and isinstance(node, (ast.stmt, ast.expr)):
+            i = bisect.bisect_left(wanted_lines, node.lineno)
+            if i == len(wanted_lines) or wanted_lines[i] > (node.end_lineno or node.lineno):
+                continue  # no line of this node mentions a log name
+        stack.extend(ast.iter_child_nodes(node))
         if type(node) is not ast.Call:
             continue
         func = node.func

@@ -210,7 +210,7 @@ class Analysis:
         return sites
 
     def _lines(self, calls: list[TNode], names: list[str]) -> list[int]:
-        found = ast_log_call_lines(self.ast_tree, self.imports)
+        found = ast_log_call_lines(self.ast_tree, self.imports, self.source)
         if [n for _, _, n in found] == names:
             return [line for line, _, _ in found]
         positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)

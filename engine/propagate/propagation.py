@@ -41,7 +41,7 @@ from engine.propagate.model import (
     PropagationResult,
 )
 from engine.propagate.names import Bindings, Scope, self_attributes
-from engine.propagate.source import code_and_lines, gc_paused
+from engine.propagate.source import code_and_lines, gc_paused, render_edits
 from engine.propagate.tree import TNode, Tree, iter_children, subtree_hash
 
 _LOOPS = (cst.For, cst.While)
@@ -213,7 +213,16 @@ class _Propagation:
             self.plan.insert(old.tree.root, index, import_statement(module_name, alias), True)
         module = apply_edits(old.tree, self.plan)
         calls = present_calls + [p.call for p in planned.values() if p.call is not None]
-        code, lines = code_and_lines(module, calls)
+        rendered = render_edits(
+            old.source,
+            old.module,
+            old.ast_tree,
+            module,
+            self.plan.insertions.get(old.tree.root.idx, {}),
+            calls,
+            _lines_of(old, present_calls),
+        )
+        code, lines = rendered if rendered is not None else code_and_lines(module, calls)
         try:
             ast.parse(code)
         except SyntaxError:

@@ -354,6 +354,10 @@ class Tree:
         return self.by_cst.get(id(node))
 
     def postorder(self) -> list[TNode]:
+        """Children before parents (cached: trees are not changed once built)."""
+        cached = self.__dict__.get("_postorder")
+        if cached is not None:
+            return cached
         order: list[TNode] = []
         stack: list[tuple[TNode, bool]] = [(self.root, False)]
         while stack:
@@ -364,6 +368,7 @@ class Tree:
             stack.append((tn, True))
             for child in reversed(tn.children):
                 stack.append((child, False))
+        self._postorder = order
         return order
 
     def bag(self, tn: TNode) -> Counter[tuple[str, str | None]]:

@@ -23,7 +23,6 @@ from engine.record.values import PRIMITIVES, encode
 
 T = TypeVar("T")
 
-_LOGS_EXTEND = runtime.LOGS.extend
 _TIME_EXTEND = runtime.TIMINGS.extend
 _entry_ids = itertools.count(1)
 
@@ -31,28 +30,39 @@ _entry_ids = itertools.count(1)
 _CTX = 0
 # Open loop entries: id -> (loop names outermost first, iterations of the outer loops).
 _ENTRIES: dict[int, tuple[tuple[str, ...], tuple[int, ...]]] = {}
-_RECORDING = False
+
+
+def _first_record(record: tuple) -> None:
+    """Stands in for the buffer until a run exists: the first logged value starts it."""
+    if _start() is not None:
+        _LOGS_EXTEND(record)
+
+
+def _discard(record: tuple) -> None:
+    """Used where nothing may be recorded (a forked child)."""
+
+
+# Bound to the log buffer's `extend` while a run records, so `log` needs no "started?" test.
+_LOGS_EXTEND = _first_record
 
 
 def _forget_in_child() -> None:
-    global _RECORDING
-    _RECORDING = False
+    global _LOGS_EXTEND
+    _LOGS_EXTEND = _first_record
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _start() -> runtime.Run | None:
-    global _RECORDING
+    global _LOGS_EXTEND
     run = runtime.ensure_run()
-    _RECORDING = run is not None
+    _LOGS_EXTEND = runtime.LOGS.extend if run is not None else _discard
     return run
 
 
 def log(name: str, value: T) -> T:
     """Record `value` under `name` at the current loop coordinates and return it."""
-    if not _RECORDING and _start() is None:
-        return value
     if type(value) in PRIMITIVES:
         _LOGS_EXTEND((name, value, _CTX))
     else:
@@ -160,6 +170,6 @@ def set_checkpoint_budget(fraction: float) -> None:
 
 def commit() -> None:
     """End the current run: flush its journal and mark it finished."""
-    global _RECORDING
+    global _LOGS_EXTEND
     runtime.end_run()
-    _RECORDING = False
+    _LOGS_EXTEND = _first_record

@@ -4,9 +4,9 @@ A run starts at the first florwb call in a process and ends at `commit()` or int
 exit. The hot path (`log`, `loop`) only extends the module-level buffers below;
 this module drains them every FLUSH_INTERVAL_S from a background thread. The buffers are
 flat lists grown by `extend((a, b, c))`: one atomic list operation per record that leaves
-no per-record object alive. Draining uses `part = buf[:n]; del buf[:n]`, also atomic under
-the GIL, so the training thread needs no lock, never loses a record, and records are never
-split (n is always a multiple of 3).
+no per-record object alive. The flusher packs the first n items and then runs
+`del buf[:n]`, also atomic under the GIL: the training thread needs no lock, never loses a
+record, and records are never split (n is always a multiple of 3).
 """
 
 from __future__ import annotations
@@ -31,13 +31,6 @@ FLUSH_INTERVAL_S = 0.05
 LOGS: list = []  # name, value, ctx_id, name, value, ctx_id, ...
 TIMINGS: list = []  # ctx_id, wait_s, iter_s, ...
 EVENTS: list = []
-
-
-def _drain(buf: list) -> list:
-    n = len(buf)
-    part = buf[:n]
-    del buf[:n]
-    return part
 
 
 def new_run_id() -> str:
@@ -116,14 +109,24 @@ class Run:
 
     def flush(self) -> None:
         with self._flush_lock:
-            logs, timings, events = _drain(LOGS), _drain(TIMINGS), _drain(EVENTS)
-            if not (logs or timings or events):
+            # Pack straight from the buffers, then drop what was packed: the training thread
+            # only appends, so the first n items stay put meanwhile.
+            n_logs, n_timings, n_events = len(LOGS), len(TIMINGS), len(EVENTS)
+            if not (n_logs or n_timings or n_events):
                 return
+            events = EVENTS[:n_events]
+            timings = pack_timings(TIMINGS, n_timings)
             try:
-                self.journal.append((pack_logs(logs), pack_timings(timings), events))
+                logs = pack_logs(LOGS, n_logs)
             except (ValueError, TypeError):  # a name marshal cannot write: keep the rest
-                logs, events = _sanitized(logs, events)
-                self.journal.append((pack_logs(logs), pack_timings(timings), events))
+                clean, events = _sanitized(LOGS[:n_logs], events)
+                logs = pack_logs(clean)
+            try:
+                self.journal.append((logs, timings, events))
+            except (ValueError, TypeError):
+                _clean, events = _sanitized([], events)
+                self.journal.append((logs, timings, events))
+            del LOGS[:n_logs], TIMINGS[:n_timings], EVENTS[:n_events]
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(FLUSH_INTERVAL_S):

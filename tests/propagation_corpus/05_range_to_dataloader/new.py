@@ -1,0 +1,23 @@
+import florwb as flor
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+X = torch.load("features.pt")
+Y = torch.load("labels.pt")
+model = torch.nn.Linear(X.shape[1], 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+bs = flor.arg("bs", 256)
+loader = DataLoader(TensorDataset(X, Y), batch_size=bs, shuffle=True)
+
+with flor.checkpointing(model=model, opt=opt):
+    for epoch in flor.loop("epoch", range(50)):
+        epoch_loss = 0.0
+        for xb, yb in loader:
+            pred = model(xb).squeeze(-1)
+            loss = torch.nn.functional.mse_loss(pred, yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            flor.log("batch_loss", loss.item())
+            epoch_loss += loss.item() * len(xb)
+        flor.log("epoch_loss", epoch_loss / len(X))

@@ -1,0 +1,12 @@
+import florwb as flor
+import torch
+
+from lib import model, optimizer, loader
+
+for epoch in flor.loop("epoch", range(5)):
+    for x, y in flor.loop("step", loader):
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
