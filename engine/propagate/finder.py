@@ -246,8 +246,8 @@ class Analysis:
         form = STANDALONE if isinstance(small, cst.Expr) and small.value is tn.node else WRAPPED
         reads, read_nodes = free_names(value_arg.value)
         loop_path, loops = self.context_of(tn)
-        if form == STANDALONE or small is not None:
-            code = self.code(small)
+        if small is not None:
+            code = self.code(small).strip().rstrip(";")
         else:
             code = header(statement.node, self.code)
         return LogSite(
