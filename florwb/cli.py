@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from florwb.cli_replay import ReplayCommandError
+from florwb.cli_replay import add_parsers as add_replay_parsers
 from florwb.output import json_safe, write_frame, write_table
 
 FORMATS = ("table", "csv", "json")
@@ -126,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(func=cmd_dataframe)
 
+    add_replay_parsers(sub)
+
     p = sub.add_parser("demo", help="build the demo project (several runs, two versions)")
     p.add_argument("dir", nargs="?", default="florwb-demo")
     p.add_argument("--no-ui", action="store_true", help="build and list runs only")
@@ -143,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return args.func(args)
-    except (StoreError, StoreBusy, CommandError) as exc:
+    except (StoreError, StoreBusy, CommandError, ReplayCommandError) as exc:
         print(f"florwb: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

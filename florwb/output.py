@@ -80,5 +80,7 @@ def write_frame(frame: Any, fmt: str, out: TextIO = sys.stdout) -> None:
         return
     head = frame.head(TABLE_ROW_LIMIT)
     if "version" in head.columns:  # a tree hash is 40 characters; 8 identify it on screen
-        head = head.assign(version=head["version"].map(lambda v: v[:8] if isinstance(v, str) else v))
+        head = head.assign(
+            version=head["version"].map(lambda v: v[:8] if isinstance(v, str) else v)
+        )
     write_table(columns, [list(r) for r in head.itertuples(index=False)], out, total=len(frame))

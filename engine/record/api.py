@@ -94,17 +94,25 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
         {"kind": "loop", "entry": entry, "names": names, "outer": prefix, "total": total}
     )
     ckpt = run.checkpointer
-    if ckpt.objects and ckpt.loop_depth is None:
-        ckpt.loop_depth = len(prefix)
-    checkpointed_here = bool(ckpt.objects) and ckpt.loop_depth == len(prefix)
+    replayer = run.replayer
+    if replayer is None:
+        items: Iterator[tuple[int, T]] = enumerate(iterable)
+        if ckpt.objects and ckpt.loop_depth is None:
+            ckpt.loop_depth = len(prefix)
+        checkpointed_here = bool(ckpt.objects) and ckpt.loop_depth == len(prefix)
+    else:  # replay: the replayer picks the iterations and restores their state
+        checkpointed_here = False
+        is_main = replayer.is_main(names[-1], len(prefix))
+        items = replayer.main_items(iterable) if is_main else replayer.inner_items(iterable)
     clock = time.perf_counter
-    ctx = first = entry << ENTRY_SHIFT
-    ctx -= 1
+    base = entry << ENTRY_SHIFT
+    i = -1
+    ctx = 0
     try:
         t0 = clock()
-        for item in iterable:
+        for i, item in items:
             t1 = clock()
-            ctx += 1
+            ctx = base + i
             _CTX = ctx
             yield item
             t2 = clock()
@@ -112,12 +120,10 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
             _CTX = parent
             t0 = t2
             if checkpointed_here:
-                i = ctx - first
                 ckpt.end_of_iteration(names[-1], i, ctx, t2 - t1, i == (total or 0) - 1)
                 t0 = clock()
-        last = ctx - first
-        if checkpointed_here and last >= 0 and ckpt.last_iteration != last and ckpt.objects:
-            ckpt.save(names[-1], last, ctx)  # the end state is what replay needs most
+        if checkpointed_here and i >= 0 and ckpt.last_iteration != i and ckpt.objects:
+            ckpt.save(names[-1], i, ctx)  # the end state is what replay needs most
     finally:
         _CTX = parent
         del _ENTRIES[entry]
@@ -126,6 +132,8 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
 def arg(name: str, default: Any = None) -> Any:
     """A hyperparameter: `--kwargs name=value` on the command line overrides `default`."""
     run = runtime.current() or _start()
+    if run is not None and run.replayer is not None:  # replay: what the run was given
+        return run.replayer.spec.args.get(name, default)
     value = default
     if name in cli_args.CLI_KWARGS:
         try:

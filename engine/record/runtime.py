@@ -25,6 +25,11 @@ from engine import project as projects
 from engine.journal import SUFFIX, JournalWriter, pack_logs, pack_timings
 from engine.record import args as cli_args
 from engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
+from engine.record.replaying import Replayer
+from engine.replay.spec import ENV as REPLAY_ENV
+from engine.replay.spec import ReplaySpec
+
+RECORDED = "record"
 
 FLUSH_INTERVAL_S = 0.05
 
@@ -48,9 +53,21 @@ class Run:
         script = main_script()
         self.project = project or projects.find_project(script.parent if script else None)
         self.store = projects.store_dir(self.project)
-        self.run_id = new_run_id()
+        self.replayer: Replayer | None = None
+        spec_path = os.environ.get(REPLAY_ENV)
+        if spec_path:  # a replay worker: the run is the recorded one, the rows a new source
+            spec = ReplaySpec.load(Path(spec_path))
+            self.run_id = spec.run_id
+            self.source = spec.replay_id
+            journal_name = f"replay-{spec.replay_id}-{spec.segment:03d}{SUFFIX}"
+            self.replayer = Replayer(spec, lambda: self.checkpointer.objects)
+            self.replayer.on_finish = lambda: self.finish("finished")
+        else:
+            self.run_id = new_run_id()
+            self.source = RECORDED
+            journal_name = f"{self.run_id}{SUFFIX}"
         self.script = _relative(script, self.project) if script else None
-        self.journal = JournalWriter(projects.journal_dir(self.project) / f"{self.run_id}{SUFFIX}")
+        self.journal = JournalWriter(projects.journal_dir(self.project) / journal_name)
         self.checkpointer = Checkpointer(
             projects.checkpoint_dir(self.project) / self.run_id, EVENTS.append, DEFAULT_BUDGET
         )
@@ -63,13 +80,15 @@ class Run:
         self._flusher = threading.Thread(target=self._flush_loop, name="florwb-flush", daemon=True)
         self._flusher.start()
         self._snapshotter = threading.Thread(target=self._snapshot, name="florwb-snap", daemon=True)
-        self._snapshotter.start()
+        if self.replayer is None:
+            self._snapshotter.start()
 
     def _write_start_event(self) -> None:
         pid = os.getpid()
         EVENTS.append(
             {
                 "kind": "start",
+                "source": self.source,
                 "run_id": self.run_id,
                 "script": self.script,
                 "argv": list(cli_args.ORIGINAL_ARGV),
@@ -141,7 +160,8 @@ class Run:
             return
         self.finished = True
         self.checkpointer.close()
-        self._snapshotter.join(timeout=60)
+        if self._snapshotter.is_alive():
+            self._snapshotter.join(timeout=60)
         exc = self.exception
         if status is None:
             if exc is None:
@@ -151,7 +171,7 @@ class Run:
             else:
                 status = "failed"
         unused = sorted(set(cli_args.CLI_KWARGS) - set(self.args))
-        if unused:
+        if unused and self.replayer is None:
             print(
                 f"florwb: --kwargs not used by any flor.arg: {', '.join(unused)}", file=sys.stderr
             )

@@ -69,5 +69,5 @@ def build_demo(folder: Path, progress: Callable[[str], None] = lambda _line: Non
         with ThreadPoolExecutor(max_workers=2) as pool:
             list(pool.map(lambda args: _train(folder, *args), runs))
     shutil.copyfile(HERE / "train_pending.py", folder / "train.py")
-    progress("added a hindsight log statement (grad_norm) to train.py, not yet replayed")
+    progress("added a hindsight log statement (weight_norm) to train.py, not yet replayed")
     return folder

@@ -32,13 +32,16 @@ def evaluate(model):
 
 with flor.checkpointing(model=model, optimizer=optimizer):
     for epoch in flor.loop("epoch", range(epochs)):
+        flor.log(
+            "weight_norm",
+            torch.cat([p.detach().flatten() for p in model.parameters()]).norm().item(),
+        )
         for x, y in flor.loop("step", batches):
             loss = loss_fn(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             flor.log("loss", loss.item())
-        flor.log("grad_norm", sum(p.grad.norm() ** 2 for p in model.parameters()) ** 0.5)
         flor.log("acc", evaluate(model))
 
 flor.commit()

@@ -1,0 +1,87 @@
+"""The runtime side of replay: which iterations of the old script run, and with what state.
+
+A replay worker is the old version of the training script (with the new log statements
+propagated into it) started with a ReplaySpec. `flor.arg` answers with the run's recorded
+values; the main loop runs only the iterations of its segment, each starting from the
+checkpoint at the end of the previous iteration where one exists; in OUTER mode the inner
+loops of an iteration are skipped and their end state is restored from the checkpoint of
+that iteration. When the segment is done the process ends before any code after the main
+loop runs, so the old script never writes its usual outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from engine.record.checkpoint import load, restore
+from engine.replay.spec import OUTER, PREFIX, ReplaySpec
+
+
+class Replayer:
+    def __init__(self, spec: ReplaySpec, objects: Callable[[], dict[str, Any]]) -> None:
+        self.spec = spec
+        self._objects = objects  # the registered checkpoint objects, looked up when needed
+        self.current: int | None = None  # the main-loop iteration being replayed
+        self._restored: int | None = None
+        self.done = 0
+        self.on_finish: Callable[[], None] = lambda: None
+
+    def is_main(self, name: str, depth: int) -> bool:
+        return depth == 0 and self.current is None and name == (self.spec.main_loop or name)
+
+    def main_items(self, iterable: Iterable[Any]) -> Iterator[tuple[int, Any]]:
+        spec = self.spec
+        if spec.mode == PREFIX:
+            self.finish()
+        total = spec.last - spec.first + 1
+        self._progress(total)
+        for i, item in enumerate(iterable):
+            if i < spec.first:
+                continue
+            if i > spec.last:
+                break
+            if spec.mode == OUTER or i == spec.first:
+                self._restore(i - 1)
+            self.current = i
+            yield i, item
+            self.done += 1
+            self._progress(total)
+        self.current = None
+        self.finish()
+
+    def inner_items(self, iterable: Iterable[Any]) -> Iterator[tuple[int, Any]]:
+        if self.current is not None and self.current in self.spec.skip_inner:
+            if self._restored != self.current:
+                self._restore(self.current)
+            return iter(())
+        return enumerate(iterable)
+
+    def _restore(self, iteration: int) -> None:
+        path = self.spec.checkpoint(iteration) if iteration >= 0 else None
+        if path is None:
+            return
+        restore(self._objects(), load(path))
+        self._restored = iteration
+
+    def _progress(self, total: int) -> None:
+        if not self.spec.progress_file:
+            return
+        path = Path(self.spec.progress_file)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"done": self.done, "total": total}))
+        os.replace(tmp, path)
+
+    def finish(self) -> None:
+        """End the replay here: nothing after the main loop of the old script may run."""
+        self.on_finish()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(0)

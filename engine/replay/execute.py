@@ -1,0 +1,328 @@
+"""Replay execution: materialise each version, run segments in worker processes, check
+fidelity, and land the results in the store tagged with the replay.
+
+Workers are the old scripts themselves (`python <old script> <recorded argv>`), started
+with a ReplaySpec; they write their own journals, so results reach the store through the
+same idempotent ingestion as recordings. A failed run's rows are removed and its stderr
+tail reported while the other runs go on; cancelling stops every worker and removes the
+replay's rows, so nothing half-written stays behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from engine import versions
+from engine.journal import SUFFIX
+from engine.project import journal_dir, store_dir
+from engine.replay.plan import Plan, RunPlan, Segment
+from engine.replay.spec import ENV, ReplaySpec
+from engine.store import Store
+from engine.store.replays import compare_with_recorded, delete_rows, finish_replay, record_replay
+
+POLL_S = 0.2
+_SKIP_LINKS = {".florwb", ".git", "__pycache__"}
+
+
+@dataclass
+class Progress:
+    run_id: str
+    segment: int
+    done: int
+    total: int
+    state: str  # "running", "finished", "failed", "cancelled"
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str  # "finished", "diverged", "failed", "cancelled"
+    error: str | None = None
+    divergence: str | None = None
+    compared: int = 0
+    rows: int = 0
+
+
+@dataclass
+class ReplayResult:
+    replay_id: str
+    status: str
+    runs: list[RunResult] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Task:
+    plan: RunPlan
+    segment: Segment
+    spec_path: Path
+    progress_path: Path
+    log_path: Path
+    argv: list[str]
+    cwd: Path
+    project: Path
+    process: subprocess.Popen | None = None
+    returncode: int | None = None
+
+
+def execute(
+    plan: Plan,
+    *,
+    on_progress: Callable[[Progress], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> ReplayResult:
+    started = time.perf_counter()
+    cancel = cancel or threading.Event()
+    project = plan.project
+    store = Store(project)
+    workdir = store_dir(project) / "replays" / plan.replay_id
+    workdir.mkdir(parents=True, exist_ok=True)
+    with store.session() as con:
+        record_replay(con, plan.replay_id, plan.names, plan.to_json())
+    result = ReplayResult(plan.replay_id, "finished")
+    try:
+        tasks = _prepare(plan, workdir)
+        _run_all(tasks, plan.workers, on_progress, cancel)
+        result = _collect(plan, tasks, store, cancel.is_set())
+    except BaseException:
+        _remove_results(store, project, plan.replay_id)
+        with store.session() as con:
+            finish_replay(con, plan.replay_id, "failed", plan.to_json())
+        raise
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    result.elapsed_s = time.perf_counter() - started
+    return result
+
+
+def _prepare(plan: Plan, workdir: Path) -> list[_Task]:
+    project = plan.project
+    code_dirs: dict[str, Path] = {}
+    tasks = []
+    for run in plan.ready():
+        assert run.version and run.script and run.code is not None
+        key = run.version
+        if key not in code_dirs:
+            code_dir = workdir / "code" / run.version[:12]
+            versions.materialize(store_dir(project), run.version, code_dir)
+            (code_dir / run.script).write_text(run.code)
+            _link_missing(project, code_dir)
+            code_dirs[key] = code_dir
+        code_dir = code_dirs[key]
+        cwd = _mapped_cwd(project, code_dir, run.cwd)
+        for segment in run.segments:
+            stem = f"{segment.index:03d}"
+            spec = ReplaySpec(
+                replay_id=plan.replay_id,
+                run_id=run.run_id,
+                segment=segment.index,
+                mode=run.mode or "",
+                main_loop=run.main_loop,
+                first=segment.first,
+                last=segment.last,
+                skip_inner=segment.skip_inner,
+                checkpoint_dir=str(store_dir(project) / "checkpoints" / run.run_id),
+                checkpoints=run.checkpoints,
+                args=run.args,
+                progress_file=str(workdir / f"{stem}.progress"),
+            )
+            spec_path = workdir / f"{stem}.spec.json"
+            spec.save(spec_path)
+            argv = [sys.executable, str(code_dir / run.script), *run.argv[1:]]
+            tasks.append(
+                _Task(
+                    run,
+                    segment,
+                    spec_path,
+                    Path(spec.progress_file),
+                    workdir / f"{stem}.log",
+                    argv,
+                    cwd,
+                    project,
+                )
+            )
+    return tasks
+
+
+def _mapped_cwd(project: Path, code_dir: Path, cwd: str | None) -> Path:
+    """The run's working directory inside the materialised copy, when it was in the project."""
+    if cwd:
+        try:
+            relative = Path(cwd).resolve().relative_to(project.resolve())
+        except ValueError:
+            return Path(cwd) if Path(cwd).is_dir() else code_dir
+        target = code_dir / relative
+        target.mkdir(parents=True, exist_ok=True)
+        return target
+    return code_dir
+
+
+def _link_missing(source: Path, target: Path, depth: int = 3) -> None:
+    """Make files the snapshot left out (data folders, large files) reachable by the same
+    relative paths, so the old script finds the data the run read."""
+    if depth == 0:
+        return
+    try:
+        entries = list(os.scandir(source))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name in _SKIP_LINKS:
+            continue
+        there = target / entry.name
+        if not there.exists() and not there.is_symlink():
+            there.symlink_to(entry.path)
+        elif entry.is_dir(follow_symlinks=False) and there.is_dir() and not there.is_symlink():
+            _link_missing(Path(entry.path), there, depth - 1)
+
+
+def _run_all(tasks: list[_Task], workers: int, on_progress, cancel: threading.Event) -> None:
+    lock = threading.Lock()
+    notify = on_progress or (lambda _p: None)
+
+    def run(task: _Task) -> None:
+        if cancel.is_set():
+            return
+        env = {**os.environ, ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project)}
+        with open(task.log_path, "wb") as log:
+            with lock:
+                if cancel.is_set():
+                    return
+                task.process = subprocess.Popen(
+                    task.argv,
+                    cwd=task.cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    start_new_session=True,  # Ctrl-C in the terminal reaches us, not them
+                )
+            task.returncode = task.process.wait()
+
+    last_seen: dict[int, tuple] = {}
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = [pool.submit(run, t) for t in tasks]
+        while not all(f.done() for f in futures):
+            try:
+                if cancel.is_set():
+                    with lock:
+                        for task in tasks:
+                            _stop(task)
+                _report(tasks, last_seen, notify, cancel.is_set())
+                time.sleep(POLL_S)
+            except KeyboardInterrupt:  # Ctrl-C: the workers are in their own sessions
+                cancel.set()
+        for f in futures:
+            f.result()
+    _report(tasks, last_seen, notify, cancel.is_set())
+
+
+def _stop(task: _Task) -> None:
+    process = task.process
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=3)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def _report(tasks: list[_Task], seen: dict[int, tuple], notify, cancelled: bool) -> None:
+    for task in tasks:
+        done, total = 0, task.segment.last - task.segment.first + 1
+        try:
+            data = json.loads(task.progress_path.read_text())
+            done, total = data["done"], data["total"]
+        except (OSError, ValueError, KeyError):
+            pass
+        if task.returncode is None:
+            state = "running" if task.process is not None else "waiting"
+        elif cancelled:
+            state = "cancelled"
+        else:
+            state = "finished" if task.returncode == 0 else "failed"
+        key = (done, total, state)
+        if seen.get(task.segment.index) != key:
+            seen[task.segment.index] = key
+            notify(Progress(task.plan.run_id, task.segment.index, done, total, state))
+
+
+def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> ReplayResult:
+    project = plan.project
+    if cancelled:
+        _remove_results(store, project, plan.replay_id)
+        runs = [RunResult(r.run_id, "cancelled") for r in plan.ready()]
+        with store.session() as con:
+            finish_replay(con, plan.replay_id, "cancelled", plan.to_json())
+        return ReplayResult(plan.replay_id, "cancelled", runs)
+    by_run: dict[str, list[_Task]] = {}
+    for task in tasks:
+        by_run.setdefault(task.plan.run_id, []).append(task)
+    failed: dict[str, str] = {}
+    for run_id, run_tasks in by_run.items():
+        bad = [t for t in run_tasks if t.returncode != 0]
+        if bad:
+            failed[run_id] = _stderr_tail(bad[0].log_path, bad[0].returncode)
+            for task in run_tasks:
+                _journal(project, plan.replay_id, task.segment.index).unlink(missing_ok=True)
+    results = []
+    with store.session() as con:  # ingests the replay journals
+        for run in plan.ready():
+            if run.run_id in failed:
+                delete_rows(con, plan.replay_id, run.run_id)
+                results.append(RunResult(run.run_id, "failed", error=failed[run.run_id]))
+                continue
+            compared, mismatch = compare_with_recorded(con, plan.replay_id, run.run_id)
+            rows = con.execute(
+                "SELECT count(*) FROM log_rows l JOIN sources s USING (source_key) "
+                "JOIN runs r ON r.run_key = l.run_key WHERE s.source = ? AND r.run_id = ?",
+                [plan.replay_id, run.run_id],
+            ).fetchall()[0][0]
+            status = "diverged" if mismatch else "finished"
+            results.append(RunResult(run.run_id, status, None, mismatch, compared, int(rows)))
+        overall = (
+            "failed"
+            if results and all(r.status == "failed" for r in results)
+            else "diverged"
+            if any(r.status == "diverged" for r in results)
+            else "partial"
+            if any(r.status == "failed" for r in results)
+            else "finished"
+        )
+        detail = {**plan.to_json(), "results": [asdict(r) for r in results]}
+        finish_replay(con, plan.replay_id, overall, detail)
+    return ReplayResult(plan.replay_id, overall, results)
+
+
+def _journal(project: Path, replay_id: str, segment: int) -> Path:
+    return journal_dir(project) / f"replay-{replay_id}-{segment:03d}{SUFFIX}"
+
+
+def _remove_results(store: Store, project: Path, replay_id: str) -> None:
+    for path in journal_dir(project).glob(f"replay-{replay_id}-*{SUFFIX}"):
+        path.unlink(missing_ok=True)
+    with store.session() as con:
+        delete_rows(con, replay_id)
+
+
+def _stderr_tail(path: Path, returncode: int | None, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        text = []
+    tail = "\n".join(text[-lines:]) if text else "(no output)"
+    return f"exit {returncode}: {tail}"

@@ -1,0 +1,87 @@
+"""The store side of replays: their bookkeeping rows, fidelity checks, and removing the rows
+of a replay (or of one run in it) that was cancelled or failed, so nothing half-written
+stays behind."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import duckdb
+
+from engine.store.db import fetch_one
+from engine.store.schema import loop_columns, quote
+
+REL_TOLERANCE = 1e-6
+ABS_TOLERANCE = 1e-9
+
+
+def record_replay(con: duckdb.DuckDBPyConnection, replay_id: str, names: list[str], detail) -> None:
+    con.execute(
+        "INSERT OR REPLACE INTO replays VALUES (?, ?, NULL, 'running', ?, ?)",
+        [replay_id, datetime.now(), ",".join(names), json.dumps(detail)],
+    )
+
+
+def finish_replay(con: duckdb.DuckDBPyConnection, replay_id: str, status: str, detail) -> None:
+    con.execute(
+        "UPDATE replays SET ended = ?, status = ?, detail = ? WHERE replay_id = ?",
+        [datetime.now(), status, json.dumps(detail), replay_id],
+    )
+
+
+def delete_rows(con: duckdb.DuckDBPyConnection, replay_id: str, run_id: str | None = None) -> None:
+    """Remove what a replay (optionally: one run of it) put into the store."""
+    source = fetch_one(con, "SELECT source_key FROM sources WHERE source = ?", [replay_id])
+    con.execute("BEGIN")
+    if source is not None:
+        run_filter, params = "", [source[0]]
+        if run_id is not None:
+            run_filter = " AND run_key = (SELECT run_key FROM runs WHERE run_id = ?)"
+            params.append(run_id)
+        for table in ("log_rows", "iteration_rows", "loop_entries", "name_stats"):
+            con.execute(f"DELETE FROM {table} WHERE source_key = ?{run_filter}", params)
+    if run_id is None:
+        con.execute("DELETE FROM journals WHERE source = ?", [replay_id])
+    else:
+        con.execute("DELETE FROM journals WHERE source = ? AND run_id = ?", [replay_id, run_id])
+    con.execute("COMMIT")
+
+
+def compare_with_recorded(
+    con: duckdb.DuckDBPyConnection, replay_id: str, run_id: str
+) -> tuple[int, str | None]:
+    """(values compared, first mismatch) between a replay and what the run had recorded."""
+    coords = loop_columns(con)
+    same_place = "".join(f" AND r.{quote(c)} IS NOT DISTINCT FROM p.{quote(c)}" for c in coords)
+    joined = (
+        "FROM logs p JOIN logs r ON r.run_id = p.run_id AND r.name = p.name "
+        f"AND r.source = 'record'{same_place} WHERE p.source = ? AND p.run_id = ?"
+    )
+    equal = (
+        "(r.text IS NOT DISTINCT FROM p.text AND (r.value IS NOT DISTINCT FROM p.value "
+        "OR (isnan(r.value) AND isnan(p.value)) OR abs(r.value - p.value) <= "
+        f"{REL_TOLERANCE} * greatest(abs(r.value), abs(p.value)) + {ABS_TOLERANCE}))"
+    )
+    compared = con.execute(f"SELECT count(*) {joined}", [replay_id, run_id]).fetchall()[0][0]
+    coord_text = (
+        " || ', ' || ".join(
+            f"'{c.replace(chr(39), chr(39) * 2)}=' || coalesce(CAST(p.{quote(c)} AS VARCHAR), '-')"
+            for c in coords
+        )
+        or "''"
+    )
+    mismatch = fetch_one(
+        con,
+        f"SELECT p.name, {coord_text}, coalesce(CAST(r.value AS VARCHAR), r.text), "
+        f"coalesce(CAST(p.value AS VARCHAR), p.text) {joined} AND NOT coalesce({equal}, false) "
+        "ORDER BY p.seq LIMIT 1",
+        [replay_id, run_id],
+    )
+    if mismatch is None:
+        return int(compared), None
+    name, where, recorded, replayed = mismatch
+    where = ", ".join(part for part in where.split(", ") if not part.endswith("=-"))
+    return int(
+        compared
+    ), f"{name} at {where or 'top level'}: recorded {recorded}, replayed {replayed}"

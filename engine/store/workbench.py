@@ -1,0 +1,595 @@
+"""Read queries the workbench needs, shaped for a screen that must stay fast.
+
+The workbench shows 1,000 runs and tens of millions of log rows without waiting, so these
+queries read the integer-keyed tables (`log_rows`, `name_stats`, `iteration_rows`) instead
+of the string views, downsample metric series in DuckDB rather than in Python, and page
+query results instead of materialising them. Everything returns plain dataclasses of
+built-in types: the app never sees a DuckDB object, and this module never sees a screen.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import duckdb
+
+from engine.journal import ENTRY_SHIFT
+from engine.store.db import StoreError
+from engine.store.read import READ_ONLY_STATEMENTS, Store
+from engine.store.schema import RECORDED
+
+SERIES_POINTS = 24
+DETAIL_POINTS = 40
+PAGE_ROWS = 1000
+_NUMERIC_TYPES = frozenset(
+    {
+        "TINYINT",
+        "SMALLINT",
+        "INTEGER",
+        "BIGINT",
+        "HUGEINT",
+        "UTINYINT",
+        "USMALLINT",
+        "UINTEGER",
+        "UBIGINT",
+        "UHUGEINT",
+        "FLOAT",
+        "DOUBLE",
+        "BOOLEAN",
+    }
+)
+
+
+@dataclass
+class RunRow:
+    """One run as the version history lists it."""
+
+    run_id: str
+    version: str | None
+    script: str | None
+    start_time: datetime | None
+    end_time: datetime | None
+    status: str
+    exception: str | None
+    message: str | None
+    args: dict[str, Any]
+    n_logs: int
+    n_checkpoints: int
+    replays: list[str]
+    data_wait_share: float | None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.start_time and self.end_time:
+            return (self.end_time - self.start_time).total_seconds()
+        return None
+
+
+@dataclass
+class VersionRow:
+    version: str
+    first_seen: datetime | None
+    n_files: int | None
+    n_bytes: int | None
+
+
+@dataclass
+class MetricInfo:
+    """A logged name: how many values, in how many runs, and at which loop depth."""
+
+    name: str
+    n: int
+    n_numeric: int
+    n_runs: int
+    depth: int
+
+    @property
+    def numeric(self) -> bool:
+        return self.n > 0 and self.n_numeric == self.n
+
+
+@dataclass
+class History:
+    """Everything the version history needs for its first frame, read in one session."""
+
+    runs: list[RunRow]
+    versions: list[VersionRow]
+    metrics: list[MetricInfo]
+    metric: str | None
+    series: dict[str, list[float]]
+    last: dict[str, float]
+
+
+@dataclass
+class MetricSeries:
+    name: str
+    source: str
+    n: int
+    last: float | None
+    low: float | None
+    high: float | None
+    points: list[float]
+    text: str | None = None  # the last value, for names that are not numeric
+
+
+@dataclass
+class CheckpointRow:
+    loop: str
+    iteration: int
+    path: str
+    bytes: int | None
+    time: datetime | None
+
+
+@dataclass
+class ReplayRow:
+    replay_id: str
+    started: datetime | None
+    ended: datetime | None
+    status: str | None
+    names: str | None
+    detail: dict[str, Any]
+    rows: int = 0
+
+
+@dataclass
+class RunDetail:
+    run: RunRow
+    metrics: list[MetricSeries]
+    checkpoints: list[CheckpointRow]
+    replays: list[ReplayRow]
+    loop_total: int | None
+    loop_done: int
+    loop_name: str | None
+
+
+@dataclass
+class LiveRun:
+    """Progress of a run that is still recording: its outer loop, done of total."""
+
+    run_id: str
+    loop: str | None
+    done: int
+    total: int | None
+    elapsed_s: float
+    mean_iter_s: float | None
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.total is None or self.mean_iter_s is None:
+            return None
+        return max(self.total - self.done, 0) * self.mean_iter_s
+
+
+@dataclass
+class QueryPage:
+    """The first rows of a result; `total` is None until counted (more rows than shown)."""
+
+    columns: list[str]
+    types: list[str]
+    rows: list[tuple]
+    total: int | None
+    series_columns: list[int] = field(default_factory=list)
+
+    @property
+    def truncated(self) -> bool:
+        return self.total is None or self.total > len(self.rows)
+
+
+# --- version history ---------------------------------------------------------------------
+
+
+def load_history(store: Store, metric: str | None = None) -> History:
+    """Runs, versions, logged names and one metric's sparkline series, in one connection."""
+    with store.session() as con:
+        runs = _runs(con)
+        versions = [
+            VersionRow(*row)
+            for row in con.execute(
+                "SELECT version, first_seen, n_files, n_bytes FROM versions ORDER BY first_seen"
+            ).fetchall()
+        ]
+        metrics = _metrics(con)
+        chosen = metric if any(m.name == metric for m in metrics) else default_metric(metrics)
+        series, last = _series(con, chosen) if chosen else ({}, {})
+    return History(runs, versions, metrics, chosen, series, last)
+
+
+def load_series(store: Store, metric: str) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Sparkline points and last value per run of one logged name."""
+    with store.session() as con:
+        return _series(con, metric)
+
+
+def default_metric(metrics: list[MetricInfo]) -> str | None:
+    """The metric a history shows first: numeric, logged by the most runs, preferring the
+    outer loop (one value per epoch reads better as a sparkline than per-step noise)."""
+    numeric = [m for m in metrics if m.numeric]
+    if not numeric:
+        return None
+    return min(numeric, key=lambda m: (-m.n_runs, m.depth != 0, m.name)).name
+
+
+def _runs(con: duckdb.DuckDBPyConnection) -> list[RunRow]:
+    rows = con.execute(
+        f"""
+        SELECT r.run_id, r.version, r.script, r.start_time, r.end_time, r.status,
+               r.exception, r.message, coalesce(ns.n_logs, 0), coalesce(ck.n, 0),
+               coalesce(rp.sources, []), w.wait_s, w.loop_s
+        FROM runs r
+        LEFT JOIN (SELECT run_key, sum(n) AS n_logs FROM name_stats WHERE source_key = 0
+                   GROUP BY run_key) ns ON ns.run_key = r.run_key
+        LEFT JOIN (SELECT run_id, count(*) AS n FROM checkpoints GROUP BY run_id) ck
+               ON ck.run_id = r.run_id
+        LEFT JOIN (SELECT n.run_key, list(DISTINCT s.source ORDER BY s.source) AS sources
+                   FROM name_stats n JOIN sources s ON s.source_key = n.source_key
+                   WHERE n.source_key != 0 GROUP BY n.run_key) rp ON rp.run_key = r.run_key
+        LEFT JOIN (SELECT i.run_key, sum(i.wait_s) AS wait_s,
+                          sum(i.wait_s + i.iter_s) FILTER (WHERE e.depth = 0) AS loop_s
+                   FROM iteration_rows i JOIN loop_entries e ON e.run_key = i.run_key
+                        AND e.source_key = i.source_key
+                        AND e.entry_id = i.ctx_id >> {ENTRY_SHIFT}
+                   WHERE i.source_key = 0 GROUP BY i.run_key) w ON w.run_key = r.run_key
+        ORDER BY r.start_time, r.run_key
+        """
+    ).fetchall()
+    args: dict[str, dict[str, Any]] = {}
+    for run_id, name, value, text, vtype in con.execute(
+        "SELECT run_id, name, value, text, vtype FROM args ORDER BY run_id, name"
+    ).fetchall():
+        args.setdefault(run_id, {})[name] = typed_value(value, text, vtype)
+    out = []
+    for r in rows:
+        wait_s, loop_s = r[11], r[12]
+        out.append(
+            RunRow(
+                run_id=r[0],
+                version=r[1],
+                script=r[2],
+                start_time=r[3],
+                end_time=r[4],
+                status=r[5] or "running",
+                exception=r[6],
+                message=r[7],
+                args=args.get(r[0], {}),
+                n_logs=int(r[8]),
+                n_checkpoints=int(r[9]),
+                replays=list(r[10]),
+                data_wait_share=(wait_s / loop_s) if wait_s is not None and loop_s else None,
+            )
+        )
+    return out
+
+
+def _metrics(con: duckdb.DuckDBPyConnection) -> list[MetricInfo]:
+    rows = con.execute(
+        "SELECT k.name, sum(s.n), sum(s.n_numeric), count(DISTINCT s.run_key), "
+        "min(CASE WHEN s.path = '' THEN 0 ELSE length(s.path) - length(replace(s.path, '/', '')) "
+        "END) FROM name_stats s JOIN name_keys k ON k.name_key = s.name_key "
+        "WHERE s.source_key = 0 GROUP BY k.name ORDER BY k.name"
+    ).fetchall()
+    return [MetricInfo(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
+
+
+def _series(
+    con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POINTS
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Per run, the recorded values of `name` averaged into at most `points` buckets by
+    log order; and the last value. One grouped pass over the name's rows."""
+    key = _name_key(con, name)
+    if key is None:
+        return {}, {}
+    rows = con.execute(
+        f"""
+        WITH v AS (SELECT run_key, seq, value FROM log_rows
+                   WHERE name_key = ? AND source_key = 0 AND vtype <= 2),
+             b AS (SELECT run_key, min(seq) AS lo, max(seq) AS hi, count(*) AS n,
+                          arg_max(value, seq) AS last FROM v GROUP BY run_key),
+             g AS (SELECT v.run_key,
+                          CAST((v.seq - b.lo) * least(b.n, {int(points)}) // (b.hi - b.lo + 1)
+                               AS INTEGER) AS bucket,
+                          avg(v.value) FILTER (WHERE isfinite(v.value)) AS value
+                   FROM v JOIN b ON b.run_key = v.run_key GROUP BY ALL)
+        SELECT r.run_id, list(g.value ORDER BY g.bucket), any_value(b.last)
+        FROM g JOIN b ON b.run_key = g.run_key JOIN runs r ON r.run_key = g.run_key
+        GROUP BY r.run_id
+        """,
+        [key],
+    ).fetchall()
+    series = {r[0]: [_nan(v) for v in r[1]] for r in rows}
+    last = {r[0]: r[2] for r in rows if r[2] is not None}
+    return series, last
+
+
+def _name_key(con: duckdb.DuckDBPyConnection, name: str) -> int | None:
+    row = con.execute("SELECT name_key FROM name_keys WHERE name = ?", [name]).fetchall()
+    return row[0][0] if row else None
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def typed_value(value: float | None, text: str | None, vtype: str | None) -> Any:
+    if vtype == "int" and value is not None:
+        return int(value)
+    if vtype == "bool" and value is not None:
+        return bool(value)
+    if vtype == "float":
+        return value
+    if vtype == "json" and text is not None:
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+# --- run detail ----------------------------------------------------------------------------
+
+
+def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> RunDetail:
+    """Args, metrics with sparklines (recorded and replayed), checkpoints and replays."""
+    with store.session() as con:
+        run = next((r for r in _runs(con) if r.run_id == run_id), None)
+        if run is None:
+            raise StoreError(f"unknown run {run_id!r}")
+        run_key = con.execute("SELECT run_key FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][
+            0
+        ]
+        metrics = _run_metrics(con, run_key, points)
+        checkpoints = [
+            CheckpointRow(*row)
+            for row in con.execute(
+                "SELECT loop, iteration, path, bytes, time FROM checkpoints WHERE run_id = ? "
+                "ORDER BY time, iteration",
+                [run_id],
+            ).fetchall()
+        ]
+        replays = _run_replays(con, run_key)
+        loop = con.execute(
+            f"""
+            SELECT e.loop, e.total,
+                   (SELECT count(*) FROM iteration_rows i WHERE i.run_key = e.run_key
+                      AND i.source_key = 0 AND i.ctx_id >> {ENTRY_SHIFT} = e.entry_id)
+            FROM loop_entries e WHERE e.run_key = ? AND e.source_key = 0 AND e.depth = 0
+            ORDER BY e.entry_id LIMIT 1
+            """,
+            [run_key],
+        ).fetchall()
+    name, total, done = loop[0] if loop else (None, None, 0)
+    return RunDetail(run, metrics, checkpoints, replays, total, int(done), name)
+
+
+def _run_metrics(con: duckdb.DuckDBPyConnection, run_key: int, points: int) -> list[MetricSeries]:
+    rows = con.execute(
+        f"""
+        WITH v AS (SELECT source_key, name_key, seq, value, text, vtype FROM log_rows
+                   WHERE run_key = ?),
+             b AS (SELECT source_key, name_key, min(seq) AS lo, max(seq) AS hi, count(*) AS n,
+                          count(*) FILTER (WHERE vtype <= 2) AS n_num,
+                          arg_max(value, seq) AS last, arg_max(text, seq) AS last_text,
+                          min(value) FILTER (WHERE isfinite(value)) AS low,
+                          max(value) FILTER (WHERE isfinite(value)) AS high
+                   FROM v GROUP BY ALL),
+             g AS (SELECT v.source_key, v.name_key,
+                          CAST((v.seq - b.lo) * least(b.n, {int(points)}) // (b.hi - b.lo + 1)
+                               AS INTEGER) AS bucket,
+                          avg(v.value) FILTER (WHERE isfinite(v.value)) AS value
+                   FROM v JOIN b USING (source_key, name_key) WHERE v.vtype <= 2 GROUP BY ALL)
+        SELECT k.name, s.source, b.n, b.n_num, b.last, b.low, b.high, b.last_text,
+               (SELECT list(g.value ORDER BY g.bucket) FROM g
+                 WHERE g.source_key = b.source_key AND g.name_key = b.name_key)
+        FROM b JOIN name_keys k ON k.name_key = b.name_key
+             JOIN sources s ON s.source_key = b.source_key
+        ORDER BY b.source_key != 0, k.name, s.source
+        """,
+        [run_key],
+    ).fetchall()
+    out = []
+    for name, source, n, n_num, last, low, high, last_text, points_ in rows:
+        numeric = n_num == n
+        out.append(
+            MetricSeries(
+                name=name,
+                source=source,
+                n=int(n),
+                last=last if numeric else None,
+                low=low if numeric else None,
+                high=high if numeric else None,
+                points=[_nan(v) for v in (points_ or [])] if numeric else [],
+                text=None if numeric else last_text,
+            )
+        )
+    return out
+
+
+def _run_replays(con: duckdb.DuckDBPyConnection, run_key: int) -> list[ReplayRow]:
+    rows = con.execute(
+        """
+        SELECT s.source, p.started, p.ended, p.status, p.names, p.detail, sum(n.n)
+        FROM name_stats n JOIN sources s ON s.source_key = n.source_key
+        LEFT JOIN replays p ON p.replay_id = s.source
+        WHERE n.run_key = ? AND n.source_key != 0
+        GROUP BY ALL ORDER BY p.started NULLS LAST, s.source
+        """,
+        [run_key],
+    ).fetchall()
+    return [
+        ReplayRow(r[0], r[1], r[2], r[3], r[4], _json_object(r[5]), int(r[6] or 0)) for r in rows
+    ]
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {"detail": value}
+
+
+# --- replays and live progress ----------------------------------------------------------
+
+
+def load_replays(store: Store, limit: int = 50) -> list[ReplayRow]:
+    """The latest replays with how many rows each produced."""
+    with store.session() as con:
+        rows = con.execute(
+            """
+            SELECT p.replay_id, p.started, p.ended, p.status, p.names, p.detail,
+                   coalesce((SELECT sum(n.n) FROM name_stats n JOIN sources s
+                             ON s.source_key = n.source_key WHERE s.source = p.replay_id), 0)
+            FROM replays p ORDER BY p.started DESC NULLS LAST LIMIT ?
+            """,
+            [limit],
+        ).fetchall()
+    return [
+        ReplayRow(r[0], r[1], r[2], r[3], r[4], _json_object(r[5]), int(r[6] or 0)) for r in rows
+    ]
+
+
+def replayed_names(store: Store) -> dict[str, set[str]]:
+    """Per code version, the log names that replays filled in for its runs."""
+    with store.session() as con:
+        rows = con.execute(
+            "SELECT DISTINCT r.version, k.name FROM name_stats s "
+            "JOIN runs r ON r.run_key = s.run_key JOIN name_keys k ON k.name_key = s.name_key "
+            "WHERE s.source_key != 0 AND r.version IS NOT NULL"
+        ).fetchall()
+    out: dict[str, set[str]] = {}
+    for version, name in rows:
+        out.setdefault(version, set()).add(name)
+    return out
+
+
+def load_live(store: Store) -> list[LiveRun]:
+    """Runs still recording: iterations of their outer loop done, of its total."""
+    with store.session() as con:
+        rows = con.execute(
+            f"""
+            SELECT r.run_id, e.loop, e.total, r.start_time,
+                   (SELECT count(*) FROM iteration_rows i WHERE i.run_key = r.run_key
+                      AND i.source_key = 0 AND i.ctx_id >> {ENTRY_SHIFT} = e.entry_id),
+                   (SELECT avg(i.wait_s + i.iter_s) FROM iteration_rows i
+                     WHERE i.run_key = r.run_key AND i.source_key = 0
+                       AND i.ctx_id >> {ENTRY_SHIFT} = e.entry_id)
+            FROM runs r LEFT JOIN loop_entries e ON e.run_key = r.run_key AND e.source_key = 0
+                 AND e.depth = 0
+            WHERE r.status = 'running'
+            QUALIFY row_number() OVER (PARTITION BY r.run_id ORDER BY e.entry_id DESC) = 1
+            ORDER BY r.start_time
+            """
+        ).fetchall()
+    now = datetime.now()
+    return [
+        LiveRun(
+            run_id=r[0],
+            loop=r[1],
+            done=int(r[4] or 0),
+            total=int(r[2]) if r[2] is not None else None,
+            elapsed_s=(now - r[3]).total_seconds() if r[3] else 0.0,
+            mean_iter_s=r[5],
+        )
+        for r in rows
+    ]
+
+
+# --- ad-hoc queries -------------------------------------------------------------------------
+
+
+def check_read_only(sql: str) -> list[str]:
+    """The statements of `sql`, or StoreError for empty, unparsable or writing SQL."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise StoreError(first_line(exc)) from None
+    if not statements:
+        raise StoreError("empty query")
+    for statement in statements:
+        kind = statement.type.name
+        if kind not in READ_ONLY_STATEMENTS:
+            raise StoreError(f"queries are read-only: {kind} statements are not allowed")
+    return [s.query for s in statements]
+
+
+def query_page(store: Store, sql: str, limit: int = PAGE_ROWS) -> QueryPage:
+    """The first `limit` rows of read-only SQL without computing the rest.
+
+    The last statement becomes a lazy relation, so DuckDB stops after `limit + 1` rows of
+    `SELECT * FROM logs`; `total` is exact when the result fits, else None (count_rows says).
+    """
+    statements = check_read_only(sql)
+    with store.session() as con:
+        try:
+            for statement in statements[:-1]:
+                con.execute(statement)
+            relation = con.sql(statements[-1])
+            if relation is None:
+                return QueryPage([], [], [], 0)
+            rows = relation.limit(limit + 1).fetchall()
+            columns = list(relation.columns)
+            types = [str(t) for t in relation.types]
+            series = [i for i, t in enumerate(relation.types) if _is_numeric_list(t)]
+        except duckdb.Error as exc:
+            raise StoreError(first_line(exc)) from None
+    total = len(rows) if len(rows) <= limit else None
+    return QueryPage(columns, types, rows[:limit], total, series)
+
+
+def count_rows(store: Store, sql: str) -> int:
+    """How many rows the last statement of `sql` returns (may take as long as the query)."""
+    statements = check_read_only(sql)
+    with store.session() as con:
+        try:
+            for statement in statements[:-1]:
+                con.execute(statement)
+            relation = con.sql(statements[-1])
+            if relation is None:
+                return 0
+            return int(relation.aggregate("count(*)").fetchall()[0][0])
+        except duckdb.Error as exc:
+            raise StoreError(first_line(exc)) from None
+
+
+def _is_numeric_list(kind: duckdb.DuckDBPyType) -> bool:
+    if kind.id not in ("list", "array"):
+        return False
+    child = dict(kind.children)["child"]
+    return str(child) in _NUMERIC_TYPES or str(child).startswith("DECIMAL")
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+__all__ = [
+    "RECORDED",
+    "CheckpointRow",
+    "History",
+    "LiveRun",
+    "MetricInfo",
+    "MetricSeries",
+    "QueryPage",
+    "ReplayRow",
+    "RunDetail",
+    "RunRow",
+    "VersionRow",
+    "check_read_only",
+    "count_rows",
+    "default_metric",
+    "load_history",
+    "load_live",
+    "load_replays",
+    "load_run_detail",
+    "load_series",
+    "query_page",
+    "replayed_names",
+    "typed_value",
+]

@@ -1,0 +1,153 @@
+"""`florwb replay` and `florwb propagate`: hindsight logging from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from pathlib import Path
+
+from florwb.output import json_safe, write_table
+
+
+class ReplayCommandError(Exception):
+    """An expected failure of replay/propagate, printed as one line."""
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("replay", help="fill new log statements in for past runs")
+    p.add_argument("names", metavar="NAME[,NAME]", help="log statement names in today's script")
+    p.add_argument("--where", help="SQL condition on runs and their args, e.g. 'lr > 0.01'")
+    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--json", action="store_true", help="print the plan (and result) as JSON")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("propagate", help="place NEW's missing log statements into OLD")
+    p.add_argument("new", metavar="NEW.py")
+    p.add_argument("old", metavar="OLD.py")
+    p.add_argument("-o", "--output", metavar="OUT", help="write the result here, not stdout")
+    p.add_argument("--json", action="store_true", help="report placements as JSON")
+    p.set_defaults(func=cmd_propagate)
+
+
+def cmd_propagate(args: argparse.Namespace) -> int:
+    from engine.propagate import PropagationError, propagate
+
+    sources = []
+    for path in (args.new, args.old):
+        try:
+            sources.append(Path(path).read_text())
+        except OSError as exc:
+            raise ReplayCommandError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        result = propagate(*sources)
+    except PropagationError as exc:
+        raise ReplayCommandError(str(exc)) from None
+    if args.output:
+        Path(args.output).write_text(result.code)
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif not args.output:
+        sys.stdout.write(result.code)
+    for p in result.unplaced:
+        if not args.json:
+            print(f"florwb: {p.name} (line {p.new_line}) not placed: {p.reason}", file=sys.stderr)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from engine.project import find_project
+    from engine.replay import PlanError, execute, plan_replay
+
+    if args.workers < 1:
+        raise ReplayCommandError("--workers must be at least 1")
+    names = [n for n in args.names.split(",") if n.strip()]
+    try:
+        plan = plan_replay(find_project(None), names, where=args.where, workers=args.workers)
+    except PlanError as exc:
+        raise ReplayCommandError(str(exc)) from None
+    if args.json and not args.yes:
+        _dump({"plan": plan.to_json(), "result": None})
+        return 0
+    if not args.json:
+        _print_plan(plan)
+    ready = plan.ready()
+    if not ready:
+        if not args.json:
+            print("nothing to replay")
+        else:
+            _dump({"plan": plan.to_json(), "result": None})
+        return 0 if any(r.status == "done" for r in plan.runs) else 1
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise ReplayCommandError("confirmation needed: run in a terminal or pass --yes")
+        answer = input(f"Replay {len(ready)} run(s)? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("not replayed")
+            return 0
+    cancel = threading.Event()
+    progress = None if args.json else _progress_printer()
+    result = execute(plan, on_progress=progress, cancel=cancel)
+    if args.json:
+        _dump({"plan": plan.to_json(), "result": result.to_json()})
+    else:
+        _print_result(result)
+    if result.status == "cancelled":
+        return 130
+    return 1 if any(r.status == "failed" for r in result.runs) else 0
+
+
+def _dump(obj) -> None:
+    json.dump(json_safe(obj), sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def _print_plan(plan) -> None:
+    ready = plan.ready()
+    print(
+        f"Replay {', '.join(plan.names)}: {len(ready)} of {len(plan.runs)} run(s), "
+        f"{plan.workers} worker(s), estimated {plan.estimate_s:.0f} s"
+    )
+    rows = []
+    for run in plan.runs:
+        if run.status == "ready":
+            spans = ", ".join(
+                f"{s.first}-{s.last}" if s.last > s.first else str(s.first)
+                for s in run.segments
+                if s.last >= s.first
+            )
+            what = f"{run.main_loop} {spans}" if spans else "up to the main loop"
+            rows.append(
+                [
+                    run.run_id,
+                    (run.version or "")[:8],
+                    run.mode,
+                    what,
+                    f"{run.estimate_s:.0f}s",
+                    "; ".join(run.notes),
+                ]
+            )
+        else:
+            rows.append([run.run_id, (run.version or "")[:8], run.status, "", "", run.reason])
+    write_table(["run", "version", "mode", "replays", "estimate", "notes"], rows, sys.stdout)
+
+
+def _progress_printer():
+    def show(p) -> None:
+        if p.state == "waiting":
+            return
+        print(f"  {p.run_id} segment {p.segment}: {p.done}/{p.total} {p.state}", file=sys.stderr)
+
+    return show
+
+
+def _print_result(result) -> None:
+    rows = []
+    for r in result.runs:
+        detail = r.error or r.divergence or f"{r.rows} values, {r.compared} checked against the run"
+        rows.append([r.run_id, r.status, detail])
+    write_table(["run", "replay", "detail"], rows, sys.stdout)
+    print(f"replay {result.replay_id} {result.status} in {result.elapsed_s:.1f} s")
