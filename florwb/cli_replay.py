@@ -147,7 +147,12 @@ def _progress_printer():
 def _print_result(result) -> None:
     rows = []
     for r in result.runs:
-        detail = r.error or r.divergence or f"{r.rows} values, {r.compared} checked against the run"
-        rows.append([r.run_id, r.status, detail])
+        detail = f"{r.rows} values, {r.compared} checked against the run"
+        rows.append([r.run_id, r.status, detail if r.status == "finished" else "see below"])
     write_table(["run", "replay", "detail"], rows, sys.stdout)
+    for r in result.runs:
+        if r.divergence:
+            print(f"{r.run_id} diverged: {r.divergence}")
+        if r.error:
+            print(f"{r.run_id} failed, {r.error}")
     print(f"replay {result.replay_id} {result.status} in {result.elapsed_s:.1f} s")

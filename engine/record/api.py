@@ -25,6 +25,7 @@ T = TypeVar("T")
 
 _TIME_EXTEND = runtime.TIMINGS.extend
 _entry_ids = itertools.count(1)
+SEGMENT_ENTRIES = 1 << 20
 
 # The innermost loop iteration as `entry << 32 | iteration`; 0 outside any flor.loop.
 _CTX = 0
@@ -55,9 +56,13 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _start() -> runtime.Run | None:
-    global _LOGS_EXTEND
+    global _LOGS_EXTEND, _entry_ids
     run = runtime.ensure_run()
     _LOGS_EXTEND = runtime.LOGS.extend if run is not None else _discard
+    if run is not None and run.replayer is not None:
+        # Segments of one replay write rows of the same run and source: their loop entry
+        # ids must not collide, or coordinates would mix.
+        _entry_ids = itertools.count(run.replayer.spec.segment * SEGMENT_ENTRIES + 1)
     return run
 
 
