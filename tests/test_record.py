@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -39,11 +40,25 @@ flor.commit()
 """
 
 
+@pytest.fixture(scope="module")
+def recorded_once(tmp_path_factory):
+    root = tmp_path_factory.mktemp("record") / "project"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    write(root / "README.md", "# project\n")
+    git(root, "add", "README.md")
+    git(root, "commit", "-q", "-m", "init")
+    write(root / "train.py", TRAIN)
+    run_py(root, "train.py", "--kwargs", "lr=0.05")
+    return root
+
+
 @pytest.fixture
-def recorded(repo):
-    write(repo / "train.py", TRAIN)
-    run_py(repo, "train.py", "--kwargs", "lr=0.05")
-    return repo
+def recorded(recorded_once, tmp_path):
+    """A private copy of a project with one recorded run (lr=0.05)."""
+    copy = tmp_path / "project"
+    shutil.copytree(recorded_once, copy)
+    return copy
 
 
 def test_run_records_args_coordinates_timings_and_checkpoints(recorded):

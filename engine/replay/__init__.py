@@ -1,16 +1,29 @@
-"""Hindsight replay: plan which past runs get the new log statements, then execute it."""
+"""Hindsight replay: plan which past runs get the new log statements, then execute it.
 
-from engine.replay.execute import Progress, ReplayResult, RunResult, execute
-from engine.replay.plan import Plan, PlanError, RunPlan, Segment, plan_replay
+The names below load on first use: replay workers import `engine.replay.spec` from inside
+training scripts, which must not pay for DuckDB, pandas or libcst.
+"""
 
-__all__ = [
-    "Plan",
-    "PlanError",
-    "Progress",
-    "ReplayResult",
-    "RunPlan",
-    "RunResult",
-    "Segment",
-    "execute",
-    "plan_replay",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Plan": "plan",
+    "PlanError": "plan",
+    "RunPlan": "plan",
+    "Segment": "plan",
+    "plan_replay": "plan",
+    "Progress": "execute",
+    "ReplayResult": "execute",
+    "RunResult": "execute",
+    "execute": "execute",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"engine.replay.{_EXPORTS[name]}"), name)
