@@ -174,17 +174,18 @@ def test_policy_keeps_cost_under_budget():
     cheap = Policy(budget=0.02)
     taken = 0
     for _ in range(50):
-        if cheap.should_checkpoint(1.0, 0.001):
+        if cheap.should_checkpoint(1.0, 0.001, reserve=True):
             cheap.paid(0.001)
             taken += 1
     assert taken == 50  # far cheaper than an iteration: every iteration
     costly = Policy(budget=0.05)
     taken = 0
-    for _ in range(200):
-        if costly.should_checkpoint(1.0, 0.2):
+    for i in range(200):
+        last = i == 199
+        if costly.should_checkpoint(1.0, 0.2, reserve=not last) or last:
             costly.paid(0.2)
             taken += 1
-        assert costly.cost_s <= 0.05 * costly.compute_s + 1e-9
+        assert costly.cost_s <= 0.05 * costly.compute_s + 1e-9  # the final one included
     assert 40 <= taken <= 50
 
 

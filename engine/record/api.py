@@ -125,7 +125,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
             _CTX = parent
             t0 = t2
             if checkpointed_here:
-                ckpt.end_of_iteration(names[-1], i, ctx, t2 - t1, i == (total or 0) - 1)
+                ckpt.end_of_iteration(names[-1], i, ctx, t2 - t1, total)
                 t0 = clock()
         if checkpointed_here and i >= 0 and ckpt.last_iteration != i and ckpt.objects:
             ckpt.save(names[-1], i, ctx)  # the end state is what replay needs most
@@ -164,6 +164,8 @@ def checkpointing(**objects: Any) -> Iterator[None]:
     ckpt = run.checkpointer
     previous = dict(ckpt.objects)
     ckpt.objects.update(objects)
+    if objects and run.replayer is None:
+        ckpt.start()
     try:
         yield
     finally:

@@ -13,6 +13,7 @@ then written by one background thread to a temp file and atomically renamed.
 from __future__ import annotations
 
 import copy
+import io
 import os
 import queue
 import random
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_BUDGET = float(os.environ.get("FLORWB_CKPT_BUDGET", "0.02"))
-_ASSUMED_BYTES_PER_S = 200e6  # first-checkpoint estimate, before anything was measured
+_ASSUMED_BYTES_PER_S = 1e9  # first-checkpoint estimate, before anything was measured
 
 
 @dataclass
@@ -35,18 +36,25 @@ class Policy:
     compute_s: float = 0.0
     cost_s: float = 0.0
     count: int = 0
+    recent: list[float] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def should_checkpoint(self, iteration_s: float, estimate_s: float) -> bool:
+    def should_checkpoint(self, iteration_s: float, estimate_s: float, reserve: bool) -> bool:
+        """Checkpoint now if that keeps cost within budget; with `reserve`, also leave room
+        for the final checkpoint, which is always taken. Expected cost is the largest of the
+        last few measured, so one slow write does not break the budget."""
         with self._lock:
             self.compute_s += iteration_s
-            expected = self.cost_s / self.count if self.count else estimate_s
-            return self.cost_s + expected <= self.budget * self.compute_s
+            expected = max(self.recent) if self.recent else estimate_s
+            needed = self.cost_s + expected * (2 if reserve else 1)
+            return needed <= self.budget * self.compute_s
 
     def paid(self, cost_s: float, *, checkpoints: int = 1) -> None:
         with self._lock:
             self.cost_s += cost_s
             self.count += checkpoints
+            if checkpoints:
+                self.recent = [*self.recent[-2:], cost_s]
 
 
 def _to_host(obj: Any) -> Any:
@@ -157,22 +165,23 @@ class Checkpointer:
                 for t in _tensors(getter() if callable(getter) else obj):
                     total += t.numel() * t.element_size()
             self._state_bytes = total
-        return 0.001 + 2 * self._state_bytes / _ASSUMED_BYTES_PER_S
+        return 0.001 + self._state_bytes / _ASSUMED_BYTES_PER_S
 
     def end_of_iteration(
-        self, loop: str, iteration: int, ctx_id: int, iteration_s: float, last: bool
+        self, loop: str, iteration: int, ctx_id: int, iteration_s: float, total: int | None
     ) -> None:
         if not self.objects:
             return
-        wanted = self.policy.should_checkpoint(iteration_s, self.estimate_s())
-        if wanted or last:
+        last = total is not None and iteration == total - 1
+        reserve = total is not None and not last
+        if self.policy.should_checkpoint(iteration_s, self.estimate_s(), reserve) or last:
             self.save(loop, iteration, ctx_id)
 
     def save(self, loop: str, iteration: int, ctx_id: int) -> None:
         start = time.perf_counter()
         state = state_of(self.objects)
         path = checkpoint_path(self.folder, loop, iteration)
-        self._ensure_writer()
+        self.start()
         snapshot_s = time.perf_counter() - start
         self._queue.put((state, path, loop, iteration, ctx_id, snapshot_s))
         # Waiting for a free writer slot is paid by training too; the writer adds the
@@ -180,7 +189,9 @@ class Checkpointer:
         self.policy.paid(time.perf_counter() - start - snapshot_s, checkpoints=0)
         self.last_iteration = iteration
 
-    def _ensure_writer(self) -> None:
+    def start(self) -> None:
+        """Start the writer early (when state is registered): its imports and torch's
+        first-save set-up are not checkpoint cost the policy should count."""
         if self._thread is None:
             self.folder.mkdir(parents=True, exist_ok=True)
             self._thread = threading.Thread(
@@ -191,6 +202,7 @@ class Checkpointer:
     def _write_loop(self) -> None:
         import torch
 
+        torch.save({"warm": torch.zeros(1)}, io.BytesIO())
         while True:
             item = self._queue.get()
             if item is None:
@@ -200,7 +212,10 @@ class Checkpointer:
             t0 = time.perf_counter()
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             try:
-                torch.save(state, tmp)
+                buffer = io.BytesIO()  # one write of the whole file is faster than torch's many
+                torch.save(state, buffer)
+                with open(tmp, "wb") as f:
+                    f.write(buffer.getbuffer())
                 os.replace(tmp, path)
                 write_s = time.perf_counter() - t0
                 self.policy.paid(snapshot_s + write_s)
