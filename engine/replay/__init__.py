@@ -15,10 +15,10 @@ _EXPORTS = {
     "RunPlan": "plan",
     "Segment": "plan",
     "plan_replay": "plan",
-    "Progress": "execute",
-    "ReplayResult": "execute",
-    "RunResult": "execute",
-    "execute": "execute",
+    "Progress": "executor",
+    "ReplayResult": "executor",
+    "RunResult": "executor",
+    "execute": "executor",
 }
 __all__ = sorted(_EXPORTS)
 
