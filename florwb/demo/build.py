@@ -68,6 +68,21 @@ def build_demo(folder: Path, progress: Callable[[str], None] = lambda _line: Non
         progress(f"{message}: training {len(runs)} runs")
         with ThreadPoolExecutor(max_workers=2) as pool:
             list(pool.map(lambda args: _train(folder, *args), runs))
-    shutil.copyfile(HERE / "train_pending.py", folder / "train.py")
+    (folder / "train.py").write_text(pending_script())
     progress("added a hindsight log statement (weight_norm) to train.py, not yet replayed")
     return folder
+
+
+PENDING_STATEMENT = (
+    '        flor.log("weight_norm", torch.cat([p.detach().flatten() '
+    "for p in model.parameters()]).norm().item())\n"
+)
+
+
+def pending_script() -> str:
+    """Today's script: the last version plus one hindsight statement at the epoch start."""
+    text = (HERE / VERSIONS[-1][0]).read_text()
+    anchor = '    for epoch in flor.loop("epoch", range(epochs)):\n'
+    if anchor not in text:
+        raise DemoError("the demo script changed: no epoch loop to add the statement to")
+    return text.replace(anchor, anchor + PENDING_STATEMENT)
