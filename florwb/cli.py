@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from florwb.cli_instrument import add_parser as add_instrument_parser
 from florwb.cli_replay import ReplayCommandError
 from florwb.cli_replay import add_parsers as add_replay_parsers
 from florwb.output import json_safe, write_frame, write_table
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_dataframe)
 
     add_replay_parsers(sub)
+    add_instrument_parser(sub)
 
     p = sub.add_parser("demo", help="build the demo project (several runs, two versions)")
     p.add_argument("dir", nargs="?", default="florwb-demo")

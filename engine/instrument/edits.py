@@ -1,0 +1,126 @@
+"""Applying planned changes to the tree, keyed by the identity of the original nodes.
+
+Each change is a function from the transformed node to its replacement, so everything
+the plan does not name is emitted byte for byte as parsed (libcst keeps comments,
+blank lines and formatting on the nodes themselves). Wrapping a loop in `with` re-indents
+its body; libcst re-indents continuation lines inside brackets with it and leaves the
+contents of multi-line strings alone, so the code means what it meant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import libcst as cst
+
+Edit = Callable[[cst.CSTNode], cst.CSTNode]
+LINE_LENGTH = 88  # where the `with` line is split, as black and ruff format would
+
+
+class Editor(cst.CSTTransformer):
+    def __init__(self, edits: dict[int, list[Edit]]) -> None:
+        super().__init__()
+        self.edits = edits
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        result = super().on_leave(original_node, updated_node)
+        for edit in self.edits.get(id(original_node), ()):
+            result = edit(result)
+        return result
+
+
+class Builder:
+    """New code in the script's own style: its quote character and indentation."""
+
+    def __init__(self, module: cst.Module, alias: str) -> None:
+        self.alias = alias
+        self.indent = module.default_indent
+        self.quote = _quote_style(module)
+
+    def string(self, text: str) -> cst.SimpleString:
+        return cst.SimpleString(f"{self.quote}{text}{self.quote}")
+
+    def _attr(self, name: str) -> cst.Attribute:
+        return cst.Attribute(cst.Name(self.alias), cst.Name(name))
+
+    def arg_call(self, name: str, default: cst.BaseExpression) -> cst.Call:
+        """`flor.arg("name", default)`, the default expression kept as written."""
+        return cst.Call(self._attr("arg"), [cst.Arg(self.string(name)), cst.Arg(default)])
+
+    def loop_iter(self, name: str, iterable: cst.BaseExpression) -> cst.BaseExpression:
+        """`flor.loop("name", it)`; `enumerate(it)` becomes `enumerate(flor.loop("name", it))`
+        so the loop keeps its length (the total shown in progress) and its index."""
+        if (
+            isinstance(iterable, cst.Call)
+            and isinstance(iterable.func, cst.Name)
+            and iterable.func.value == "enumerate"
+            and iterable.args
+            and iterable.args[0].keyword is None
+            and not iterable.args[0].star
+        ):
+            first = iterable.args[0]
+            wrapped = first.with_changes(value=self._loop_call(name, first.value))
+            return iterable.with_changes(args=[wrapped, *iterable.args[1:]])
+        return self._loop_call(name, iterable)
+
+    def _loop_call(self, name: str, iterable: cst.BaseExpression) -> cst.Call:
+        return cst.Call(self._attr("loop"), [cst.Arg(self.string(name)), cst.Arg(iterable)])
+
+    def checkpointing(
+        self, pairs: list[tuple[str, str]], loop: cst.BaseStatement, column: int
+    ) -> cst.With:
+        """`with flor.checkpointing(model=net, ...):` around `loop`, which keeps its
+        comments above the `with`; split over lines when it would be too long."""
+        inner = ", ".join(f"{key}={name}" for key, name in pairs)
+        head = f"with {self.alias}.checkpointing({inner}):"
+        if column + len(head) <= LINE_LENGTH:
+            text = f"{head}\n    pass\n"
+        elif column + len(self.indent) + len(inner) + 1 <= LINE_LENGTH:
+            text = f"with {self.alias}.checkpointing(\n{self.indent}{inner}\n):\n    pass\n"
+        else:
+            lines = "".join(f"{self.indent}{key}={name},\n" for key, name in pairs)
+            text = f"with {self.alias}.checkpointing(\n{lines}):\n    pass\n"
+        template = cst.parse_statement(text)
+        assert isinstance(template, cst.With)
+        moved = loop.with_changes(leading_lines=())  # type: ignore[call-arg]
+        return template.with_changes(
+            body=cst.IndentedBlock(body=[moved]),
+            leading_lines=loop.leading_lines,  # type: ignore[attr-defined]
+        )
+
+    def statement(self, code: str) -> cst.SimpleStatementLine:
+        stmt = cst.parse_statement(code + "\n")
+        assert isinstance(stmt, cst.SimpleStatementLine)
+        return stmt
+
+    def record_arg(self, namespace: str, dest: str) -> cst.SimpleStatementLine:
+        """`args.lr = flor.arg("lr", args.lr)`."""
+        q = self.quote
+        return self.statement(
+            f"{namespace}.{dest} = {self.alias}.arg({q}{dest}{q}, {namespace}.{dest})"
+        )
+
+
+def _quote_style(module: cst.Module) -> str:
+    """The quote character most of the script's strings use (double when tied)."""
+    counts = {'"': 0, "'": 0}
+
+    class Counter(cst.CSTVisitor):
+        def visit_SimpleString(self, node: cst.SimpleString) -> None:
+            if len(node.quote) == 1:
+                counts[node.quote] += 1
+
+        def visit_FormattedString(self, node: cst.FormattedString) -> None:
+            quote = node.start.lstrip("fFrRbB")
+            if len(quote) == 1:
+                counts[quote] += 1
+
+    module.visit(Counter())
+    return "'" if counts["'"] > counts['"'] else '"'
+
+
+def insert_after(extra: list[cst.BaseStatement]) -> Edit:
+    def edit(node: cst.CSTNode) -> cst.CSTNode:
+        return cst.FlattenSentinel([node, *extra])  # type: ignore[return-value]
+
+    return edit

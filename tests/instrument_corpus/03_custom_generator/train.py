@@ -1,0 +1,31 @@
+# Batches come from a hand-written generator, not a DataLoader.
+# This script uses single quotes and two-space indentation.
+import random
+
+import torch
+
+steps_per_epoch = 5
+epochs = 2
+noise = 0.05
+
+
+def batches(n, batch_size=8):
+  """Yield n batches of a noisy linear function."""
+  for _ in range(n):
+    x = torch.rand(batch_size, 2)
+    y = x.sum(1, keepdim=True) + noise * torch.randn(batch_size, 1)
+    yield x, y
+
+
+random.seed(0)
+torch.manual_seed(0)
+layer = torch.nn.Linear(2, 1)
+optim = torch.optim.RMSprop(layer.parameters(), lr=0.01)
+
+for epoch in range(epochs):
+  for x, y in batches(steps_per_epoch):
+    loss = torch.nn.functional.l1_loss(layer(x), y)
+    optim.zero_grad()
+    loss.backward()
+    optim.step()
+  print('epoch', epoch, 'loss', round(loss.item(), 4))
