@@ -318,3 +318,28 @@ def test_propagate_cli_prints_code_and_json(tmp_path):
     assert target.read_text() == out
     missing = florwb(tmp_path, "propagate", str(tmp_path / "nope.py"), str(old), check=False)
     assert missing.returncode == 1 and missing.stderr.startswith("florwb: cannot read")
+
+
+STALE = """
+import florwb as flor
+
+for epoch in flor.loop("epoch", range(3)):
+    total = 0.0
+    for step in flor.loop("step", range(4)):
+        loss = (epoch + 1) * (step + 1)
+        total += loss
+    flor.log("avg", total / 4)
+"""
+
+
+def test_epoch_body_reading_inner_loop_variables_reexecutes_the_inner_loops(repo):
+    write(repo / "stale.py", STALE)
+    run_py(repo, "stale.py")
+    (repo / "stale.py").write_text(STALE + '    flor.log("last", loss)\n')
+    plan = plan_replay(repo, ["last"])
+    (run,) = plan.ready()
+    assert run.mode == "inner"
+    assert any("reads loss, total" in note for note in run.notes)
+    result = execute(plan)
+    assert result.status == "finished" and result.runs[0].compared == 3  # avg, checked
+    assert list(Store(repo).dataframe("last")["last"]) == [4, 8, 12]

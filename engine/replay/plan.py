@@ -335,13 +335,20 @@ def _mode(code: str, placed: dict, main_loop: str | None) -> tuple[str | None, s
         elif main_loop is not None and path[0] != main_loop:
             return None, f"{name} sits in loop {path[0]!r}, not in the main loop {main_loop!r}"
         elif len(path) == 1:
-            modes.append(OUTER if not _reads_inner(code, name, main_loop) else INNER)
+            modes.append(OUTER)
         else:
             modes.append(INNER)
     mode = INNER if INNER in modes else OUTER if OUTER in modes else PREFIX
     note = None
-    if mode == INNER and all(len(tuple(p.loop_path)) <= 1 for p in placed.values()):
-        note = "reads values computed in the inner loop, so the inner loop is re-executed"
+    if mode == OUTER:
+        stale = _reads_inner(code, main_loop)
+        if stale:
+            mode = INNER
+            listed = ", ".join(sorted(stale)[:4])
+            note = (
+                f"the {main_loop} body reads {listed} after the inner loop sets it, "
+                "so inner loops are re-executed"
+            )
     return mode, note
 
 
@@ -372,25 +379,41 @@ def _loop_name(expr: ast.expr) -> str | None:
     return None
 
 
-def _reads_inner(code: str, name: str, main_loop: str | None) -> bool:
-    """Does the statement read a variable that only the (skipped) inner loops assign?"""
-    statements = [s for s in find_log_statements(code) if s.name == name]
-    if not statements:
-        return False
-    reads = set(statements[0].reads)
+def _reads_inner(code: str, main_loop: str | None) -> set[str]:
+    """Names the main loop's body reads outside its inner loops that the inner loops assign.
+
+    Skipping the inner loops restores registered state (model, optimizer...) from the
+    checkpoint, but not plain variables: `print(loss.item())` or a running total after the
+    step loop would read a stale or missing value. Such bodies need the inner loops run.
+    """
     try:
         tree = ast.parse(code)
     except SyntaxError:
-        return True
-    assigned_inner: set[str] = set()
+        return {"<unparsable>"}
+    found: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.For) and _loop_name(node.iter) == main_loop:
-            for inner in ast.walk(node):
-                if inner is not node and isinstance(inner, ast.For) and _loop_name(inner.iter):
-                    for sub in ast.walk(inner):
-                        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
-                            assigned_inner.add(sub.id)
-    return bool(reads & assigned_inner)
+        if not (isinstance(node, ast.For) and _loop_name(node.iter) == main_loop):
+            continue
+        inner = [
+            sub
+            for sub in ast.walk(node)
+            if sub is not node and isinstance(sub, ast.For) and _loop_name(sub.iter)
+        ]
+        inside = {id(n) for loop in inner for n in ast.walk(loop)}
+        assigned = {
+            n.id
+            for loop in inner
+            for n in ast.walk(loop)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))
+        }
+        reads = {
+            n.id
+            for stmt in node.body
+            for n in ast.walk(stmt)
+            if id(n) not in inside and isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        }
+        found |= assigned & reads
+    return found
 
 
 @dataclass
