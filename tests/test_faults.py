@@ -224,3 +224,29 @@ def test_store_path_is_project_root_from_subfolder(repo):
     run_py(repo / "src", "train.py")
     assert (repo / ".florwb").is_dir() and not (repo / "src" / ".florwb").exists()
     assert Path(Store(repo).runs()[0]["script"]) == Path("src/train.py")
+
+
+def test_spawned_workers_do_not_start_runs(tmp_path):
+    folder = tmp_path / "s"
+    write(
+        folder / "train.py",
+        """
+        import multiprocessing as mp
+        import florwb as flor
+
+        width = flor.arg("width", 2)  # module level: a spawned child runs this line too
+
+
+        def square(x):
+            return x * x * width
+
+
+        if __name__ == "__main__":
+            with mp.get_context("spawn").Pool(2) as pool:
+                flor.log("total", sum(pool.map(square, range(4))))
+        """,
+    )
+    run_py(folder, "train.py", "--kwargs", "width=3")
+    store = Store(folder)
+    assert len(store.runs()) == 1
+    assert list(store.dataframe("total").total) == [42]

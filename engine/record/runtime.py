@@ -237,14 +237,24 @@ def current() -> Run | None:
 
 def ensure_run() -> Run | None:
     """The current run, started on first use; None in a forked child (it does not record)."""
-    global _current
+    global _current, _disabled
     if _current is not None or _disabled:
         return _current
+    if _is_worker_process():
+        _disabled = True
+        return None
     with _lock:
         if _current is None:
             _current = Run()
             _install_hooks()
     return _current
+
+
+def _is_worker_process() -> bool:
+    """Processes multiprocessing started (spawned DataLoader workers re-run the script's
+    module level) are not runs of their own."""
+    mp = sys.modules.get("multiprocessing")
+    return mp is not None and mp.parent_process() is not None
 
 
 def end_run(status: str | None = None) -> None:
