@@ -24,3 +24,17 @@ def is_gone(pid: int, ticks: int | None) -> bool:
         return False
     now = start_ticks(pid)
     return ticks is not None and now is not None and now != ticks
+
+
+def is_multiprocessing_child() -> bool:
+    """True in processes multiprocessing started (DataLoader workers, Pool workers).
+
+    A spawned child re-runs the script's module level while it starts; at that point
+    parent_process() is not set yet, but the current process is marked as inheriting.
+    """
+    import sys
+
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return False
+    return mp.parent_process() is not None or getattr(mp.current_process(), "_inheriting", False)

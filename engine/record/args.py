@@ -7,8 +7,12 @@ also uses argparse does not trip over them; the original argv is kept for the ru
 from __future__ import annotations
 
 import ast
+import json
+import os
 import sys
 from typing import Any
+
+from engine.processes import is_multiprocessing_child
 
 ORIGINAL_ARGV: list[str] = list(sys.argv)
 
@@ -38,10 +42,19 @@ def split_kwargs(argv: list[str]) -> tuple[list[str], dict[str, str]]:
     return kept, pairs
 
 
+ENV = "FLORWB_KWARGS"
+
+
 def take_cli_kwargs() -> dict[str, str]:
+    """The --kwargs pairs, removed from sys.argv. They are also left in the environment for
+    multiprocessing children: a spawned DataLoader worker re-runs the script's module level
+    with the stripped argv, and its flor.arg must see the same values as the parent."""
     kept, pairs = split_kwargs(sys.argv)
     if pairs:
         sys.argv[:] = kept
+        os.environ[ENV] = json.dumps(pairs)
+    elif ENV in os.environ and is_multiprocessing_child():
+        pairs = json.loads(os.environ[ENV])
     return pairs
 
 

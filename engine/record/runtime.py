@@ -240,7 +240,7 @@ def ensure_run() -> Run | None:
     global _current, _disabled
     if _current is not None or _disabled:
         return _current
-    if _is_worker_process():
+    if processes.is_multiprocessing_child():  # not a run of its own
         _disabled = True
         return None
     with _lock:
@@ -248,13 +248,6 @@ def ensure_run() -> Run | None:
             _current = Run()
             _install_hooks()
     return _current
-
-
-def _is_worker_process() -> bool:
-    """Processes multiprocessing started (spawned DataLoader workers re-run the script's
-    module level) are not runs of their own."""
-    mp = sys.modules.get("multiprocessing")
-    return mp is not None and mp.parent_process() is not None
 
 
 def end_run(status: str | None = None) -> None:

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -180,12 +183,26 @@ class QueryPage:
         return self.total is None or self.total > len(self.rows)
 
 
+_OPENING = threading.Lock()
+
+
+@contextmanager
+def _session(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
+    """`store.session()`, opened one thread at a time: on a catalog that does not exist yet,
+    two threads creating the schema at once hit DuckDB's write-write conflict. Queries
+    still run concurrently once the sessions are open."""
+    with ExitStack() as stack:
+        with _OPENING:
+            con = stack.enter_context(store.session())
+        yield con
+
+
 # --- version history ---------------------------------------------------------------------
 
 
 def load_history(store: Store, metric: str | None = None) -> History:
     """Runs, versions, logged names and one metric's sparkline series, in one connection."""
-    with store.session() as con:
+    with _session(store) as con:
         runs = _runs(con)
         versions = [
             VersionRow(*row)
@@ -201,7 +218,7 @@ def load_history(store: Store, metric: str | None = None) -> History:
 
 def load_series(store: Store, metric: str) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Sparkline points and last value per run of one logged name."""
-    with store.session() as con:
+    with _session(store) as con:
         return _series(con, metric)
 
 
@@ -278,30 +295,38 @@ def _metrics(con: duckdb.DuckDBPyConnection) -> list[MetricInfo]:
 def _series(
     con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POINTS
 ) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """Per run, the recorded values of `name` averaged into at most `points` buckets by
-    log order; and the last value. One grouped pass over the name's rows."""
+    """Per run, the recorded values of `name` averaged into at most `points` buckets, and the
+    last value. One scan of the name's rows: a row's bucket is its place in the run's whole
+    log sequence (`seq` over the run's row count from name_stats), which tracks progress
+    through the run without a first pass for bounds or a sort."""
     key = _name_key(con, name)
     if key is None:
         return {}, {}
     rows = con.execute(
         f"""
-        WITH v AS (SELECT run_key, seq, value FROM log_rows
-                   WHERE name_key = ? AND source_key = 0 AND vtype <= 2),
-             b AS (SELECT run_key, min(seq) AS lo, max(seq) AS hi, count(*) AS n,
-                          arg_max(value, seq) AS last FROM v GROUP BY run_key),
-             g AS (SELECT v.run_key,
-                          CAST((v.seq - b.lo) * least(b.n, {int(points)}) // (b.hi - b.lo + 1)
-                               AS INTEGER) AS bucket,
-                          avg(v.value) FILTER (WHERE isfinite(v.value)) AS value
-                   FROM v JOIN b ON b.run_key = v.run_key GROUP BY ALL)
-        SELECT r.run_id, list(g.value ORDER BY g.bucket), any_value(b.last)
-        FROM g JOIN b ON b.run_key = g.run_key JOIN runs r ON r.run_key = g.run_key
-        GROUP BY r.run_id
+        WITH totals AS (SELECT run_key, sum(n) AS n FROM name_stats WHERE source_key = 0
+                        GROUP BY run_key)
+        SELECT l.run_key, CAST(l.seq * {int(points)} // t.n AS INTEGER) AS bucket,
+               avg(l.value) FILTER (WHERE isfinite(l.value)), arg_max(l.value, l.seq)
+        FROM log_rows l JOIN totals t ON t.run_key = l.run_key
+        WHERE l.name_key = ? AND l.source_key = 0 AND l.vtype <= 2
+        GROUP BY GROUPING SETS ((l.run_key, bucket), (l.run_key))
         """,
         [key],
     ).fetchall()
-    series = {r[0]: [_nan(v) for v in r[1]] for r in rows}
-    last = {r[0]: r[2] for r in rows if r[2] is not None}
+    run_ids = dict(con.execute("SELECT run_key, run_id FROM runs").fetchall())
+    buckets: dict[str, list[tuple[int, float]]] = {}
+    last: dict[str, float] = {}
+    for run_key, bucket, mean, final in rows:
+        run_id = run_ids.get(run_key)
+        if run_id is None:
+            continue
+        if bucket is None:
+            if final is not None:
+                last[run_id] = final
+        else:
+            buckets.setdefault(run_id, []).append((bucket, _nan(mean)))
+    series = {run_id: [v for _b, v in sorted(pairs)] for run_id, pairs in buckets.items()}
     return series, last
 
 
@@ -334,7 +359,7 @@ def typed_value(value: float | None, text: str | None, vtype: str | None) -> Any
 
 def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> RunDetail:
     """Args, metrics with sparklines (recorded and replayed), checkpoints and replays."""
-    with store.session() as con:
+    with _session(store) as con:
         run = next((r for r in _runs(con) if r.run_id == run_id), None)
         if run is None:
             raise StoreError(f"unknown run {run_id!r}")
@@ -439,7 +464,7 @@ def _json_object(text: str | None) -> dict[str, Any]:
 
 def load_replays(store: Store, limit: int = 50) -> list[ReplayRow]:
     """The latest replays with how many rows each produced."""
-    with store.session() as con:
+    with _session(store) as con:
         rows = con.execute(
             """
             SELECT p.replay_id, p.started, p.ended, p.status, p.names, p.detail,
@@ -456,7 +481,7 @@ def load_replays(store: Store, limit: int = 50) -> list[ReplayRow]:
 
 def replayed_names(store: Store) -> dict[str, set[str]]:
     """Per code version, the log names that replays filled in for its runs."""
-    with store.session() as con:
+    with _session(store) as con:
         rows = con.execute(
             "SELECT DISTINCT r.version, k.name FROM name_stats s "
             "JOIN runs r ON r.run_key = s.run_key JOIN name_keys k ON k.name_key = s.name_key "
@@ -470,7 +495,7 @@ def replayed_names(store: Store) -> dict[str, set[str]]:
 
 def load_live(store: Store) -> list[LiveRun]:
     """Runs still recording: iterations of their outer loop done, of its total."""
-    with store.session() as con:
+    with _session(store) as con:
         rows = con.execute(
             f"""
             SELECT r.run_id, e.loop, e.total, r.start_time,
@@ -525,7 +550,7 @@ def query_page(store: Store, sql: str, limit: int = PAGE_ROWS) -> QueryPage:
     `SELECT * FROM logs`; `total` is exact when the result fits, else None (count_rows says).
     """
     statements = check_read_only(sql)
-    with store.session() as con:
+    with _session(store) as con:
         try:
             for statement in statements[:-1]:
                 con.execute(statement)
@@ -545,7 +570,7 @@ def query_page(store: Store, sql: str, limit: int = PAGE_ROWS) -> QueryPage:
 def count_rows(store: Store, sql: str) -> int:
     """How many rows the last statement of `sql` returns (may take as long as the query)."""
     statements = check_read_only(sql)
-    with store.session() as con:
+    with _session(store) as con:
         try:
             for statement in statements[:-1]:
                 con.execute(statement)

@@ -1,0 +1,11 @@
+"""Noticing change without a screen: new log statements in the working tree, growing journals.
+
+The workbench watches these in background threads and turns them into messages; the
+functions here only observe files and compare, so a CLI or notebook can use them too.
+"""
+
+from engine.watch.journals import JournalTail
+from engine.watch.pending import PendingStatements, pending_statements
+from engine.watch.scripts import ScriptWatcher
+
+__all__ = ["JournalTail", "PendingStatements", "ScriptWatcher", "pending_statements"]

@@ -1,0 +1,38 @@
+"""Tell cheaply whether any run journal grew, without opening the database.
+
+A run recording in another terminal appends to its journal every ~50 ms. Polling the
+catalog every second would take DuckDB's write lock each time (ingestion writes), so the
+workbench first compares the journal folder's names and sizes, as Toolong tails a file:
+only when something is new does it read the store.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from engine import project as projects
+from engine.journal import SUFFIX
+
+
+class JournalTail:
+    def __init__(self, project: Path) -> None:
+        self.folder = projects.journal_dir(project)
+        self._seen: dict[str, int] | None = None
+
+    def changed(self) -> bool:
+        """True when a journal appeared or grew since the last call (the first call: True)."""
+        sizes: dict[str, int] = {}
+        try:
+            with os.scandir(self.folder) as entries:
+                for entry in entries:
+                    if entry.name.endswith(SUFFIX):
+                        try:
+                            sizes[entry.name] = entry.stat().st_size
+                        except FileNotFoundError:
+                            continue
+        except FileNotFoundError:
+            pass
+        changed = sizes != self._seen
+        self._seen = sizes
+        return changed
