@@ -92,7 +92,7 @@ class Run:
                 "run_id": self.run_id,
                 "script": self.script,
                 "argv": list(cli_args.ORIGINAL_ARGV),
-                "cwd": os.getcwd(),
+                "cwd": _relative(Path(os.getcwd()), self.project),  # replays map it
                 "host": socket.gethostname(),
                 "pid": pid,
                 "pid_ticks": processes.start_ticks(pid),

@@ -158,16 +158,19 @@ def _prepare(plan: Plan, workdir: Path) -> list[_Task]:
 
 
 def _mapped_cwd(project: Path, code_dir: Path, cwd: str | None) -> Path:
-    """The run's working directory inside the materialised copy, when it was in the project."""
-    if cwd:
+    """The run's working directory inside the materialised copy, when it was in the project
+    (recorded relative to it; older records hold an absolute path)."""
+    if not cwd:
+        return code_dir
+    path = Path(cwd)
+    if path.is_absolute():
         try:
-            relative = Path(cwd).resolve().relative_to(project.resolve())
+            path = path.resolve().relative_to(project.resolve())
         except ValueError:
-            return Path(cwd) if Path(cwd).is_dir() else code_dir
-        target = code_dir / relative
-        target.mkdir(parents=True, exist_ok=True)
-        return target
-    return code_dir
+            return path if path.is_dir() else code_dir
+    target = code_dir / path
+    target.mkdir(parents=True, exist_ok=True)
+    return target
 
 
 def _link_missing(source: Path, target: Path, depth: int = 3) -> None:

@@ -313,7 +313,13 @@ def _propagate(project: Path, version: str, script: str, new_source: str, names)
     available = {s.name for s in find_log_statements(new_source)}
     missing = [n for n in names if n not in available]
     if missing:
-        return f"no flor.log statement named {', '.join(missing)} in today's {script}"
+        hint = (
+            ""
+            if available
+            else " (florwb finds log calls through the name the script imports florwb as, "
+            "e.g. `import florwb as flor`)"
+        )
+        return f"no flor.log statement named {', '.join(missing)} in today's {script}{hint}"
     try:
         return propagate(new_source, old.decode("utf-8", errors="replace"), names)
     except PropagationError as exc:

@@ -190,10 +190,13 @@ _OPENING = threading.Lock()
 def _session(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
     """`store.session()`, opened one thread at a time: on a catalog that does not exist yet,
     two threads creating the schema at once hit DuckDB's write-write conflict. Queries
-    still run concurrently once the sessions are open."""
+    still run concurrently once the sessions are open. No progress bar (see below)."""
     with ExitStack() as stack:
         with _OPENING:
             con = stack.enter_context(store.session())
+        # DuckDB draws a progress bar on stdout for queries over 2 s: on a full-screen
+        # terminal app that would scribble over the screen
+        con.execute("SET enable_progress_bar = false")
         yield con
 
 
@@ -292,42 +295,81 @@ def _metrics(con: duckdb.DuckDBPyConnection) -> list[MetricInfo]:
     return [MetricInfo(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
 
 
+SAMPLE_ROWS = 400  # per run: enough for a smooth sparkline of SERIES_POINTS points
+
+
 def _series(
     con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POINTS
 ) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Per run, the recorded values of `name` averaged into at most `points` buckets, and the
-    last value. One scan of the name's rows: a row's bucket is its place in the run's whole
-    log sequence (`seq` over the run's row count from name_stats), which tracks progress
-    through the run without a first pass for bounds or a sort."""
+    exact last value.
+
+    A row's bucket is its place in the run's log sequence (`seq` over the run's row count in
+    name_stats), which tracks progress through the run without a pass for bounds or a sort.
+    A name logged every step (millions of rows) is averaged over a hash sample of about
+    SAMPLE_ROWS rows per run, picked in the scan itself; runs with few rows keep them all.
+    """
     key = _name_key(con, name)
     if key is None:
         return {}, {}
+    stats = con.execute(
+        "SELECT run_key, sum(n) AS total, sum(n) FILTER (WHERE name_key = ?) AS mine "
+        "FROM name_stats WHERE source_key = 0 GROUP BY run_key",
+        [key],
+    ).fetchall()
+    totals = {run_key: int(total) for run_key, total, mine in stats if mine}
+    largest = max((int(mine) for _k, _t, mine in stats if mine), default=0)
+    modulus = max(largest // SAMPLE_ROWS, 1)
+    sample = ""
+    if modulus > 1:
+        small = [k for k, _t, mine in stats if mine and int(mine) < SAMPLE_ROWS * modulus]
+        keep_all = f" OR run_key IN ({', '.join(map(str, small))})" if small else ""
+        sample = f" AND (hash(seq) % {modulus} = 0{keep_all})"
+    con.register(
+        "florwb_totals",
+        _frame({"run_key": list(totals), "total": list(totals.values())}),
+    )
     rows = con.execute(
         f"""
-        WITH totals AS (SELECT run_key, sum(n) AS n FROM name_stats WHERE source_key = 0
-                        GROUP BY run_key)
-        SELECT l.run_key, CAST(l.seq * {int(points)} // t.n AS INTEGER) AS bucket,
-               avg(l.value) FILTER (WHERE isfinite(l.value)), arg_max(l.value, l.seq)
-        FROM log_rows l JOIN totals t ON t.run_key = l.run_key
-        WHERE l.name_key = ? AND l.source_key = 0 AND l.vtype <= 2
-        GROUP BY GROUPING SETS ((l.run_key, bucket), (l.run_key))
+        SELECT s.run_key, CAST(s.seq * {int(points)} // t.total AS INTEGER) AS bucket,
+               avg(s.value) FILTER (WHERE isfinite(s.value)), arg_max(s.value, s.seq)
+        FROM (SELECT run_key, seq, value FROM log_rows
+              WHERE name_key = ? AND source_key = 0 AND vtype <= 2{sample}) s
+        JOIN florwb_totals t ON t.run_key = s.run_key
+        GROUP BY ALL
         """,
         [key],
     ).fetchall()
+    con.unregister("florwb_totals")
     run_ids = dict(con.execute("SELECT run_key, run_id FROM runs").fetchall())
     buckets: dict[str, list[tuple[int, float]]] = {}
     last: dict[str, float] = {}
+    tail: dict[str, int] = {}
     for run_key, bucket, mean, final in rows:
         run_id = run_ids.get(run_key)
         if run_id is None:
             continue
-        if bucket is None:
-            if final is not None:
-                last[run_id] = final
-        else:
-            buckets.setdefault(run_id, []).append((bucket, _nan(mean)))
+        buckets.setdefault(run_id, []).append((bucket, _nan(mean)))
+        if final is not None and bucket >= tail.get(run_id, -1):
+            tail[run_id], last[run_id] = bucket, final
+    if sample:  # the sample may miss the very last row: ask for it exactly
+        last = {
+            run_ids[k]: v
+            for k, v in con.execute(
+                "SELECT run_key, arg_max(value, seq) FROM log_rows "
+                "WHERE name_key = ? AND source_key = 0 AND vtype <= 2 GROUP BY run_key",
+                [key],
+            ).fetchall()
+            if k in run_ids and v is not None
+        }
     series = {run_id: [v for _b, v in sorted(pairs)] for run_id, pairs in buckets.items()}
     return series, last
+
+
+def _frame(columns: dict[str, list]):
+    import pandas as pd
+
+    return pd.DataFrame(columns)
 
 
 def _name_key(con: duckdb.DuckDBPyConnection, name: str) -> int | None:

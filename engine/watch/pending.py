@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine import project as projects
-from engine import versions
-from engine.propagate import PropagationError, find_log_statements
 
 
 @dataclass(frozen=True)
@@ -28,6 +26,9 @@ class PendingStatements:
 
 def pending_statements(project: Path, script: str, version: str | None) -> PendingStatements:
     """Compare `project/script` on disk with the same file in recorded `version`."""
+    # libcst is slow to import: load it here, in the caller's worker thread, not at startup
+    from engine.propagate import PropagationError, find_log_statements
+
     path = project / script
     try:
         current = path.read_text(encoding="utf-8")
@@ -43,7 +44,7 @@ def pending_statements(project: Path, script: str, version: str | None) -> Pendi
         lines.setdefault(s.name, s.line)
     recorded: set[str] = set()
     if version:
-        old = _recorded_source(project, version, script)
+        old = recorded_source(project, version, script)
         if old is not None:
             try:
                 recorded = {s.name for s in find_log_statements(old)}
@@ -53,7 +54,10 @@ def pending_statements(project: Path, script: str, version: str | None) -> Pendi
     return PendingStatements(script, version, new, names, None, lines)
 
 
-def _recorded_source(project: Path, version: str, script: str) -> str | None:
+def recorded_source(project: Path, version: str, script: str) -> str | None:
+    """The text of `script` as `version` recorded it; None when it is not in the snapshot."""
+    from engine import versions
+
     try:
         data = versions.read_file(projects.store_dir(project), version, script)
     except versions.VersionError:
