@@ -94,6 +94,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     except DemoError as exc:
         raise CommandError(str(exc)) from None
     print(f"demo project ready in {folder}", file=sys.stderr)
+    if not args.no_ui:
+        from florwb.cli_app import open_workbench
+
+        return open_workbench(folder)
     from engine.store import Store
 
     runs = Store(folder).runs()
@@ -111,7 +115,10 @@ def _args_text(values: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="florwb", description="Hindsight logging workbench for model training."
+        prog="florwb",
+        usage="florwb [PATH] | florwb COMMAND ...",
+        description="Hindsight logging workbench for model training. "
+        "`florwb [PATH]` opens the workbench on the project containing PATH.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -143,10 +150,19 @@ def main(argv: list[str] | None = None) -> int:
     from engine.store import StoreBusy, StoreError
 
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    if not argv or (argv[0] not in commands and not argv[0].startswith("-")):
+        if len(argv) > 1:
+            parser.error(f"unknown command {argv[0]!r}")
+        path = Path(argv[0] if argv else ".")
+        if not path.exists():
+            print(f"florwb: {path}: no such file or folder", file=sys.stderr)
+            return 1
+        from florwb.cli_app import open_workbench  # `florwb [PATH]`: the workbench
+
+        return open_workbench(path)
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
     try:
         return args.func(args)
     except (StoreError, StoreBusy, CommandError, ReplayCommandError) as exc:
