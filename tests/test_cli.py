@@ -1,0 +1,24 @@
+"""The command-line contract: exit codes and one-line errors for expected mistakes."""
+
+from __future__ import annotations
+
+from conftest import florwb
+
+
+def test_usage_errors_and_missing_paths(tmp_path):
+    missing = florwb(tmp_path, str(tmp_path / "nowhere"), check=False)
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == f"florwb: {tmp_path / 'nowhere'}: no such file or folder"
+    bogus = florwb(tmp_path, "bogus", "extra", check=False)
+    assert bogus.returncode == 2 and "unknown command 'bogus'" in bogus.stderr
+    empty = florwb(tmp_path, str(tmp_path), check=False)  # a folder with no runs
+    assert empty.returncode == 1 and "no recorded runs" in empty.stderr
+    assert "Traceback" not in missing.stderr + bogus.stderr + empty.stderr
+    bad_workers = florwb(tmp_path, "replay", "x", "--workers", "0", check=False)
+    assert bad_workers.returncode == 1 and "--workers must be at least 1" in bad_workers.stderr
+
+
+def test_help_lists_every_command(tmp_path):
+    out = florwb(tmp_path, "--help").stdout
+    for command in ("runs", "query", "dataframe", "replay", "propagate", "instrument", "demo"):
+        assert command in out
