@@ -211,7 +211,7 @@ def _facts(con: duckdb.DuckDBPyConnection, run_id: str) -> _Facts:
         outer_column = _outer_column(con, main)
         if outer_column:
             for iteration, seconds in con.execute(
-                f'SELECT "{outer_column}", sum(wait_s + coalesce(iter_s, 0)) FROM iterations '
+                f"SELECT {quote(outer_column)}, sum(wait_s + coalesce(iter_s, 0)) FROM iterations "
                 "WHERE run_id = ? AND source = 'record' AND depth = 1 GROUP BY 1",
                 [run_id],
             ).fetchall():
