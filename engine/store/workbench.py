@@ -23,7 +23,6 @@ import duckdb
 from engine.journal import ENTRY_SHIFT
 from engine.store.db import StoreError
 from engine.store.read import READ_ONLY_STATEMENTS, Store
-from engine.store.schema import RECORDED
 
 SERIES_POINTS = 24
 DETAIL_POINTS = 40
@@ -637,7 +636,6 @@ def first_line(exc: BaseException) -> str:
 
 
 __all__ = [
-    "RECORDED",
     "CheckpointRow",
     "History",
     "LiveRun",

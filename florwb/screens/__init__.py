@@ -1,0 +1,2 @@
+"""Screens and tab panes of the workbench: history, statements, replay, query, run detail,
+and the modals (replay plan, help, errors)."""

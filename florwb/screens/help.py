@@ -1,0 +1,73 @@
+"""`?`: every key of the workbench, generated from the key table (florwb.workbench.keys),
+so the help can never list a key that does not work or miss one that does."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from florwb.workbench import keys
+
+
+def key_label(app, key: keys.Key) -> str:
+    """How the keys of one entry read, e.g. `j / ↓`."""
+    shown = []
+    for name in key.keys.split(","):
+        name = name.strip()
+        shown.append(app.get_key_display(Binding(name if len(name) > 1 else name, key.action)))
+    return " / ".join(dict.fromkeys(shown))
+
+
+def help_renderable(app) -> Group:
+    parts = []
+    for scope, (title, _selector, _tab) in keys.SCOPES.items():
+        table = Table(box=None, padding=(0, 1), show_header=False, expand=True)
+        table.add_column(style="bold cyan", width=13, no_wrap=True)
+        table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
+        table.add_column(style="dim", no_wrap=True, width=20)
+        for key in keys.KEYS[scope]:
+            table.add_row(key_label(app, key), key.description, key.id)
+        parts.extend([Text(title, "bold underline"), table, Text("")])
+    parts.append(
+        Text(
+            "Mouse: click rows, tabs and footer keys; wheel scrolls. "
+            "The command palette (ctrl+p) lists every action above.",
+            "dim",
+        )
+    )
+    return Group(*parts)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "close", "Close", id="help.close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Vertical { width: 80; max-width: 100%; height: 100%; border: thick $primary;
+        background: $surface; }
+    HelpScreen #help-title { text-style: bold; padding: 0 1; }
+    HelpScreen VerticalScroll { padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static("Keys (esc closes; j/k or wheel scroll)", id="help-title")
+            with VerticalScroll(id="help-scroll"):
+                yield Static(help_renderable(self.app), id="help-body")
+
+    def on_mount(self) -> None:
+        self.query_one("#help-scroll").focus()
+
+    def key_j(self) -> None:
+        self.query_one("#help-scroll", VerticalScroll).scroll_down(animate=False)
+
+    def key_k(self) -> None:
+        self.query_one("#help-scroll", VerticalScroll).scroll_up(animate=False)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,164 @@
+"""The replay plan: what a replay would re-execute and how long it should take, shown
+before anything runs. Planning (propagating the statements into each version, reading the
+recorded timings) happens in a worker; +/- re-plans for another number of workers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+from florwb.workbench import format as fmt
+from florwb.workbench import keys
+
+MAX_WORKERS = 16
+
+
+@dataclass
+class PlanReady(Message):
+    """The planner's answer (a Plan, or why there is none) for request `serial`."""
+
+    plan: Any | None
+    error: str | None
+    serial: int
+
+
+class ReplayPlanScreen(ModalScreen[Any]):
+    """Shows what a replay would do and how long it should take; returns the Plan to run."""
+
+    BINDINGS = keys.bindings("plan")
+    DEFAULT_CSS = """
+    ReplayPlanScreen { align: center middle; }
+    ReplayPlanScreen > Vertical { width: 78; max-width: 100%; height: auto; max-height: 100%;
+        border: thick $accent; background: $surface; padding: 0 1; }
+    ReplayPlanScreen #plan-title { text-style: bold; }
+    ReplayPlanScreen #plan-body { height: auto; max-height: 14; }
+    ReplayPlanScreen #plan-estimate { margin-top: 1; }
+    ReplayPlanScreen Horizontal { height: 3; align-horizontal: right; }
+    ReplayPlanScreen Button { margin-left: 1; }
+    """
+
+    def __init__(
+        self, project: Path, names: Sequence[str], where: str | None, workers: int
+    ) -> None:
+        super().__init__()
+        self.project = project
+        self.names = list(names)
+        self.where = where
+        self.n_workers = workers
+        self.plan: Any | None = None
+        self.serial = 0
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(f"Replay plan: {', '.join(self.names)}", id="plan-title", markup=False)
+            with VerticalScroll(id="plan-body"):
+                yield Static(
+                    "Planning… (propagating the statements into each version)", id="plan-table"
+                )
+            yield Static(id="plan-estimate")
+            with Horizontal():
+                yield Button("Start ⏎", id="plan-start", variant="success", disabled=True)
+                yield Button("Close esc", id="plan-close")
+
+    def on_mount(self) -> None:
+        self._replan()
+
+    def _replan(self) -> None:
+        self.serial += 1
+        self.query_one("#plan-start", Button).disabled = True
+        self._plan(self.serial, self.n_workers)
+
+    @work(thread=True, exclusive=True, group="plan")
+    def _plan(self, serial: int, workers: int) -> None:
+        from engine.replay import PlanError, plan_replay
+
+        try:
+            plan = plan_replay(self.project, self.names, where=self.where, workers=workers)
+        except PlanError as exc:
+            self.post_message(PlanReady(None, str(exc), serial))
+            return
+        except Exception as exc:
+            self.post_message(PlanReady(None, f"{type(exc).__name__}: {exc}", serial))
+            return
+        self.post_message(PlanReady(plan, None, serial))
+
+    @on(PlanReady)
+    def _planned(self, planned: PlanReady) -> None:
+        planned.stop()
+        if planned.serial != self.serial:
+            return
+        table = self.query_one("#plan-table", Static)
+        estimate = self.query_one("#plan-estimate", Static)
+        if planned.error:
+            self.plan = None
+            table.update(Text(f"Cannot replay: {planned.error}", "bold red"))
+            estimate.update("")
+            return
+        plan = planned.plan
+        self.plan = plan
+        table.update(plan_table(plan))
+        ready = plan.ready()
+        line = Text()
+        line.append(f"estimate {fmt.duration(plan.estimate_s)}", "bold")
+        line.append(f" with {plan.workers} worker{'s' if plan.workers != 1 else ''} (+/-)")
+        line.append(f" · {len(ready)} of {len(plan.runs)} runs to replay")
+        segments = sum(len(r.segments) for r in ready)
+        line.append(f" · {segments} segments")
+        estimate.update(line)
+        self.query_one("#plan-start", Button).disabled = not ready
+        if ready:
+            self.query_one("#plan-start", Button).focus()
+
+    def action_start(self) -> None:
+        if self.plan is not None and self.plan.ready():
+            self.dismiss(self.plan)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def action_workers(self, step: int) -> None:
+        workers = max(1, min(MAX_WORKERS, self.n_workers + step))
+        if workers != self.n_workers:
+            self.n_workers = workers
+            self._replan()
+
+    @on(Button.Pressed, "#plan-start")
+    def _start(self) -> None:
+        self.action_start()
+
+    @on(Button.Pressed, "#plan-close")
+    def _close(self) -> None:
+        self.action_close()
+
+
+def plan_table(plan: Any) -> Table:
+    table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold", expand=True)
+    table.add_column("run", no_wrap=True)
+    table.add_column("version", no_wrap=True)
+    table.add_column("mode", no_wrap=True)
+    table.add_column("seg", justify="right")
+    table.add_column("est.", justify="right", no_wrap=True)
+    table.add_column("status / notes", ratio=1, no_wrap=True, overflow="ellipsis")
+    for run in plan.runs:
+        style = {"ready": "green", "skip": "yellow", "done": "dim"}.get(run.status, "")
+        notes = run.reason or "; ".join(run.notes) or ""
+        table.add_row(
+            fmt.short_run(run.run_id),
+            fmt.short_version(run.version),
+            run.mode or "-",
+            str(len(run.segments)),
+            fmt.duration(run.estimate_s) if run.status == "ready" else "-",
+            Text.assemble((run.status, style), (f" {notes}" if notes else "", "dim")),
+        )
+    return table

@@ -1,0 +1,186 @@
+"""Regenerate screenshots/*.svg: every workbench screen and state, from the demo project.
+
+    python -m florwb.screenshots [OUTDIR] [--demo DIR] [--size 80x24]
+
+Builds the demo project in a temp folder (or copies DIR, an existing `florwb demo`
+folder), drives the real app headless through each state and saves an SVG of each with
+App.save_screenshot. The replay screenshots run a real replay of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+SCRIPT_WITH_NEW_STATEMENT = '            flor.log("loss", loss.item())'
+SLOW_RUN = """
+import time
+import florwb as flor
+
+for epoch in flor.loop("epoch", range(20)):
+    time.sleep(0.3)
+    flor.log("metric", epoch * 0.5)
+flor.commit()
+"""
+
+
+async def _until(pilot, check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await pilot.pause(0.1)
+        if check():
+            return
+    raise TimeoutError("the workbench did not reach the expected state")
+
+
+def _text(widget) -> str:
+    return str(getattr(widget, "content", ""))
+
+
+async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]:
+    from florwb.app import WorkbenchApp
+
+    saved: list[Path] = []
+    app = WorkbenchApp(project, poll_s=0.5)
+
+    async def shot(name: str, toasts: bool = False) -> None:
+        if not toasts:
+            app.clear_notifications()
+            await pilot.pause(0.2)
+        app.save_screenshot(f"{name}.svg", str(out))
+        saved.append(out / f"{name}.svg")
+        print(f"  {name}.svg", file=sys.stderr)
+
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await _until(pilot, lambda: app.history is not None and bool(app.pending))
+        await pilot.pause(0.5)
+        await shot("01-history")
+        await pilot.press("slash", *"lr=0.1")
+        await pilot.pause(0.3)
+        await shot("02-history-filter")
+        await pilot.press("escape")
+        await pilot.press("g", "j", "space", "m")
+        await pilot.pause(1.0)
+        await shot("03-history-marked-metric")
+        await pilot.press("m", "g", "j", "enter")
+        await _until(pilot, lambda: getattr(app.screen, "detail", None) is not None)
+        await pilot.pause(0.2)
+        await shot("04-run-detail")
+        await pilot.press("escape")
+        await pilot.press("2")
+        await _until(pilot, lambda: app.query_one("#statements-pane").data is not None)
+        await pilot.pause(0.3)
+        await shot("05-statements")
+
+        await pilot.press("1", "u", "r")  # no marks: replay every run
+        await _until(pilot, lambda: getattr(app.screen, "plan", None) is not None)
+        await pilot.pause(0.2)
+        await shot("06-replay-plan")
+        await pilot.press("enter")
+        pane = app.query_one("#replay-pane")
+        await _until(
+            pilot, lambda: any(s == "running" for _d, _t, s in pane.segments.values()), 120
+        )
+        await pilot.pause(1.5)
+        await shot("07-replay-progress")
+        await _until(pilot, lambda: not app.replay_running, 300)
+        await pilot.pause(1.0)
+        await shot("08-replay-finished")
+        await pilot.press("1")
+        await pilot.pause(1.0)
+        await shot("09-history-replayed")
+
+        script = project / "train.py"
+        script.write_text(
+            script.read_text().replace(
+                SCRIPT_WITH_NEW_STATEMENT,
+                SCRIPT_WITH_NEW_STATEMENT + '\n            flor.log("lr_now", lr)',
+            )
+        )
+        await _until(pilot, lambda: any("lr_now" in p.new for p in app.pending), 20)
+        await pilot.pause(0.5)
+        await shot("10-live-new-statement", toasts=True)
+
+        (project / "slow.py").write_text(SLOW_RUN)
+        proc = subprocess.Popen([sys.executable, "slow.py"], cwd=project)
+        try:
+            await _until(pilot, lambda: bool(app.query_one("#history-list").live), 60)
+            await pilot.pause(1.5)
+            await shot("11-live-recording-history")
+            await pilot.press("3")
+            await pilot.pause(1.0)
+            await shot("12-live-recording-replay-tab")
+        finally:
+            proc.wait(timeout=120)
+
+        await pilot.press("4")
+        query = app.query_one("#query-pane")
+        status = app.query_one("#query-status")
+        query.run_sql(
+            "SELECT run_id, list(value ORDER BY epoch, step) AS loss\n"
+            "FROM logs WHERE name = 'loss' GROUP BY run_id ORDER BY run_id"
+        )
+        await _until(pilot, lambda: "row" in _text(status))
+        await pilot.pause(0.3)
+        await shot("13-query-sparklines")
+        query.editor.load_text("SELECT range AS i, sqrt(range) AS root FROM range(2500000)")
+        query.run_sql(query.editor.text)
+        await _until(pilot, lambda: "2,500,000" in _text(status))
+        await pilot.pause(0.3)
+        await shot("14-query-truncated")
+        query.editor.load_text("SELECT run_id, nonsense FROM runs")
+        query.run_sql(query.editor.text)
+        await _until(pilot, lambda: type(app.screen).__name__ == "ErrorScreen")
+        await pilot.pause(0.3)
+        await shot("15-query-error")
+        await pilot.press("escape")
+
+        await pilot.press("question_mark")
+        await pilot.pause(0.5)
+        await shot("16-help")
+        await pilot.press("escape")
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.5)
+        await pilot.press(*"replay")
+        await pilot.pause(0.5)
+        await shot("17-command-palette")
+        await pilot.press("escape")
+        app.theme = "textual-light"
+        await pilot.press("1")
+        await pilot.pause(0.5)
+        await shot("18-theme-light")
+    return saved
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m florwb.screenshots", description=__doc__)
+    parser.add_argument("outdir", nargs="?", default="screenshots", type=Path)
+    parser.add_argument("--demo", type=Path, help="an existing demo folder to copy")
+    parser.add_argument("--size", default="80x24", help="terminal size, e.g. 80x24")
+    args = parser.parse_args(argv)
+    width, height = (int(n) for n in args.size.lower().split("x"))
+    args.outdir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="florwb-shots-") as scratch:
+        project = Path(scratch) / "demo"
+        if args.demo:
+            shutil.copytree(args.demo, project, symlinks=True)
+        else:
+            from florwb.demo.build import build_demo
+
+            print("building the demo project…", file=sys.stderr)
+            build_demo(project, progress=lambda line: print(f"  {line}", file=sys.stderr))
+        print(f"writing screenshots to {args.outdir}/", file=sys.stderr)
+        saved = asyncio.run(capture(project, args.outdir.resolve(), (width, height)))
+    print(f"{len(saved)} screenshots in {args.outdir}/", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Widgets of the workbench: the fast version-history list, sparklines, results table."""

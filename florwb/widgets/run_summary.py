@@ -1,0 +1,119 @@
+"""The pane under the version history: what the highlighted run or version is, at a glance.
+
+It is rebuilt from data the history already holds (no query), so moving the cursor
+updates it within a frame even on a project with a thousand runs.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+from textual.widgets import Static
+
+from engine.store.workbench import RunRow
+from engine.watch import PendingStatements
+from florwb.widgets.history_list import HistoryRow, run_status
+from florwb.widgets.sparkline import sparkline
+from florwb.workbench import format as fmt
+
+DATA_WAIT_HINT = 0.2
+
+
+def data_wait_hint(share: float | None) -> str | None:
+    if share is None or share <= DATA_WAIT_HINT:
+        return None
+    return (
+        f"hint: waited on the data iterator {share:.0%} of loop time; "
+        "try more DataLoader workers or prefetching"
+    )
+
+
+class RunSummary(Static):
+    """Two to four lines about the highlighted row; `shown_key` says which row it shows."""
+
+    shown_key: str | None = None
+
+    def show(
+        self,
+        row: HistoryRow | None,
+        *,
+        metric: str | None,
+        series: list[float] | None,
+        last: float | None,
+        pending: list[PendingStatements],
+        live: str | None = None,
+    ) -> None:
+        self.shown_key = row.key if row is not None else None
+        if row is None:
+            self.update("No runs recorded yet. Run a training script that imports florwb.")
+        elif row.run is not None:
+            self.update(self._run(row.run, metric, series, last, live))
+        else:
+            self.update(self._version(row, pending))
+
+    def _run(
+        self,
+        run: RunRow,
+        metric: str | None,
+        series: list[float] | None,
+        last: float | None,
+        live: str | None,
+    ) -> Group:
+        status = run_status(run)
+        head = Text()
+        head.append(f"run {run.run_id}", "bold")
+        head.append(
+            f"  {fmt.STATUS_ICONS.get(status, '?')} {status}", fmt.STATUS_STYLES.get(status, "")
+        )
+        if run.exception:
+            head.append(f" ({run.exception})", "red")
+        if live:
+            head.append(f" {live}", "yellow")
+        head.append(f" · {fmt.duration(run.duration_s)} · version {fmt.short_version(run.version)}")
+        head.append(f" · {run.script or '?'}")
+        lines = [head]
+        lines.append(Text.assemble(("args  ", "dim"), fmt.args_text(run.args) or "none"))
+        if metric and series:
+            spark = Text.assemble(
+                (f"{metric}  ", "dim"),
+                (sparkline(series, 32), "cyan"),
+                f"  last {fmt.number(last)}",
+            )
+            finite = [v for v in series if v == v]
+            if finite:
+                spark.append(f"  min {fmt.number(min(finite))}  max {fmt.number(max(finite))}")
+            lines.append(spark)
+        facts = [
+            f"{run.n_logs:,} logs",
+            f"{run.n_checkpoints} checkpoints",
+            f"data wait {fmt.percent(run.data_wait_share)}",
+        ]
+        if run.replays:
+            facts.append(
+                f"replayed by {len(run.replays)} replay" + ("s" if len(run.replays) > 1 else "")
+            )
+        lines.append(Text(" · ".join(facts) + "   ⏎ details", "dim"))
+        hint = data_wait_hint(run.data_wait_share)
+        if hint:
+            lines.append(Text(hint, "yellow"))
+        return Group(*lines)
+
+    def _version(self, row: HistoryRow, pending: list[PendingStatements]) -> Group:
+        head = Text()
+        head.append(f"version {row.version or '(none)'}", "bold")
+        lines = [head]
+        facts = [fmt.plural(row.n_runs, "run")]
+        if row.info is not None:
+            facts.append(f"first seen {fmt.clock(row.info.first_seen)}")
+            files = fmt.plural(row.info.n_files or 0, "file")
+            facts.append(f"{files}, {fmt.size(row.info.n_bytes)}")
+        lines.append(Text(" · ".join(facts)))
+        new = [n for p in pending for n in p.new]
+        if new:
+            lines.append(
+                Text(
+                    f"working tree has log statements not recorded yet: {', '.join(new)}", "yellow"
+                )
+            )
+        lines.append(Text("⏎ log-statement diff · ␣ mark to compare versions", "dim"))
+        return Group(*lines)

@@ -1,0 +1,141 @@
+"""Fixtures for the workbench's Pilot tests: the real demo project, built once per session
+and copied per test (with its .git and .florwb), and helpers that read the screen as text.
+
+Imported by tests/test_app*.py (`from conftest_app import ...`); pytest puts tests/ on
+sys.path because the folder is not a package. Plain functions, not fixtures, so no plugin
+registration is needed: each test module declares its own three-line `demo` fixture.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from textual.app import App
+from textual.pilot import Pilot
+
+from engine.store import Store
+from florwb.app import WorkbenchApp
+from florwb.demo.build import build_demo
+
+SIZE = (80, 24)
+ROOT = Path(__file__).resolve().parents[1]
+# What records the demo: a change here means the cached demo must be rebuilt.
+RECORDING_CODE = (
+    "florwb/demo/*.py",
+    "florwb/__init__.py",
+    "engine/*.py",
+    "engine/record/*.py",
+    "engine/versions/*.py",
+    "engine/store/db.py",
+    "engine/store/ingest.py",
+    "engine/store/read.py",
+    "engine/store/schema.py",
+)
+RUN_LINE = re.compile(r"^  [ *]\S \d\d-\d\d \d\d:\d\d ")
+
+
+def _code_hash() -> str:
+    """Changes whenever the demo or the engine that recorded it changes."""
+    digest = hashlib.sha256()
+    for path in sorted(p for pattern in RECORDING_CODE for p in ROOT.glob(pattern)):
+        digest.update(str(path.relative_to(ROOT)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@functools.cache
+def demo_source() -> Path:
+    """The demo project (4 runs over 2 versions, one pending statement), built once and
+    kept in the temp folder keyed by the code that made it, so reruns skip the ~40 s build."""
+    cache = Path(tempfile.gettempdir()) / "florwb-test-demo"
+    folder = cache / _code_hash()
+    if (folder / ".florwb").is_dir():
+        return folder
+    cache.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=cache, prefix="build-")) / "demo"
+    build_demo(scratch)
+    Store(scratch).ingest()  # the copies then start with every journal already ingested
+    try:
+        scratch.rename(folder)
+    except OSError:  # another session finished first: use theirs
+        shutil.rmtree(scratch, ignore_errors=True)
+    shutil.rmtree(scratch.parent, ignore_errors=True)
+    return folder
+
+
+def copy_demo(tmp_path: Path) -> Path:
+    """A private copy of the demo project (with .git and .florwb) for one test. Each test
+    module wraps this in its own `demo` fixture."""
+    target = tmp_path / "demo"
+    shutil.copytree(demo_source(), target, symlinks=True)
+    return target
+
+
+def screen_text(app: App) -> str:
+    """What the terminal shows now, as plain text (the compositor's full frame)."""
+    width, height = app.size
+    console = Console(
+        width=width,
+        height=height,
+        file=io.StringIO(),
+        force_terminal=True,
+        color_system=None,
+        record=True,
+        legacy_windows=False,
+    )
+    update = app.screen._compositor.render_update(
+        full=True, screen_stack=app._background_screens, simplify=True
+    )
+    console.print(update)
+    return console.export_text()
+
+
+async def wait_for(
+    pilot: Pilot,
+    condition: Callable[[str], bool],
+    timeout: float = 30.0,
+    what: str = "condition",
+) -> str:
+    """Pause until `condition(screen text)` holds; fail with the last screen otherwise.
+    Generous timeouts: the machine running CI may be busy; a passing wait returns at once."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        await pilot.pause(0.05)
+        text = screen_text(pilot.app)
+        if condition(text):
+            return text
+    raise AssertionError(f"timed out waiting for {what}; screen was:\n{text}")
+
+
+async def wait_until(pilot: Pilot, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await pilot.pause(0.05)
+        if predicate():
+            return
+    raise AssertionError(f"timed out; screen was:\n{screen_text(pilot.app)}")
+
+
+def run_lines(text: str) -> list[str]:
+    """The history's run lines on screen."""
+    return [line for line in text.splitlines() if RUN_LINE.match(line)]
+
+
+def make_app(project: Path, **kwargs) -> WorkbenchApp:
+    kwargs.setdefault("poll_s", 0.25)
+    return WorkbenchApp(project, **kwargs)
+
+
+async def loaded(pilot: Pilot) -> str:
+    """Wait for the first complete frame: the history is listed."""
+    return await wait_for(pilot, lambda t: "version " in t and "▾" in t, what="the history")

@@ -1,0 +1,114 @@
+"""Workbench: log-statement diff and live watch of the working tree (issue 4, points 3-4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for
+
+from engine import versions
+from engine.propagate import statement_matrix
+from engine.store import Store
+from florwb.workbench.format import short_version
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Path:
+    return copy_demo(tmp_path)
+
+
+def _versions(project: Path) -> list[str]:
+    frame = Store(project).query("SELECT version FROM versions ORDER BY first_seen")
+    return list(frame["version"])
+
+
+def _matrix_line(text: str, name: str) -> str:
+    return next(line for line in text.splitlines() if line.strip().startswith(name + " "))
+
+
+async def test_matrix_of_statements_by_version_and_code_diff(demo: Path):
+    old, new = _versions(demo)
+    sources = {v: versions.read_file(demo / ".florwb", v, "train.py").decode() for v in (old, new)}
+    sources["tree"] = (demo / "train.py").read_text()
+    expected = statement_matrix(sources, "tree")
+    app = make_app(demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("2")
+        text = await wait_for(pilot, lambda t: "weight_norm" in t and "diff" in t, what="matrix")
+        assert f"{short_version(old)} (2)" in text and f"{short_version(new)} (2)" in text
+        assert "working tree" in text
+        row = _matrix_line(text, "weight_norm")
+        assert row.count("→") == 2  # propagatable into both recorded versions
+        assert expected.cell("weight_norm", old).status == "propagatable"
+        assert f"→ L{expected.cell('weight_norm', new).line}" in row
+        assert "● L" in row  # present in the working tree
+        loss = _matrix_line(text, "loss")
+        assert loss.count("● L") == 3  # recorded everywhere
+        # the diff of the newest version against the working tree highlights the new line
+        assert "+++ train.py @ working tree" in text
+        added = next(line for line in text.splitlines() if "weight_norm" in line and "◆+" in line)
+        assert added
+        # moving the cursor explains the cell
+        await pilot.press("down")  # second statement row
+        text = screen_text(app)
+        assert " in version " in text or " in working tree" in text
+
+
+async def test_cannot_place_shows_the_reason_and_marked_version_is_the_base(demo: Path):
+    script = demo / "train.py"
+    code = script.read_text().replace(
+        '        flor.log("acc", evaluate(model))',
+        '        flor.log("acc", evaluate(model))\n        flor.log("momentum_used", momentum)',
+    )
+    script.write_text(code)
+    old, new = _versions(demo)
+    app = make_app(demo, watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        # mark the old version in the history, then compare against it
+        await pilot.press("G")
+        while app.query_one("#history-list").current.kind != "version":
+            await pilot.press("k")
+        await pilot.press("space")
+        assert app.marked_versions == {old}
+        await pilot.press("2")
+        text = await wait_for(pilot, lambda t: "momentum_used" in t, what="matrix")
+        row = _matrix_line(text, "momentum_used")
+        assert "✗ no" in row  # v1 has no momentum: cannot place
+        table = app.query_one("#matrix")
+        table.move_cursor(
+            row=list(app.query_one("#statements-pane").data.names).index("momentum_used"), column=1
+        )
+        text = await wait_for(pilot, lambda t: "cannot place:" in t, what="reason")
+        assert "momentum" in text
+        table.move_cursor(column=2)
+        await pilot.press("b")
+        text = await wait_for(
+            pilot, lambda t: f"→ version {short_version(old)}" in t, what="marked base"
+        )
+        assert f"diff version {short_version(new)}" in text
+
+
+async def test_saving_a_new_log_statement_is_noticed_and_offers_a_replay(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="first pending statement")
+        await pilot.pause(0.3)  # the observer is running
+        script = demo / "train.py"
+        code = script.read_text().replace(
+            '            flor.log("loss", loss.item())',
+            '            flor.log("loss", loss.item())\n            flor.log("lr_now", lr)',
+        )
+        script.write_text(code)  # "another terminal" saves the script
+        # the watcher (not the journal poll: no journal changed) brings it within a second
+        # on an idle machine; the wait is generous for busy CI machines
+        text = await wait_for(pilot, lambda t: "lr_now" in t, timeout=20, what="new statement")
+        assert "r: replay past runs" in text
+        # the offer is real: r opens the replay plan for both new statements
+        await pilot.press("r")
+        text = await wait_for(pilot, lambda t: "Replay plan" in t, what="plan")
+        assert "weight_norm" in text and "lr_now" in text
+        await pilot.press("escape")
