@@ -47,6 +47,8 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
     files = sorted(journal_dir.glob(f"*{journal.SUFFIX}"))
     if not files:
         return report
+    # Rows carry their own order (seq); letting DuckDB write them in parallel is faster.
+    con.execute("SET preserve_insertion_order = false")
     states = {
         row[0]: row[1:]
         for row in con.execute(
@@ -68,6 +70,7 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
         except (duckdb.Error, ValueError, TypeError, KeyError, EOFError) as exc:
             _rollback(con)
             report.errors.append(f"{path.name}: {str(exc).splitlines()[0]}")
+    con.execute("SET preserve_insertion_order = true")
     return report
 
 
@@ -391,9 +394,12 @@ def _insert_logs(con, keys: _Keys, blocks: list, first_seq: int) -> int:
         "seq": np.arange(first_seq, first_seq + n, dtype=np.int64),
         "name_key": np.fromiter(map(index.__getitem__, names), dtype=np.int32, count=n),
         "value": cols["value"],
-        "vtype": cols["vtype"],
         "ctx_id": np.fromiter(chain.from_iterable(u[2] for u in unpacked), np.int64, n),
     }
+    vtype_sql = "0::UTINYINT"  # all floats, the usual case: a constant, not a column to copy
+    if cols["vtype"].any():
+        frame["vtype"] = cols["vtype"]
+        vtype_sql = "b.vtype"
     value_sql = "b.value"
     if cols["nan"] is not None:  # pandas NaN means NULL to DuckDB: keep logged NaNs apart
         frame["nan"] = cols["nan"]
@@ -405,12 +411,12 @@ def _insert_logs(con, keys: _Keys, blocks: list, first_seq: int) -> int:
     con.register("florwb_logs", pd.DataFrame(frame))
     con.execute(
         f"INSERT INTO log_rows SELECT ?, ?, b.seq, b.name_key, {value_sql}, {text_sql}, "
-        f"b.vtype, b.ctx_id FROM florwb_logs b",
+        f"{vtype_sql}, b.ctx_id FROM florwb_logs b",
         [keys.run_key, keys.source_key],
     )
     con.execute(
         "INSERT INTO name_stats SELECT ?, ?, b.name_key, coalesce(e.path, ''), count(*), "
-        "sum((b.vtype <= 2)::INT), sum((b.vtype IN (1, 2))::INT) FROM florwb_logs b "
+        f"sum(({vtype_sql} <= 2)::INT), sum(({vtype_sql} IN (1, 2))::INT) FROM florwb_logs b "
         "LEFT JOIN loop_entries e ON e.run_key = ? AND e.source_key = ? AND "
         f"e.entry_id = b.ctx_id >> {journal.ENTRY_SHIFT} GROUP BY ALL ON CONFLICT DO UPDATE "
         "SET n = n + excluded.n, n_numeric = n_numeric + excluded.n_numeric, "

@@ -244,11 +244,13 @@ def _aggregate(
     else:
         values, coord_cols, value_cols = {}, "", ""
         select = "SELECT run_key FROM runs"
+    con.execute("SET preserve_insertion_order = false")  # the ORDER BY below decides order
     frame = con.execute(
         f"SELECT p.position{coord_cols}{value_cols} FROM ({select}) x JOIN (SELECT run_key, "
         f"row_number() OVER (ORDER BY start_time, run_key) - 1 AS position FROM runs) p "
         f"USING (run_key) ORDER BY p.position{order}"
     ).df()
+    con.execute("SET preserve_insertion_order = true")
     codes = frame.pop("position").to_numpy()
     frame = frame.rename(columns=values)
     for i, column in enumerate(("run_id", "version")):
