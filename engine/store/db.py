@@ -54,6 +54,8 @@ def connect(
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 0.5)
     try:
+        # DuckDB draws a progress bar on stdout for long queries: not under a TUI or a pipe.
+        con.execute("SET enable_progress_bar = false")
         yield con
     finally:
         con.close()

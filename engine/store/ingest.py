@@ -19,7 +19,6 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
-import pandas as pd
 
 from engine import journal, processes
 from engine.journal import VTYPES
@@ -48,7 +47,7 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
     if not files:
         return report
     # Rows carry their own order (seq); letting DuckDB write them in parallel is faster.
-    con.execute("SET preserve_insertion_order = false")
+    con.execute("SET SESSION preserve_insertion_order = false")
     states = {
         row[0]: row[1:]
         for row in con.execute(
@@ -70,7 +69,7 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
         except (duckdb.Error, ValueError, TypeError, KeyError, EOFError) as exc:
             _rollback(con)
             report.errors.append(f"{path.name}: {str(exc).splitlines()[0]}")
-    con.execute("SET preserve_insertion_order = true")
+    con.execute("SET SESSION preserve_insertion_order = true")
     return report
 
 
@@ -246,6 +245,8 @@ def _is_dead(con, run_id: str) -> bool:
 
 def _insert_loop_entries(con, keys: _Keys, entries: list[dict]) -> None:
     """One row per loop entry, holding the outer loops' coordinates for its iterations."""
+    import pandas as pd
+
     if not entries:
         return
     mapping = ensure_loop_columns(con, {n for e in entries for n in e["names"]})
@@ -283,6 +284,8 @@ def _insert_loop_entries(con, keys: _Keys, entries: list[dict]) -> None:
 
 
 def _insert_iterations(con, keys: _Keys, blocks: list) -> None:
+    import pandas as pd
+
     if not blocks:
         return
     frame = pd.DataFrame(
@@ -383,6 +386,8 @@ def _name_keys(con, names: set[str]) -> dict[str, int]:
 
 
 def _insert_logs(con, keys: _Keys, blocks: list, first_seq: int) -> int:
+    import pandas as pd
+
     if not blocks:
         return 0
     unpacked = [journal.unpack_logs(b) for b in blocks]

@@ -11,13 +11,17 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import pandas as pd
 
 from engine import project as projects
 from engine.store.db import StoreError, connect
 from engine.store.ingest import IngestReport, ingest_pending
+
+if TYPE_CHECKING:  # pandas loads only when a DataFrame is made: it slows every start-up
+    import pandas as pd
+
 from engine.store.schema import (
     coordinates_sql,
     ensure_schema,
@@ -45,8 +49,8 @@ class Store:
     def session(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection with the schema in place and every journal ingested."""
         with connect(self.dir) as con:
-            ensure_schema(con)
             with _INGEST_LOCK:  # threads of one process share one DuckDB instance
+                ensure_schema(con)
                 self.last_ingest = ingest_pending(con, projects.journal_dir(self.project))
             yield con
 
@@ -69,7 +73,11 @@ class Store:
         with self.session() as con:
             try:
                 result = con.execute(sql)
-                return result.df() if result.description else pd.DataFrame()
+                if result.description:
+                    return result.df()
+                import pandas as pd
+
+                return pd.DataFrame()
             except duckdb.Error as exc:
                 raise StoreError(_first_line(exc)) from None
 
@@ -217,6 +225,8 @@ def _aggregate(
     of rows; then derive coordinates from the few loop entries. Only when replayed values
     exist is a second grouping by coordinates needed, where recorded values win. Run ids
     and versions are attached afterwards as categoricals instead of per-row strings."""
+    import pandas as pd
+
     runs = con.execute(
         "SELECT run_key, run_id, version, start_time FROM runs ORDER BY start_time, run_key"
     ).df()
@@ -244,24 +254,18 @@ def _aggregate(
     else:
         values, coord_cols, value_cols = {}, "", ""
         select = "SELECT run_key FROM runs"
-    con.execute("SET preserve_insertion_order = false")  # the ORDER BY below decides order
+    con.execute("SET SESSION preserve_insertion_order = false")  # the ORDER BY below decides order
     frame = con.execute(
         f"SELECT p.position{coord_cols}{value_cols} FROM ({select}) x JOIN (SELECT run_key, "
         f"row_number() OVER (ORDER BY start_time, run_key) - 1 AS position FROM runs) p "
         f"USING (run_key) ORDER BY p.position{order}"
     ).df()
-    con.execute("SET preserve_insertion_order = true")
+    con.execute("SET SESSION preserve_insertion_order = true")
     codes = frame.pop("position").to_numpy()
     frame = frame.rename(columns=values)
     for i, column in enumerate(("run_id", "version")):
-        categories = runs[column].fillna("").astype(object)
-        frame.insert(
-            i,
-            column,
-            pd.Categorical.from_codes(codes, categories=categories.unique())
-            if categories.is_unique
-            else categories.to_numpy()[codes],
-        )
+        per_run = pd.Categorical(runs[column].astype(object))  # codes, not 2.5M strings
+        frame.insert(i, column, pd.Categorical.from_codes(per_run.codes[codes], per_run.categories))
     frame.insert(2, "start_time", runs["start_time"].to_numpy()[codes])
     return frame
 
