@@ -60,16 +60,7 @@ class Store:
 
     def query(self, sql: str) -> pd.DataFrame:
         """Run read-only SQL; bad SQL raises StoreError with DuckDB's one-line reason."""
-        try:
-            statements = duckdb.extract_statements(sql)
-        except duckdb.Error as exc:
-            raise StoreError(_first_line(exc)) from None
-        if not statements:
-            raise StoreError("empty query")
-        for statement in statements:
-            kind = statement.type.name
-            if kind not in READ_ONLY_STATEMENTS:
-                raise StoreError(f"queries are read-only: {kind} statements are not allowed")
+        check_read_only(sql)
         with self.session() as con:
             try:
                 result = con.execute(sql)
@@ -79,7 +70,7 @@ class Store:
 
                 return pd.DataFrame()
             except duckdb.Error as exc:
-                raise StoreError(_first_line(exc)) from None
+                raise StoreError(first_line(exc)) from None
 
     def runs(self) -> list[dict]:
         with self.session() as con:
@@ -282,5 +273,20 @@ def _typed(value, text, vtype):
     return text
 
 
-def _first_line(exc: Exception) -> str:
+def check_read_only(sql: str) -> list[str]:
+    """The statements of `sql`, or StoreError for empty, unparsable or writing SQL."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise StoreError(first_line(exc)) from None
+    if not statements:
+        raise StoreError("empty query")
+    for statement in statements:
+        kind = statement.type.name
+        if kind not in READ_ONLY_STATEMENTS:
+            raise StoreError(f"queries are read-only: {kind} statements are not allowed")
+    return [s.query for s in statements]
+
+
+def first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

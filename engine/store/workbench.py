@@ -22,7 +22,7 @@ import duckdb
 
 from engine.journal import ENTRY_SHIFT
 from engine.store.db import StoreError
-from engine.store.read import READ_ONLY_STATEMENTS, Store
+from engine.store.read import Store, check_read_only, first_line
 
 SERIES_POINTS = 24
 DETAIL_POINTS = 40
@@ -569,21 +569,6 @@ def load_live(store: Store) -> list[LiveRun]:
 # --- ad-hoc queries -------------------------------------------------------------------------
 
 
-def check_read_only(sql: str) -> list[str]:
-    """The statements of `sql`, or StoreError for empty, unparsable or writing SQL."""
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise StoreError(first_line(exc)) from None
-    if not statements:
-        raise StoreError("empty query")
-    for statement in statements:
-        kind = statement.type.name
-        if kind not in READ_ONLY_STATEMENTS:
-            raise StoreError(f"queries are read-only: {kind} statements are not allowed")
-    return [s.query for s in statements]
-
-
 def query_page(store: Store, sql: str, limit: int = PAGE_ROWS) -> QueryPage:
     """The first `limit` rows of read-only SQL without computing the rest.
 
@@ -628,11 +613,6 @@ def _is_numeric_list(kind: duckdb.DuckDBPyType) -> bool:
         return False
     child = dict(kind.children)["child"]
     return str(child) in _NUMERIC_TYPES or str(child).startswith("DECIMAL")
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 __all__ = [
