@@ -43,7 +43,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     rows = []
     for r in runs:
-        args_text = " ".join(f"{k}={_short(v)}" for k, v in r["args"].items())
         stall = r["data_wait_share"]
         rows.append(
             [
@@ -55,7 +54,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 f"{r['duration_s']:.1f}s" if r["duration_s"] is not None else "",
                 r["n_logs"],
                 f"{stall:.0%}" if stall is not None else "",
-                args_text,
+                _args_text(r["args"]),
             ]
         )
     columns = ["run", "started", "status", "version", "script", "time", "logs", "stall", "args"]

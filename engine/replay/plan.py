@@ -25,7 +25,7 @@ from engine import versions
 from engine.project import store_dir
 from engine.propagate import PropagationError, find_log_statements, propagate
 from engine.replay.spec import INNER, OUTER, PREFIX
-from engine.store import Store, StoreError
+from engine.store import Store
 from engine.store.schema import TABLES, literal, quote
 
 RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")}
@@ -544,4 +544,4 @@ def _period(checkpointed: list[int]) -> int:
     return min(gaps) if gaps else 1
 
 
-__all__ = ["Plan", "PlanError", "RunPlan", "Segment", "StoreError", "plan_replay"]
+__all__ = ["Plan", "PlanError", "RunPlan", "Segment", "plan_replay"]

@@ -33,6 +33,14 @@ def _section(title: str) -> Text:
     return Text(f"\n{title}", "bold underline")
 
 
+def _table(*columns: str) -> Table:
+    """A borderless table with one unwrapped column per name (metrics add their own)."""
+    table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    return table
+
+
 def render_detail(detail: RunDetail) -> Group:
     run = detail.run
     status = run_status(run)
@@ -66,7 +74,7 @@ def render_detail(detail: RunDetail) -> Group:
 
     parts.append(_section("Metrics"))
     if detail.metrics:
-        metrics = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+        metrics = _table()
         metrics.add_column("name", style="cyan", no_wrap=True, max_width=18)
         metrics.add_column("source", no_wrap=True, max_width=10)
         metrics.add_column("n", justify="right")
@@ -89,9 +97,7 @@ def render_detail(detail: RunDetail) -> Group:
 
     parts.append(_section(f"Checkpoints ({len(detail.checkpoints)})"))
     if detail.checkpoints:
-        ckpt = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        for column in ("loop", "iteration", "size", "written", "file"):
-            ckpt.add_column(column, no_wrap=True)
+        ckpt = _table("loop", "iteration", "size", "written", "file")
         for c in detail.checkpoints:
             ckpt.add_row(c.loop, str(c.iteration), fmt.size(c.bytes), fmt.clock(c.time), c.path)
         parts.append(ckpt)
@@ -100,9 +106,7 @@ def render_detail(detail: RunDetail) -> Group:
 
     parts.append(_section(f"Replays ({len(detail.replays)})"))
     if detail.replays:
-        replays = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        for column in ("replay", "status", "names", "rows", "started"):
-            replays.add_column(column, no_wrap=True)
+        replays = _table("replay", "status", "names", "rows", "started")
         for r in detail.replays:
             replays.add_row(
                 r.replay_id, r.status or "?", r.names or "-", f"{r.rows:,}", fmt.clock(r.started)
