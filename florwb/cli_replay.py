@@ -60,13 +60,24 @@ def cmd_propagate(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from engine.project import find_project
-    from engine.replay import PlanError, execute, plan_replay
+    from engine.replay import warm_workers
 
     if args.workers < 1:
         raise ReplayCommandError("--workers must be at least 1")
     names = [n for n in args.names.split(",") if n.strip()]
+    project = find_project(None)
+    workers = warm_workers(project, names)  # imports what the scripts need while we plan
     try:
-        plan = plan_replay(find_project(None), names, where=args.where, workers=args.workers)
+        return _replay(args, project, names, workers)
+    finally:
+        workers.close()
+
+
+def _replay(args: argparse.Namespace, project: Path, names: list[str], workers) -> int:
+    from engine.replay import PlanError, execute, plan_replay
+
+    try:
+        plan = plan_replay(project, names, where=args.where, workers=args.workers)
     except PlanError as exc:
         raise ReplayCommandError(str(exc)) from None
     if args.json and not args.yes:
@@ -90,7 +101,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             return 0
     cancel = threading.Event()
     progress = None if args.json else _progress_printer()
-    result = execute(plan, on_progress=progress, cancel=cancel)
+    result = execute(plan, on_progress=progress, cancel=cancel, workers=workers)
     if args.json:
         _dump({"plan": plan.to_json(), "result": result.to_json()})
     else:

@@ -57,16 +57,16 @@ class Policy:
                 self.recent = [*self.recent[-2:], cost_s]
 
 
-def _to_host(obj: Any) -> Any:
+def copy_to_host(obj: Any) -> Any:
     """Deep copy with every tensor on the CPU: later training steps must not change it."""
     if hasattr(obj, "detach") and hasattr(obj, "to"):
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
-        return type(obj)((k, _to_host(v)) for k, v in obj.items())
+        return type(obj)((k, copy_to_host(v)) for k, v in obj.items())
     if isinstance(obj, list):
-        return [_to_host(v) for v in obj]
+        return [copy_to_host(v) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(_to_host(v) for v in obj)
+        return tuple(copy_to_host(v) for v in obj)
     return copy.deepcopy(obj)
 
 
@@ -74,7 +74,12 @@ def capture_rng() -> dict:
     """RNG states in a form `torch.load(weights_only=True)` accepts (no numpy objects)."""
     import torch
 
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    version, words, gauss = random.getstate()
+    state: dict[str, Any] = {
+        # 625 words as one tensor: as a list they are most of a small checkpoint's load time
+        "python": {"version": version, "words": torch.tensor(words), "gauss": gauss},
+        "torch": torch.get_rng_state(),
+    }
     np = sys.modules.get("numpy")
     if np is not None:
         kind, keys, pos, has_gauss, cached = np.random.get_state()
@@ -94,7 +99,10 @@ def restore_rng(state: dict) -> None:
     import torch
 
     py = state["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
+    if isinstance(py, dict):
+        random.setstate((py["version"], tuple(py["words"].tolist()), py["gauss"]))
+    else:  # checkpoints written before the words became a tensor
+        random.setstate((py[0], tuple(py[1]), py[2]))
     torch.set_rng_state(state["torch"])
     if "numpy" in state:
         import numpy as np
@@ -110,7 +118,7 @@ def state_of(objects: dict[str, Any]) -> dict:
     states = {}
     for name, obj in objects.items():
         getter = getattr(obj, "state_dict", None)
-        states[name] = _to_host(getter() if callable(getter) else obj)
+        states[name] = copy_to_host(getter() if callable(getter) else obj)
     return {"objects": states, "rng": capture_rng()}
 
 

@@ -14,12 +14,16 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.record.checkpoint import load, restore
+from engine.record.checkpoint import copy_to_host, load, restore
 from engine.replay.spec import OUTER, PREFIX, ReplaySpec
+
+KEEP_BYTES = 256 << 20
+PROGRESS_EVERY_S = 0.1
 
 
 class Replayer:
@@ -28,6 +32,8 @@ class Replayer:
         self._objects = objects  # the registered checkpoint objects, looked up when needed
         self.current: int | None = None  # the main-loop iteration being replayed
         self._restored: int | None = None
+        self._kept: tuple[int, dict] | None = None  # the last checkpoint read, if small
+        self._reported = 0.0
         self.done = 0
         self.on_finish: Callable[[], None] = lambda: None
 
@@ -62,15 +68,30 @@ class Replayer:
         return enumerate(iterable)
 
     def _restore(self, iteration: int) -> None:
+        """In OUTER mode each checkpoint is restored twice (end of iteration i's inner loops,
+        then start of i+1), so a small one is kept in memory after the first read. Restores
+        take a copy: optimizers keep the tensors they are given and update them in place."""
         path = self.spec.checkpoint(iteration) if iteration >= 0 else None
         if path is None:
             return
-        restore(self._objects(), load(path))
+        if self._kept is not None and self._kept[0] == iteration:
+            saved = copy_to_host(self._kept[1])
+        else:
+            saved = load(path)
+            self._kept = None
+            if path.stat().st_size <= KEEP_BYTES:
+                self._kept = (iteration, saved)
+                saved = copy_to_host(saved)
+        restore(self._objects(), saved)
         self._restored = iteration
 
     def _progress(self, total: int) -> None:
         if not self.spec.progress_file:
             return
+        now = time.monotonic()
+        if 0 < self.done < total and now - self._reported < PROGRESS_EVERY_S:
+            return  # the executor looks 5 times a second; a file per iteration is too many
+        self._reported = now
         path = Path(self.spec.progress_file)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps({"done": self.done, "total": total}))

@@ -19,6 +19,7 @@ _EXPORTS = {
     "ReplayResult": "executor",
     "RunResult": "executor",
     "execute": "executor",
+    "warm_workers": "forkserver",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,11 +1,11 @@
 """Replay execution: materialise each version, run segments in worker processes, check
 fidelity, and land the results in the store tagged with the replay.
 
-Workers are the old scripts themselves (`python <old script> <recorded argv>`), started
-with a ReplaySpec; they write their own journals, so results reach the store through the
-same idempotent ingestion as recordings. A failed run's rows are removed and its stderr
-tail reported while the other runs go on; cancelling stops every worker and removes the
-replay's rows, so nothing half-written stays behind.
+Workers are the old scripts themselves, run with their recorded argv and a ReplaySpec by
+processes forked from a warm fork server (forkserver.py); they write their own journals,
+so results reach the store through the same idempotent ingestion as recordings. A failed
+run's rows are removed and its stderr tail reported while the other runs go on; cancelling
+stops every worker and removes the replay's rows, so nothing half-written stays behind.
 """
 
 from __future__ import annotations
@@ -13,20 +13,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
+import signal
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine import versions
 from engine.journal import SUFFIX
 from engine.project import journal_dir, store_dir
+from engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from engine.replay.plan import Plan, RunPlan, Segment
-from engine.replay.spec import ENV, ReplaySpec
+from engine.replay.spec import ENV, INNER, ReplaySpec
 from engine.store import Store
 from engine.store.replays import compare_with_recorded, delete_rows, finish_replay, record_replay
 
@@ -74,7 +73,8 @@ class _Task:
     argv: list[str]
     cwd: Path
     project: Path
-    process: subprocess.Popen | None = None
+    request: int | None = None  # the fork server's number for this worker
+    pid: int | None = None
     returncode: int | None = None
 
 
@@ -83,19 +83,22 @@ def execute(
     *,
     on_progress: Callable[[Progress], None] | None = None,
     cancel: threading.Event | None = None,
+    workers: ForkServer | None = None,
 ) -> ReplayResult:
+    """Run the plan; `workers` (from warm_workers) is used and closed, or one is started."""
     started = time.perf_counter()
     cancel = cancel or threading.Event()
     project = plan.project
     store = Store(project)
     workdir = store_dir(project) / "replays" / plan.replay_id
     workdir.mkdir(parents=True, exist_ok=True)
-    with store.session() as con:
-        record_replay(con, plan.replay_id, plan.names, plan.to_json())
+    server = workers or warm_workers(project)
     result = ReplayResult(plan.replay_id, "finished")
     try:
-        tasks = _prepare(plan, workdir)
-        _run_all(tasks, plan.workers, on_progress, cancel)
+        with store.session() as con:
+            record_replay(con, plan.replay_id, plan.names, plan.to_json())
+        tasks = _prepare(plan, workdir, server)
+        _run_all(tasks, plan.workers, server, on_progress, cancel)
         result = _collect(plan, tasks, store, cancel.is_set())
     except BaseException:
         _remove_results(store, project, plan.replay_id)
@@ -103,12 +106,13 @@ def execute(
             finish_replay(con, plan.replay_id, "failed", plan.to_json())
         raise
     finally:
+        server.close()
         shutil.rmtree(workdir, ignore_errors=True)
     result.elapsed_s = time.perf_counter() - started
     return result
 
 
-def _prepare(plan: Plan, workdir: Path) -> list[_Task]:
+def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
     project = plan.project
     code_dirs: dict[str, Path] = {}
     tasks = []
@@ -122,6 +126,10 @@ def _prepare(plan: Plan, workdir: Path) -> list[_Task]:
             _link_missing(project, code_dir)
             code_dirs[key] = code_dir
         code_dir = code_dirs[key]
+        modules = script_imports(run.code)
+        if run.mode == INNER and "torch" in modules:
+            modules.append("torch._dynamo")  # stepping an optimizer imports it: once, here
+        server.preload(modules, [project, code_dir, (code_dir / run.script).parent])
         cwd = _mapped_cwd(project, code_dir, run.cwd)
         for segment in run.segments:
             stem = f"{segment.index:03d}"
@@ -141,7 +149,7 @@ def _prepare(plan: Plan, workdir: Path) -> list[_Task]:
             )
             spec_path = workdir / f"{stem}.spec.json"
             spec.save(spec_path)
-            argv = [sys.executable, str(code_dir / run.script), *run.argv[1:]]
+            argv = [str(code_dir / run.script), *run.argv[1:]]
             tasks.append(
                 _Task(
                     run,
@@ -192,56 +200,55 @@ def _link_missing(source: Path, target: Path, depth: int = 3) -> None:
             _link_missing(Path(entry.path), there, depth - 1)
 
 
-def _run_all(tasks: list[_Task], workers: int, on_progress, cancel: threading.Event) -> None:
-    lock = threading.Lock()
+def _run_all(
+    tasks: list[_Task], workers: int, server: ForkServer, on_progress, cancel: threading.Event
+) -> None:
     notify = on_progress or (lambda _p: None)
-
-    def run(task: _Task) -> None:
-        if cancel.is_set():
-            return
-        env = {**os.environ, ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project)}
-        with open(task.log_path, "wb") as log:
-            with lock:
-                if cancel.is_set():
-                    return
-                task.process = subprocess.Popen(
-                    task.argv,
-                    cwd=task.cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                    start_new_session=True,  # Ctrl-C in the terminal reaches us, not them
-                )
-            task.returncode = task.process.wait()
-
+    waiting, active = list(tasks), []
     last_seen: dict[int, tuple] = {}
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = [pool.submit(run, t) for t in tasks]
-        while not all(f.done() for f in futures):
-            try:
+    stopping: dict[int, float] = {}  # pid -> when it was asked to stop
+    while waiting or active:
+        try:
+            if cancel.is_set():
+                waiting.clear()
+            while waiting and len(active) < max(1, workers):
+                task = waiting.pop(0)
+                env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project)}
+                task.request = server.start(task.argv, task.cwd, env, task.log_path)
+                active.append(task)
+            server.poll(POLL_S)
+            for task in active:
+                _update(task, server)
                 if cancel.is_set():
-                    with lock:
-                        for task in tasks:
-                            _stop(task)
-                _report(tasks, last_seen, notify, cancel.is_set())
-                time.sleep(POLL_S)
-            except KeyboardInterrupt:  # Ctrl-C: the workers are in their own sessions
-                cancel.set()
-        for f in futures:
-            f.result()
+                    _stop(task, stopping)
+            active = [t for t in active if t.returncode is None]
+            _report(tasks, last_seen, notify, cancel.is_set())
+        except KeyboardInterrupt:  # Ctrl-C: the workers are in their own sessions
+            cancel.set()
     _report(tasks, last_seen, notify, cancel.is_set())
 
 
-def _stop(task: _Task) -> None:
-    process = task.process
-    if process is None or process.poll() is not None:
+def _update(task: _Task, server: ForkServer) -> None:
+    if task.pid is None and task.request in server.started:
+        started = server.started[task.request]
+        if isinstance(started, str):  # could not fork: say why where its stderr would be
+            task.log_path.write_text(started + "\n")
+            task.returncode = -1
+            return
+        task.pid = started
+    if task.pid is not None and task.pid in server.exited:
+        task.returncode = server.exited[task.pid]
+
+
+def _stop(task: _Task, stopping: dict[int, float]) -> None:
+    """SIGTERM to the worker's process group, SIGKILL if it is still there after 3 s."""
+    if task.pid is None or task.returncode is not None:
         return
-    process.terminate()
-    try:
-        process.wait(timeout=3)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    asked = stopping.get(task.pid)
+    if asked is not None and time.monotonic() - asked < 3:
+        return
+    stopping.setdefault(task.pid, time.monotonic())
+    signal_worker(task.pid, signal.SIGTERM if asked is None else signal.SIGKILL)
 
 
 def _report(tasks: list[_Task], seen: dict[int, tuple], notify, cancelled: bool) -> None:
@@ -253,7 +260,7 @@ def _report(tasks: list[_Task], seen: dict[int, tuple], notify, cancelled: bool)
         except (OSError, ValueError, KeyError):
             pass
         if task.returncode is None:
-            state = "running" if task.process is not None else "waiting"
+            state = "running" if task.request is not None else "waiting"
         elif cancelled:
             state = "cancelled"
         else:

@@ -400,7 +400,7 @@ def _insert_logs(con, keys: _Keys, blocks: list, first_seq: int) -> int:
         frame["vtype"] = cols["vtype"]
         vtype_sql = "b.vtype"
     value_sql = "b.value"
-    if cols["nan"] is not None:  # a NaN in a numpy column means NULL to DuckDB: keep logged NaNs apart
+    if cols["nan"] is not None:  # numpy NaN means NULL to DuckDB: keep logged NaNs apart
         frame["nan"] = cols["nan"]
         value_sql = "CASE WHEN b.nan THEN 'NaN'::DOUBLE ELSE b.value END"
     text_sql = "NULL"

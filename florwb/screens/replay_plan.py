@@ -34,7 +34,8 @@ class PlanReady(Message):
 
 
 class ReplayPlanScreen(ModalScreen[Any]):
-    """Shows what a replay would do and how long it should take; returns the Plan to run."""
+    """Shows what a replay would do and how long it should take; returns the Plan to run
+    and the fork server warmed up while the user read it."""
 
     BINDINGS = keys.bindings("plan")
     DEFAULT_CSS = """
@@ -57,6 +58,7 @@ class ReplayPlanScreen(ModalScreen[Any]):
         self.where = where
         self.n_workers = workers
         self.plan: Any | None = None
+        self.fork_server: Any | None = None  # the replay's warm fork server, once planning starts
         self.serial = 0
 
     def compose(self) -> ComposeResult:
@@ -81,8 +83,10 @@ class ReplayPlanScreen(ModalScreen[Any]):
 
     @work(thread=True, exclusive=True, group="plan")
     def _plan(self, serial: int, workers: int) -> None:
-        from engine.replay import PlanError, plan_replay
+        from engine.replay import PlanError, plan_replay, warm_workers
 
+        if self.fork_server is None:  # imports what the scripts need while the user reads
+            self.fork_server = warm_workers(self.project, self.names)
         try:
             plan = plan_replay(self.project, self.names, where=self.where, workers=workers)
         except PlanError as exc:
@@ -122,10 +126,16 @@ class ReplayPlanScreen(ModalScreen[Any]):
 
     def action_start(self) -> None:
         if self.plan is not None and self.plan.ready():
-            self.dismiss(self.plan)
+            fork_server, self.fork_server = self.fork_server, None
+            self.dismiss((self.plan, fork_server))
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+    def on_unmount(self) -> None:
+        if self.fork_server is not None:  # closed without starting: nothing runs on it
+            self.fork_server.close()
+            self.fork_server = None
 
     def action_workers(self, step: int) -> None:
         workers = max(1, min(MAX_WORKERS, self.n_workers + step))

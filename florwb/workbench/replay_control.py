@@ -57,9 +57,10 @@ class ReplayControl:
         screen = ReplayPlanScreen(self.project, names, where, self.workers_default)
         self.push_screen(screen, self._plan_confirmed)
 
-    def _plan_confirmed(self: WorkbenchApp, plan: Any) -> None:
-        if plan is None:
+    def _plan_confirmed(self: WorkbenchApp, confirmed: Any) -> None:
+        if confirmed is None:
             return
+        plan, workers = confirmed
         if len(self.screen_stack) > 1:
             self.pop_screen()
         self.replay_running = True
@@ -67,17 +68,17 @@ class ReplayControl:
         if pane := self._pane(ReplayPane):
             pane.start(plan)
         self.action_show_tab("replay")
-        self._execute(plan, self.replay_cancel)
+        self._execute(plan, self.replay_cancel, workers)
 
     @work(thread=True, exclusive=True, group="replay")
-    def _execute(self: WorkbenchApp, plan: Any, cancel: threading.Event) -> None:
+    def _execute(self: WorkbenchApp, plan: Any, cancel: threading.Event, workers: Any) -> None:
         from engine.replay import execute
 
         def forward(progress: Any) -> None:
             self.post_message(ReplayProgressed(plan.replay_id, progress))
 
         try:
-            result = execute(plan, on_progress=forward, cancel=cancel)
+            result = execute(plan, on_progress=forward, cancel=cancel, workers=workers)
         except Exception as exc:
             self.post_message(ReplayEnded(plan.replay_id, None, fmt.one_line(exc)))
             return

@@ -1,0 +1,401 @@
+"""A warm parent for replay workers: import what the old scripts import once, then fork a
+worker per segment.
+
+Started as `python script.py`, every worker pays the interpreter and the script's imports
+before it replays anything: with torch that is 2-4 s here (torch, then torch._dynamo, which
+the first optimizer pulls in), often more than the replay itself. The fork server starts
+when a replay starts, imports those modules while the replay is being planned, and forks
+one child per segment; each child sets up the segment's argv, working directory,
+environment and output files and runs the old script as `__main__`, exiting the way
+`python script.py` would (exceptions, sys.exit, atexit all as usual).
+
+Only modules installed outside the project are imported ahead: the scripts' own modules
+differ between versions and must come from each version's folder. If a preloaded module
+left Python threads running, forking is unsafe and the children exec a fresh interpreter
+instead (slower, still correct).
+
+Protocol: JSON lines on stdin ({"preload": [...], "shadow": [...]},
+{"start": n, "argv": [...], "cwd": ..., "env": {...}, "stderr": path}); replies on stdout
+({"started": n, "pid": pid} or {"started": n, "error": text}, then {"exited": pid,
+"code": c} with Popen's convention: negative for a signal).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import json
+import os
+import secrets
+import select
+import subprocess
+import sys
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+_NEVER_PRELOAD = {"florwb", "flordb", "engine", "__future__"}
+_SKIP_DIRS = {".git", ".florwb", ".flor", "node_modules", "__pycache__", "site-packages"}
+
+
+# ---------------------------------------------------------------- which modules to preload
+
+
+def script_imports(source: str) -> list[str]:
+    """Absolute modules a script imports anywhere in its code, in order of appearance."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    found: dict[str, None] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found[alias.name] = None
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found[node.module] = None
+    return [m for m in found if m.split(".")[0] not in _NEVER_PRELOAD]
+
+
+def likely_imports(project: Path, names: Iterable[str], limit: int = 2000) -> list[str]:
+    """Imports of the project's scripts that mention one of `names`: today's script with
+    the new statements, a good guess at what the old versions import, known before the
+    replay is planned."""
+    quoted = [q for n in names for q in (f'"{n}"', f"'{n}'")]
+    modules: dict[str, None] = {}
+    seen = 0
+    for folder, dirs, files in os.walk(project):
+        dirs[:] = [
+            d
+            for d in dirs
+            if d not in _SKIP_DIRS
+            and not d.startswith(".")
+            and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))
+        ]
+        for file in files:
+            if not file.endswith(".py"):
+                continue
+            seen += 1
+            if seen > limit:
+                return list(modules)
+            try:
+                text = Path(folder, file).read_text(errors="replace")
+            except OSError:
+                continue
+            if any(q in text for q in quoted):
+                modules.update(dict.fromkeys(script_imports(text)))
+    return list(modules)
+
+
+# ------------------------------------------------------------------ the server (a process)
+
+
+def _is_shadowed(module: str, shadow: list[str]) -> bool:
+    """True when the module is, or may be, one of the project's own."""
+    top = module.split(".")[0]
+    for folder in shadow:
+        if os.path.exists(os.path.join(folder, top + ".py")) or os.path.isdir(
+            os.path.join(folder, top)
+        ):
+            return True
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return True
+    if spec is None:
+        return True
+    places = [spec.origin or "", *(spec.submodule_search_locations or [])]
+    return any(p and os.path.abspath(p).startswith(tuple(shadow)) for p in places)
+
+
+def _preload(modules: list[str], shadow: list[str]) -> None:
+    shadow = [os.path.join(os.path.abspath(s), "") for s in shadow]
+    for module in modules:
+        if module in sys.modules or _is_shadowed(module, shadow):
+            continue
+        try:
+            importlib.import_module(module)
+        except BaseException:  # noqa: BLE001 - the worker imports it again and reports why
+            continue
+
+
+def _defer_dynamo_import() -> None:
+    """Let optimizers run without importing torch._dynamo (1.4 s here) until something
+    needs it.
+
+    torch wraps Optimizer.add_param_group, load_state_dict, state_dict and zero_grad in
+    `torch._disable_dynamo`, which imports torch._dynamo on the first call only to mark them
+    as not to be compiled. Before torch._dynamo is imported nothing can be compiling, so
+    calling the function itself is the same; once it is imported, the real wrapper is made.
+    Epoch-level replays construct an optimizer and restore its state but never step it.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or "torch._dynamo" in sys.modules:
+        return
+    try:
+        code = torch._disable_dynamo(lambda: None).__code__
+        classes = [torch.optim.Optimizer]
+    except Exception:  # noqa: BLE001 - another torch version: keep its behaviour
+        return
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        for attr in list(vars(cls).values()):
+            if getattr(attr, "__code__", None) is not code or not attr.__closure__:
+                continue
+            cells = dict(zip(attr.__code__.co_freevars, attr.__closure__, strict=True))
+            try:
+                fn, recursive = cells["fn"].cell_contents, cells["recursive"].cell_contents
+            except (KeyError, ValueError):
+                continue
+            if getattr(fn, "__dynamo_disable", None) is None:
+                fn.__dynamo_disable = _deferred(fn, recursive)
+
+
+def _deferred(fn, recursive: bool):
+    real = None
+
+    def call(*args, **kwargs):
+        nonlocal real
+        if real is None:
+            if "torch._dynamo" not in sys.modules:
+                return fn(*args, **kwargs)
+            import torch._dynamo
+
+            real = torch._dynamo.disable(fn, recursive, wrapping=False)
+        return real(*args, **kwargs)
+
+    return call
+
+
+def _send(message: dict) -> None:
+    data = (json.dumps(message) + "\n").encode()
+    while data:
+        data = data[os.write(1, data) :]
+
+
+def _reap(children: set[int]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            children.clear()
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        _send({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def serve() -> dict:
+    """Answer requests until stdin closes; returns (only in a forked child) its request."""
+    if sys.path and sys.path[0] == "":
+        sys.path.pop(0)  # the server's folder is nobody's code
+    children: set[int] = set()
+    pending = b""
+    while True:
+        ready, _, _ = select.select([0], [], [], 0.05)
+        _reap(children)
+        if not ready:
+            continue
+        chunk = os.read(0, 65536)
+        if not chunk:
+            break
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            request = json.loads(line)
+            if "preload" in request:
+                _preload(request["preload"], request.get("shadow", []))
+            elif "start" in request:
+                request["exec"] = threading.active_count() > 1
+                try:
+                    pid = os.fork()
+                except OSError as exc:
+                    _send({"started": request["start"], "error": str(exc)})
+                    continue
+                if pid == 0:
+                    return request
+                children.add(pid)
+                _send({"started": request["start"], "pid": pid})
+    while children:  # nobody listens any more; do not leave zombies behind
+        try:
+            children.discard(os.wait()[0])
+        except ChildProcessError:
+            break
+    os._exit(0)
+
+
+def _forget_shadowed(folder: str, boot: set[str]) -> None:
+    """Drop modules the server imported that the script's folder has its own of (a local
+    json.py, say): `python script.py` would import the local one. Modules every interpreter
+    has from its start-up (`boot`) are kept, as they would be."""
+    local = {
+        name.removesuffix(".py")
+        for name in os.listdir(folder)
+        if name.endswith(".py") or os.path.isdir(os.path.join(folder, name))
+    }
+    for name in [m for m in sys.modules if m.split(".")[0] in local and m not in boot]:
+        del sys.modules[name]
+
+
+def run_child(request: dict, boot: set[str]) -> None:
+    """Become the old script's process: its session, files, folder, argv and environment."""
+    import runpy
+
+    os.setsid()  # Ctrl-C in the user's terminal reaches the replay command, not the workers
+    null = os.open(os.devnull, os.O_RDWR)
+    err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.dup2(err, 2)
+    os.close(null)
+    os.close(err)
+    os.chdir(request["cwd"])
+    os.environ.update(request["env"])
+    argv = request["argv"]
+    if request.get("exec"):
+        os.execv(sys.executable, [sys.executable, *argv])
+    sys.argv = list(argv)
+    script_dir = os.path.dirname(os.path.abspath(argv[0]))
+    sys.path.insert(0, script_dir)
+    _forget_shadowed(script_dir, boot)
+    _defer_dynamo_import()
+    runpy.run_path(argv[0], run_name="__main__")
+
+
+def main(boot: set[str]) -> None:
+    """`boot`: the modules loaded before the server's own imports."""
+    run_child(serve(), boot)
+
+
+# ------------------------------------------------------------------ the client (in florwb)
+
+
+def warm_workers(project: Path, names: Iterable[str] = ()) -> ForkServer:
+    """Start a replay's fork server now and let it import what today's scripts that log
+    `names` import, so the imports overlap with planning. Hand it to `execute`."""
+    from engine.project import store_dir
+
+    log = store_dir(project) / "replays" / f"forkserver-{os.getpid()}-{secrets.token_hex(3)}.log"
+    server = ForkServer(log)
+    server.preload(likely_imports(project, names), [project])
+    return server
+
+
+class ForkServer:
+    """The replay's handle on its fork server: start segments, learn when they end."""
+
+    def __init__(self, log_path: Path) -> None:
+        root = str(Path(__file__).resolve().parents[2])
+        code = (
+            f"import sys; boot = set(sys.modules); sys.path.append({root!r}); "
+            "from engine.replay.forkserver import main; main(boot)"
+        )
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "wb") as log:
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", code],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+            )
+        self._next = 0
+        self._buffer = b""
+        self.started: dict[int, int | str] = {}  # request -> pid, or why it did not start
+        self.exited: dict[int, int] = {}  # pid -> exit code
+
+    def preload(self, modules: list[str], shadow: Iterable[Path] = ()) -> None:
+        if modules:
+            self._request({"preload": modules, "shadow": [str(s) for s in shadow]})
+
+    def start(self, argv: list[str], cwd: Path, env: dict[str, str], stderr: Path) -> int:
+        """Ask for a worker; returns the request number that `started` will hold."""
+        n = self._next
+        self._next += 1
+        self._request(
+            {"start": n, "argv": argv, "cwd": str(cwd), "env": env, "stderr": str(stderr)}
+        )
+        return n
+
+    def poll(self, timeout: float) -> None:
+        """Wait up to `timeout` for replies and take them in."""
+        stdout = self._process.stdout
+        assert stdout is not None
+        ready, _, _ = select.select([stdout], [], [], timeout)
+        if not ready:
+            return
+        chunk = os.read(stdout.fileno(), 65536)
+        if not chunk:
+            self._lost()
+            return
+        self._buffer += chunk
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            reply = json.loads(line)
+            if "started" in reply:
+                self.started[reply["started"]] = reply.get("pid", reply.get("error", "?"))
+            elif "exited" in reply:
+                self.exited[reply["exited"]] = reply["code"]
+
+    def _lost(self) -> None:
+        """The server died: every worker not known to have ended is reported failed."""
+        code = self._process.wait()
+        why = f"replay fork server exited {code}: {_tail(self.log_path)}"
+        for n in range(self._next):
+            self.started.setdefault(n, why)
+        for pid in self.started.values():
+            if isinstance(pid, int):
+                self.exited.setdefault(pid, -1)
+
+    def _request(self, message: dict) -> None:
+        stdin = self._process.stdin
+        assert stdin is not None
+        try:
+            stdin.write((json.dumps(message) + "\n").encode())
+            stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._lost()
+
+    def close(self) -> None:
+        """Stop taking requests; running workers are not touched. A server that never
+        started one is stopped at once, even in the middle of its imports."""
+        if self._next == 0:
+            self._process.kill()
+        try:
+            if self._process.stdin:
+                self._process.stdin.close()
+        except OSError:
+            pass
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+        if self._process.stdout:
+            self._process.stdout.close()
+        self.log_path.unlink(missing_ok=True)
+
+
+def signal_worker(pid: int, sig: int) -> None:
+    """Signal a worker and what it started (its session's group); right after the fork,
+    before the worker made its own session, the worker alone."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    except PermissionError:
+        pass
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no output)"
+    return lines[-1] if lines else "(no output)"

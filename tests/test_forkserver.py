@@ -1,0 +1,179 @@
+"""The replay fork server: a forked worker must behave like `python script.py` would."""
+
+from __future__ import annotations
+
+import json
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.replay.forkserver import ForkServer, likely_imports, script_imports, signal_worker
+
+REPORT = textwrap.dedent(
+    """
+    import json, os, sys
+    out = {
+        "argv": sys.argv, "cwd": os.getcwd(), "name": __name__, "file": __file__,
+        "env": os.environ.get("FS_TEST"), "path0": sys.path[0],
+        "preloaded": sorted(m for m in ("colorsys", "starts_thread") if m in sys.modules),
+    }
+    """
+)
+
+
+def _wait(server: ForkServer, request: int, timeout: float = 60) -> tuple[int, int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        server.poll(0.1)
+        pid = server.started.get(request)
+        if isinstance(pid, str):
+            raise AssertionError(pid)
+        if pid is not None and pid in server.exited:
+            return pid, server.exited[pid]
+    raise AssertionError("worker did not end")
+
+
+def _run(server: ForkServer, tmp: Path, body: str, *args: str, folder: str = "code") -> dict:
+    code = tmp / folder
+    code.mkdir(exist_ok=True)
+    script = code / "train.py"
+    out = tmp / "out.json"
+    script.write_text(REPORT + body + f"\nopen({str(out)!r}, 'w').write(json.dumps(out))\n")
+    work = tmp / "cwd"
+    work.mkdir(exist_ok=True)
+    n = server.start([str(script), *args], work, {"FS_TEST": "yes"}, tmp / "err.txt")
+    _pid, code_ = _wait(server, n)
+    result = json.loads(out.read_text()) if out.exists() else {}
+    out.unlink(missing_ok=True)
+    return {"code": code_, "err": (tmp / "err.txt").read_text(), **result}
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = ForkServer(tmp_path / "server.log")
+    yield s
+    s.close()
+
+
+def test_worker_runs_the_script_as_main_with_its_argv_folder_and_environment(server, tmp_path):
+    server.preload(["colorsys"])
+    got = _run(server, tmp_path, "", "--lr", "0.1")
+    assert got["code"] == 0, got["err"]
+    script = str(tmp_path / "code" / "train.py")
+    assert got["argv"] == [script, "--lr", "0.1"]
+    assert got["name"] == "__main__" and got["file"] == script
+    assert got["cwd"] == str(tmp_path / "cwd")
+    assert got["path0"] == str(tmp_path / "code")
+    assert got["env"] == "yes"
+    assert got["preloaded"] == ["colorsys"]  # imported once by the server, inherited
+
+
+def test_exit_codes_and_tracebacks_are_those_of_a_plain_run(server, tmp_path):
+    assert _run(server, tmp_path, "sys.exit(3)")["code"] == 3
+    failed = _run(server, tmp_path, "raise ValueError('bad epoch')")
+    assert failed["code"] == 1
+    assert "ValueError: bad epoch" in failed["err"].splitlines()[-1]
+
+
+def test_a_stopped_worker_reports_the_signal(server, tmp_path):
+    script = tmp_path / "sleep.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    n = server.start([str(script)], tmp_path, {}, tmp_path / "err.txt")
+    while n not in server.started:
+        server.poll(0.1)
+    signal_worker(server.started[n], signal.SIGTERM)
+    assert _wait(server, n)[1] == -signal.SIGTERM
+
+
+def test_the_scripts_own_modules_win_over_preloaded_ones(server, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "colorsys.py").write_text("LOCAL = True\n")
+    server.preload(["colorsys"], [tmp_path / "elsewhere"])
+    got = _run(server, tmp_path, "import colorsys\nout['local'] = hasattr(colorsys, 'LOCAL')")
+    assert got["code"] == 0, got["err"]
+    assert got["local"] is True
+
+
+def test_modules_of_the_project_are_never_preloaded(tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "mymodel.py").write_text("VERSION = 'today'\n")
+    monkeypatch.setenv("PYTHONPATH", str(project))  # importable, as with `pip install -e .`
+    server = ForkServer(tmp_path / "server.log")
+    try:
+        server.preload(["mymodel"], [project])
+        got = _run(server, tmp_path, "out['seen'] = 'mymodel' in sys.modules")
+    finally:
+        server.close()
+    assert got["code"] == 0 and got["seen"] is False
+
+
+def test_a_preload_that_starts_threads_makes_workers_start_fresh(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "starts_thread.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    server = ForkServer(tmp_path / "server.log")
+    try:
+        server.preload(["starts_thread"])
+        got = _run(server, tmp_path, "")
+    finally:
+        server.close()
+    assert got["code"] == 0, got["err"]
+    assert got["preloaded"] == []  # a new interpreter, not a fork of the threaded server
+
+
+def test_optimizers_restore_without_importing_dynamo_until_needed(server, tmp_path):
+    pytest.importorskip("torch")
+    server.preload(["torch"])
+    body = textwrap.dedent(
+        """
+        import torch
+        net = torch.nn.Linear(3, 2)
+        opt = torch.optim.Adam(net.parameters(), lr=0.1)
+        net(torch.randn(4, 3)).sum().backward()
+        saved = opt.state_dict()
+        opt.load_state_dict(saved)
+        out["dynamo_before_step"] = "torch._dynamo" in sys.modules
+        opt.step()
+        opt.zero_grad()
+        again = torch.optim.Adam(net.parameters(), lr=0.1)
+        again.load_state_dict(opt.state_dict())
+        out["dynamo_after_step"] = "torch._dynamo" in sys.modules
+        out["steps"] = [float(s["step"]) for s in again.state_dict()["state"].values()]
+        """
+    )
+    got = _run(server, tmp_path, body)
+    assert got["code"] == 0, got["err"]
+    assert got["dynamo_before_step"] is False
+    assert got["dynamo_after_step"] is True
+    assert got["steps"] == [1.0, 1.0]
+
+
+def test_imports_are_read_from_the_scripts_that_log_the_names(tmp_path):
+    (tmp_path / "train.py").write_text(
+        "import os\nimport numpy as np\nfrom torch import nn\nimport florwb as flor\n"
+        "from . import sibling\n"
+        "def main():\n    import torchvision.models\n    flor.log('grad_norm', 1)\n"
+    )
+    (tmp_path / "other.py").write_text("import pandas\n")
+    venv = tmp_path / ".venv"
+    venv.mkdir()
+    (venv / "pyvenv.cfg").write_text("")
+    (venv / "x.py").write_text("import sqlite3\nflor.log('grad_norm', 1)\n")
+    assert script_imports((tmp_path / "train.py").read_text()) == [
+        "os",
+        "numpy",
+        "torch",
+        "torchvision.models",
+    ]
+    assert likely_imports(tmp_path, ["grad_norm"]) == ["os", "numpy", "torch", "torchvision.models"]
+    assert likely_imports(tmp_path, ["unknown"]) == []
+    assert script_imports("def (:\n") == []
