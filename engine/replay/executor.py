@@ -26,7 +26,7 @@ from engine.project import journal_dir, store_dir
 from engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from engine.replay.plan import Plan, RunPlan, Segment
 from engine.replay.spec import ENV, INNER, ReplaySpec
-from engine.store import Store
+from engine.store import Store, StoreBusy
 from engine.store.replays import compare_with_recorded, delete_rows, finish_replay, record_replay
 
 POLL_S = 0.2
@@ -98,7 +98,7 @@ def execute(
         with store.session() as con:
             record_replay(con, plan.replay_id, plan.names, plan.to_json())
         tasks = _prepare(plan, workdir, server)
-        _run_all(tasks, plan.workers, server, on_progress, cancel)
+        _run_all(tasks, plan.workers, server, store, on_progress, cancel)
         result = _collect(plan, tasks, store, cancel.is_set())
     except BaseException:
         _remove_results(store, project, plan.replay_id)
@@ -201,31 +201,52 @@ def _link_missing(source: Path, target: Path, depth: int = 3) -> None:
 
 
 def _run_all(
-    tasks: list[_Task], workers: int, server: ForkServer, on_progress, cancel: threading.Event
+    tasks: list[_Task],
+    workers: int,
+    server: ForkServer,
+    store: Store,
+    on_progress,
+    cancel: threading.Event,
 ) -> None:
     notify = on_progress or (lambda _p: None)
-    waiting, active = list(tasks), []
+    waiting, active = list(tasks), []  # changed in place: fill() sees them
     last_seen: dict[int, tuple] = {}
     stopping: dict[int, float] = {}  # pid -> when it was asked to stop
+
+    def fill() -> None:
+        if cancel.is_set():
+            waiting.clear()
+        while waiting and len(active) < max(1, workers):
+            task = waiting.pop(0)
+            env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project)}
+            task.request = server.start(task.argv, task.cwd, env, task.log_path)
+            active.append(task)
+
     while waiting or active:
         try:
-            if cancel.is_set():
-                waiting.clear()
-            while waiting and len(active) < max(1, workers):
-                task = waiting.pop(0)
-                env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project)}
-                task.request = server.start(task.argv, task.cwd, env, task.log_path)
-                active.append(task)
+            fill()
             server.poll(POLL_S)
             for task in active:
                 _update(task, server)
                 if cancel.is_set():
                     _stop(task, stopping)
-            active = [t for t in active if t.returncode is None]
+            ended = [t for t in active if t.returncode is not None]
+            active[:] = [t for t in active if t.returncode is None]
             _report(tasks, last_seen, notify, cancel.is_set())
+            if any(t.returncode == 0 for t in ended) and (waiting or active):
+                fill()
+                _ingest_early(store)
         except KeyboardInterrupt:  # Ctrl-C: the workers are in their own sessions
             cancel.set()
     _report(tasks, last_seen, notify, cancel.is_set())
+
+
+def _ingest_early(store: Store) -> None:
+    """Ingest finished segments while the next ones run, not all after the last one."""
+    try:
+        store.ingest()
+    except StoreBusy:
+        pass  # someone else holds the database: the final ingestion takes them in
 
 
 def _update(task: _Task, server: ForkServer) -> None:
