@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 import duckdb
+import numpy as np
 
 from engine.journal import ENTRY_SHIFT
 from engine.store.db import StoreError
@@ -326,7 +327,10 @@ def _series(
         sample = f" AND (hash(seq) % {modulus} = 0{keep_all})"
     con.register(
         "florwb_totals",
-        _frame({"run_key": list(totals), "total": list(totals.values())}),
+        {  # numpy columns: pandas would add 0.3 s to the workbench's start
+            "run_key": np.array(list(totals), dtype=np.int64),
+            "total": np.array(list(totals.values()), dtype=np.int64),
+        },
     )
     rows = con.execute(
         f"""
@@ -363,12 +367,6 @@ def _series(
         }
     series = {run_id: [v for _b, v in sorted(pairs)] for run_id, pairs in buckets.items()}
     return series, last
-
-
-def _frame(columns: dict[str, list]):
-    import pandas as pd
-
-    return pd.DataFrame(columns)
 
 
 def _name_key(con: duckdb.DuckDBPyConnection, name: str) -> int | None:
