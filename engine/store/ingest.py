@@ -279,6 +279,30 @@ def _insert_loop_entries(con, keys: _Keys, entries: list[dict]) -> None:
         con.unregister("florwb_entries")
 
 
+_ENTRY_OF = (
+    "LEFT JOIN loop_entries e ON e.run_key = ? AND e.source_key = ? AND "
+    f"e.entry_id = {{ctx}} >> {journal.ENTRY_SHIFT}"
+)
+
+
+def _repeats(name_keys: np.ndarray, ctx_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """(name_key, ctx_id, n): values logged again in an iteration of the same name.
+
+    Sorting by name keeps each name's rows in log order, so a repeat is the same ctx_id
+    twice in a row; numpy does it in a few ms per million rows, DuckDB's DISTINCT count
+    took a third of the ingestion time."""
+    order = np.argsort(name_keys, kind="stable")
+    keys, ctxs = name_keys[order], ctx_ids[order]
+    again = np.flatnonzero((keys[1:] == keys[:-1]) & (ctxs[1:] == ctxs[:-1])) + 1
+    if not len(again):
+        empty = np.empty(0, dtype=np.int64)
+        return {"name_key": empty, "ctx_id": empty, "n": empty}
+    pairs, counts = np.unique(
+        np.stack([keys[again].astype(np.int64), ctxs[again]]), axis=1, return_counts=True
+    )
+    return {"name_key": pairs[0], "ctx_id": pairs[1], "n": counts.astype(np.int64)}
+
+
 def _or_minus_one(total: int | None) -> int:
     return -1 if total is None else total
 
@@ -413,14 +437,28 @@ def _insert_logs(con, keys: _Keys, blocks: list, first_seq: int) -> int:
         f"{vtype_sql}, b.ctx_id FROM florwb_logs b",
         [keys.run_key, keys.source_key],
     )
+    # n_repeat counts values logged again in an iteration that already had one of that
+    # name: while it is 0, the pivot may take any value of an iteration instead of the
+    # last one (faster). A name's iterations only grow (ctx ids increase along a loop
+    # path), so an iteration split across two batches shows as first_ctx = last_ctx.
+    con.register("florwb_repeats", _repeats(frame["name_key"], frame["ctx_id"]))
     con.execute(
-        "INSERT INTO name_stats SELECT ?, ?, b.name_key, coalesce(e.path, ''), count(*), "
-        f"sum(({vtype_sql} <= 2)::INT), sum(({vtype_sql} IN (1, 2))::INT) FROM florwb_logs b "
-        "LEFT JOIN loop_entries e ON e.run_key = ? AND e.source_key = ? AND "
-        f"e.entry_id = b.ctx_id >> {journal.ENTRY_SHIFT} GROUP BY ALL ON CONFLICT DO UPDATE "
+        "INSERT INTO name_stats SELECT ?, ?, g.name_key, g.path, g.n, g.n_numeric, g.n_int, "
+        "coalesce(r.n, 0) + coalesce((g.first_ctx = s.last_ctx)::INT, 0), g.last_ctx FROM ("
+        "SELECT b.name_key, coalesce(e.path, '') AS path, count(*) AS n, "
+        f"sum(({vtype_sql} <= 2)::INT) AS n_numeric, sum(({vtype_sql} IN (1, 2))::INT) AS n_int, "
+        "min(b.ctx_id) AS first_ctx, max(b.ctx_id) AS last_ctx FROM florwb_logs b "
+        f"{_ENTRY_OF.format(ctx='b.ctx_id')} GROUP BY ALL) g "
+        "LEFT JOIN (SELECT r.name_key, coalesce(e.path, '') AS path, sum(r.n) AS n "
+        f"FROM florwb_repeats r {_ENTRY_OF.format(ctx='r.ctx_id')} GROUP BY ALL) r "
+        "ON r.name_key = g.name_key AND r.path = g.path "
+        "LEFT JOIN name_stats s ON s.run_key = ? AND s.source_key = ? AND "
+        "s.name_key = g.name_key AND s.path = g.path ON CONFLICT DO UPDATE "
         "SET n = n + excluded.n, n_numeric = n_numeric + excluded.n_numeric, "
-        "n_int = n_int + excluded.n_int",
-        [keys.run_key, keys.source_key, keys.run_key, keys.source_key],
+        "n_int = n_int + excluded.n_int, n_repeat = n_repeat + excluded.n_repeat, "
+        "last_ctx = greatest(last_ctx, excluded.last_ctx)",
+        [keys.run_key, keys.source_key] * 4,
     )
+    con.unregister("florwb_repeats")
     con.unregister("florwb_logs")
     return n

@@ -152,7 +152,8 @@ def _pivot(con: duckdb.DuckDBPyConnection, names: list[str]) -> pd.DataFrame:
         r[0]: r[1:]
         for r in con.execute(
             "SELECT k.name, k.name_key, string_agg(DISTINCT s.path, '|'), sum(s.n), "
-            "sum(s.n_numeric), sum(s.n_int) FROM name_stats s JOIN name_keys k USING (name_key) "
+            "sum(s.n_numeric), sum(s.n_int), coalesce(sum(s.n_repeat) = 0, false) "
+            "FROM name_stats s JOIN name_keys k USING (name_key) "
             "WHERE k.name IN (SELECT unnest(?)) GROUP BY ALL",
             [names],
         ).fetchall()
@@ -186,9 +187,12 @@ def _pivot(con: duckdb.DuckDBPyConnection, names: list[str]) -> pd.DataFrame:
         aliases[name] = alias
         if name not in logged:
             continue
-        key, _paths, n, n_numeric, n_int = logged[name]
+        key, _paths, n, n_numeric, n_int, once = logged[name]
         value = "value" if n_numeric == n else "coalesce(text, CAST(value AS VARCHAR))"
-        aggregates[alias] = f"arg_max({value}, seq) FILTER (WHERE name_key = {int(key)})"
+        # Logged more than once in an iteration: the last value counts. Once (the usual
+        # case, known from ingestion): any aggregate gives it, and max is 1.5x faster.
+        last = f"max({value})" if once else f"arg_max({value}, seq)"
+        aggregates[alias] = f"{last} FILTER (WHERE name_key = {int(key)})"
         if n_numeric == n and n_int == n:
             casts[alias] = "Int64"
     keys = [int(v[0]) for v in logged.values()]
@@ -246,11 +250,13 @@ def _aggregate(
         values, coord_cols, value_cols = {}, "", ""
         select = "SELECT run_key FROM runs"
     con.execute("SET SESSION preserve_insertion_order = false")  # the ORDER BY below decides order
-    frame = con.execute(
-        f"SELECT p.position{coord_cols}{value_cols} FROM ({select}) x JOIN (SELECT run_key, "
-        f"row_number() OVER (ORDER BY start_time, run_key) - 1 AS position FROM runs) p "
-        f"USING (run_key) ORDER BY p.position{order}"
-    ).df()
+    frame = _frame(
+        con.execute(
+            f"SELECT p.position{coord_cols}{value_cols} FROM ({select}) x JOIN (SELECT run_key, "
+            f"row_number() OVER (ORDER BY start_time, run_key) - 1 AS position FROM runs) p "
+            f"USING (run_key) ORDER BY p.position{order}"
+        )
+    )
     con.execute("SET SESSION preserve_insertion_order = true")
     codes = frame.pop("position").to_numpy()
     frame = frame.rename(columns=values)
@@ -259,6 +265,32 @@ def _aggregate(
         frame.insert(i, column, pd.Categorical.from_codes(per_run.codes[codes], per_run.categories))
     frame.insert(2, "start_time", runs["start_time"].to_numpy()[codes])
     return frame
+
+
+def _frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """The result as DuckDB's `.df()` types it (nullable ints, booleans and strings), built
+    from numpy columns without pandas copying them into blocks: 0.1-0.3 s less on millions
+    of rows."""
+    import numpy as np
+    import pandas as pd
+
+    columns = {}
+    for name, column in result.fetchnumpy().items():
+        if isinstance(column, np.ma.MaskedArray):
+            mask = np.ma.getmaskarray(column)
+            kind = column.dtype.kind
+            if kind in "iu":
+                column = pd.arrays.IntegerArray(column.data, mask)
+            elif kind == "b":
+                column = pd.arrays.BooleanArray(column.data, mask)
+            elif kind == "f":
+                column = column.filled(np.nan)
+            else:  # filled(None) would fill with numpy's default, "?"
+                data = column.data.astype(object)
+                data[mask] = None
+                column = pd.array(data, dtype="str")
+        columns[name] = column
+    return pd.DataFrame(columns, copy=False)
 
 
 def _typed(value, text, vtype):

@@ -17,7 +17,7 @@ import duckdb
 
 from engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RECORDED = "record"
 
 TABLES = {
@@ -45,7 +45,8 @@ TABLES = {
         depth INTEGER, total BIGINT, own_column VARCHAR""",
     "name_stats": """
         run_key INTEGER, source_key INTEGER, name_key INTEGER, path VARCHAR, n BIGINT,
-        n_numeric BIGINT, n_int BIGINT, PRIMARY KEY (run_key, source_key, name_key, path)""",
+        n_numeric BIGINT, n_int BIGINT, n_repeat BIGINT, last_ctx BIGINT,
+        PRIMARY KEY (run_key, source_key, name_key, path)""",
     "checkpoints": """
         run_id VARCHAR, loop VARCHAR, iteration BIGINT, ctx_id BIGINT, path VARCHAR,
         bytes BIGINT, snapshot_s DOUBLE, write_s DOUBLE, time TIMESTAMP""",
@@ -97,6 +98,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'meta' AND schema_name = 'main'"
     ).fetchall()[0][0]
     if exists:
+        _migrate(con)
         return
     con.execute("BEGIN")
     for table, body in TABLES.items():
@@ -104,6 +106,20 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
     con.execute("INSERT OR IGNORE INTO sources VALUES (0, ?)", [RECORDED])
     create_views(con)
+    con.execute("COMMIT")
+
+
+def _migrate(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring a store written by an older florwb up to SCHEMA_VERSION, keeping its data."""
+    row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+    version = int(row[0][0]) if row else SCHEMA_VERSION
+    if version >= SCHEMA_VERSION:
+        return
+    con.execute("BEGIN")
+    if version < 3:  # values repeated within an iteration: NULL (unknown) for rows there
+        con.execute("ALTER TABLE name_stats ADD COLUMN IF NOT EXISTS n_repeat BIGINT")
+        con.execute("ALTER TABLE name_stats ADD COLUMN IF NOT EXISTS last_ctx BIGINT")
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
 
 
