@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import signal
 import textwrap
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from engine.replay.executor import _run_all, _Task
 from engine.replay.forkserver import ForkServer, likely_imports, script_imports, signal_worker
 
 REPORT = textwrap.dedent(
@@ -177,3 +180,48 @@ def test_imports_are_read_from_the_scripts_that_log_the_names(tmp_path):
     assert likely_imports(tmp_path, ["grad_norm"]) == ["os", "numpy", "torch", "torchvision.models"]
     assert likely_imports(tmp_path, ["unknown"]) == []
     assert script_imports("def (:\n") == []
+
+
+def test_cancel_gives_up_on_a_worker_the_server_never_started(tmp_path, monkeypatch):
+    """A server stuck importing (a module that hangs) must not hang a cancelled replay."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "hangs_on_import.py").write_text("import time\ntime.sleep(120)\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    script = tmp_path / "train.py"
+    marker = tmp_path / "ran"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    server = ForkServer(tmp_path / "server.log")
+    server.preload(["hangs_on_import"])
+    task = _Task(
+        plan=SimpleNamespace(run_id="r"),
+        segment=SimpleNamespace(index=0, first=0, last=0),
+        spec_path=tmp_path / "spec.json",
+        progress_path=tmp_path / "progress.json",
+        log_path=tmp_path / "err.txt",
+        argv=[str(script)],
+        cwd=tmp_path,
+        project=tmp_path,
+    )
+    cancel = threading.Event()
+    states = []
+    runner = threading.Thread(
+        target=_run_all, args=([task], 1, server, None, lambda p: states.append(p.state), cancel)
+    )
+    runner.start()
+    time.sleep(0.5)
+    cancel.set()
+    runner.join(timeout=60)
+    server.close()
+    assert not runner.is_alive()
+    assert task.returncode == -1 and states[-1] == "cancelled"
+    assert not marker.exists()
+
+
+def test_a_plain_folder_named_like_a_preloaded_package_shadows_nothing(server, tmp_path):
+    code = tmp_path / "code"
+    (code / "colorsys").mkdir(parents=True)  # e.g. the wandb/ folder wandb leaves behind
+    server.preload(["colorsys"], [tmp_path / "elsewhere"])
+    got = _run(server, tmp_path, "")
+    assert got["code"] == 0, got["err"]
+    assert got["preloaded"] == ["colorsys"]

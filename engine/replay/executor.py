@@ -211,7 +211,7 @@ def _run_all(
     notify = on_progress or (lambda _p: None)
     waiting, active = list(tasks), []  # changed in place: fill() sees them
     last_seen: dict[int, tuple] = {}
-    stopping: dict[int, float] = {}  # pid -> when it was asked to stop
+    stopping: dict[int, float] = {}  # request -> when its worker was asked to stop
 
     def fill() -> None:
         if cancel.is_set():
@@ -229,7 +229,7 @@ def _run_all(
             for task in active:
                 _update(task, server)
                 if cancel.is_set():
-                    _stop(task, stopping)
+                    _stop(task, stopping, server)
             ended = [t for t in active if t.returncode is not None]
             active[:] = [t for t in active if t.returncode is None]
             _report(tasks, last_seen, notify, cancel.is_set())
@@ -261,15 +261,23 @@ def _update(task: _Task, server: ForkServer) -> None:
         task.returncode = server.exited[task.pid]
 
 
-def _stop(task: _Task, stopping: dict[int, float]) -> None:
-    """SIGTERM to the worker's process group, SIGKILL if it is still there after 3 s."""
-    if task.pid is None or task.returncode is not None:
+def _stop(task: _Task, stopping: dict[int, float], server: ForkServer) -> None:
+    """SIGTERM to the worker's process group, SIGKILL if it is still there after 3 s. A
+    worker the server has not started yet (it is still importing) is given up after 3 s,
+    with the server, so it never starts."""
+    if task.returncode is not None or task.request is None:
         return
-    asked = stopping.get(task.pid)
-    if asked is not None and time.monotonic() - asked < 3:
-        return
-    stopping.setdefault(task.pid, time.monotonic())
-    signal_worker(task.pid, signal.SIGTERM if asked is None else signal.SIGKILL)
+    now = time.monotonic()
+    first = task.request not in stopping
+    asked = stopping.setdefault(task.request, now)
+    if task.pid is None:
+        if now - asked > 3:
+            server.kill()
+            task.returncode = -1
+    elif first:
+        signal_worker(task.pid, signal.SIGTERM)
+    elif now - asked > 3:
+        signal_worker(task.pid, signal.SIGKILL)
 
 
 def _report(tasks: list[_Task], seen: dict[int, tuple], notify, cancelled: bool) -> None:

@@ -91,14 +91,19 @@ def likely_imports(project: Path, names: Iterable[str], limit: int = 2000) -> li
 # ------------------------------------------------------------------ the server (a process)
 
 
+def _has_module(folder: str, name: str) -> bool:
+    """A module or regular package `name` in `folder`; a plain folder (data/, or the
+    wandb/ that wandb leaves behind) shadows nothing an installed package provides."""
+    return os.path.isfile(os.path.join(folder, name + ".py")) or os.path.isfile(
+        os.path.join(folder, name, "__init__.py")
+    )
+
+
 def _is_shadowed(module: str, shadow: list[str]) -> bool:
     """True when the module is, or may be, one of the project's own."""
     top = module.split(".")[0]
-    for folder in shadow:
-        if os.path.exists(os.path.join(folder, top + ".py")) or os.path.isdir(
-            os.path.join(folder, top)
-        ):
-            return True
+    if any(_has_module(folder, top) for folder in shadow):
+        return True
     try:
         spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
@@ -231,11 +236,8 @@ def _forget_shadowed(folder: str, boot: set[str]) -> None:
     """Drop modules the server imported that the script's folder has its own of (a local
     json.py, say): `python script.py` would import the local one. Modules every interpreter
     has from its start-up (`boot`) are kept, as they would be."""
-    local = {
-        name.removesuffix(".py")
-        for name in os.listdir(folder)
-        if name.endswith(".py") or os.path.isdir(os.path.join(folder, name))
-    }
+    local = {name.removesuffix(".py") for name in os.listdir(folder)}
+    local = {name for name in local if _has_module(folder, name)}
     for name in [m for m in sys.modules if m.split(".")[0] in local and m not in boot]:
         del sys.modules[name]
 
@@ -360,11 +362,15 @@ class ForkServer:
         except (BrokenPipeError, OSError):
             self._lost()
 
+    def kill(self) -> None:
+        """Stop the server now (its workers run in their own sessions and go on)."""
+        self._process.kill()
+
     def close(self) -> None:
         """Stop taking requests; running workers are not touched. A server that never
         started one is stopped at once, even in the middle of its imports."""
         if self._next == 0:
-            self._process.kill()
+            self.kill()
         try:
             if self._process.stdin:
                 self._process.stdin.close()
