@@ -7,6 +7,7 @@ failures (bad SQL, unknown names, a busy database) never print a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -196,9 +197,8 @@ def run() -> None:
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
-        except BrokenPipeError:
-            pass  # a pager or head that stopped reading: not an error
+            with contextlib.suppress(BrokenPipeError):  # a pager or head that stopped reading
+                stream.flush()
         except (OSError, ValueError):
             code = code or 120  # what Python itself exits with when stdout cannot be flushed
     os._exit(code)

@@ -134,7 +134,6 @@ def test_a_preload_that_starts_threads_makes_workers_start_fresh(tmp_path, monke
 
 
 def test_optimizers_restore_without_importing_dynamo_until_needed(server, tmp_path):
-    pytest.importorskip("torch")
     server.preload(["torch"])
     body = textwrap.dedent(
         """

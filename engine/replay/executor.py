@@ -10,6 +10,7 @@ stops every worker and removes the replay's rows, so nothing half-written stays 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -243,10 +244,8 @@ def _run_all(
 
 def _ingest_early(store: Store) -> None:
     """Ingest finished segments while the next ones run, not all after the last one."""
-    try:
-        store.ingest()
-    except StoreBusy:
-        pass  # someone else holds the database: the final ingestion takes them in
+    with contextlib.suppress(StoreBusy):  # someone else holds the database: the final
+        store.ingest()  # ingestion takes them in
 
 
 def _update(task: _Task, server: ForkServer) -> None:

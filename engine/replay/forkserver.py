@@ -23,6 +23,7 @@ Protocol: JSON lines on stdin ({"preload": [...], "shadow": [...]},
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -371,11 +372,9 @@ class ForkServer:
         started one is stopped at once, even in the middle of its imports."""
         if self._next == 0:
             self.kill()
-        try:
-            if self._process.stdin:
+        if self._process.stdin:
+            with contextlib.suppress(OSError):  # a dead server's pipe
                 self._process.stdin.close()
-        except OSError:
-            pass
         try:
             self._process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -388,15 +387,11 @@ class ForkServer:
 def signal_worker(pid: int, sig: int) -> None:
     """Signal a worker and what it started (its session's group); right after the fork,
     before the worker made its own session, the worker alone."""
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         try:
-            os.kill(pid, sig)
+            os.killpg(pid, sig)
         except ProcessLookupError:
-            pass
-    except PermissionError:
-        pass
+            os.kill(pid, sig)
 
 
 def _tail(path: Path) -> str:
