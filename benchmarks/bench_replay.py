@@ -341,12 +341,16 @@ def part_epoch(args) -> None:
 def part_workers(args) -> None:
     note(f"== 2. step-level statement `{STEP_STATEMENT.strip()}`, {args.runs} runs")
     steps = args.small_steps
-    fixed, per_epoch = calibrate(steps)
-    epochs = epochs_for(args.small_s, fixed, per_epoch, least=2)
-    note(
-        f"calibration (plain): {fixed:.1f} s fixed + {per_epoch:.2f} s per {steps}-step epoch"
-        f" -> {epochs} epochs for ~{args.small_s:.0f} s per run"
-    )
+    if args.small_epochs:  # a fixed size: calibration on a busy machine can be far off
+        epochs = args.small_epochs
+        note(f"{epochs} epochs of {steps} steps per run (--small-epochs)")
+    else:
+        fixed, per_epoch = calibrate(steps)
+        epochs = epochs_for(args.small_s, fixed, per_epoch, least=2)
+        note(
+            f"calibration (plain): {fixed:.1f} s fixed + {per_epoch:.2f} s per {steps}-step "
+            f"epoch -> {epochs} epochs for ~{args.small_s:.0f} s per run"
+        )
     env = backend_env("florwb", BENCH_EPOCHS=str(epochs), BENCH_STEPS=str(steps))
     with temp_git_repo(TRAIN_SCRIPT) as repo:
         new_project(repo, "florwb")
@@ -414,6 +418,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="part 1 florwb replays (median)")
     parser.add_argument("--small-s", type=float, default=8.0, help="part 2 size of each run")
     parser.add_argument("--small-steps", type=int, default=400, help="part 2 steps per epoch")
+    parser.add_argument(
+        "--small-epochs", type=int, default=0, help="part 2 epochs per run (skips calibration)"
+    )
     parser.add_argument("--runs", type=int, default=4, help="part 2 recorded runs")
     parser.add_argument("--rounds", type=int, default=2, help="part 2 rounds (medians)")
     parser.add_argument("--parts", default="epoch,workers")
