@@ -178,6 +178,10 @@ def test_imports_are_read_from_the_scripts_that_log_the_names(tmp_path):
     ]
     assert likely_imports(tmp_path, ["grad_norm"]) == ["os", "numpy", "torch", "torchvision.models"]
     assert likely_imports(tmp_path, ["unknown"]) == []
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    (deep / "deep.py").write_text("import sqlite3\nflor.log('deep_name', 1)\n")
+    assert likely_imports(tmp_path, ["deep_name"]) == []  # a guess: it does not dig deep
     assert script_imports("def (:\n") == []
 
 

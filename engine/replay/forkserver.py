@@ -33,7 +33,7 @@ import select
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 _NEVER_PRELOAD = {"florwb", "flordb", "engine", "__future__"}
@@ -59,34 +59,53 @@ def script_imports(source: str) -> list[str]:
     return [m for m in found if m.split(".")[0] not in _NEVER_PRELOAD]
 
 
-def likely_imports(project: Path, names: Iterable[str], limit: int = 2000) -> list[str]:
+def likely_imports(project: Path, names: Iterable[str]) -> list[str]:
     """Imports of the project's scripts that mention one of `names`: today's script with
     the new statements, a good guess at what the old versions import, known before the
     replay is planned."""
     quoted = [q for n in names for q in (f'"{n}"', f"'{n}'")]
     modules: dict[str, None] = {}
-    seen = 0
-    for folder, dirs, files in os.walk(project):
-        dirs[:] = [
-            d
-            for d in dirs
-            if d not in _SKIP_DIRS
-            and not d.startswith(".")
-            and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))
-        ]
-        for file in files:
-            if not file.endswith(".py"):
-                continue
-            seen += 1
-            if seen > limit:
-                return list(modules)
-            try:
-                text = Path(folder, file).read_text(errors="replace")
-            except OSError:
-                continue
-            if any(q in text for q in quoted):
-                modules.update(dict.fromkeys(script_imports(text)))
+    for path in _python_files(project):
+        try:
+            text = Path(path).read_text(errors="replace")
+        except OSError:
+            continue
+        if any(q in text for q in quoted):
+            modules.update(dict.fromkeys(script_imports(text)))
     return list(modules)
+
+
+def _python_files(
+    root: Path, limit: int = 20_000, depth: int = 3, largest: int = 1 << 20
+) -> Iterator[str]:
+    """Scripts breadth first (today's training script is usually at the top), looking at
+    `limit` entries at most: a data folder of a million files must not delay the replay."""
+    queue, seen = [(str(root), 0)], 0
+    while queue:
+        folder, level = queue.pop(0)
+        try:
+            entries = os.scandir(folder)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                seen += 1
+                if seen > limit:
+                    return
+                name = entry.name
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if (
+                            level + 1 < depth
+                            and name not in _SKIP_DIRS
+                            and not name.startswith(".")
+                            and not os.path.exists(os.path.join(entry.path, "pyvenv.cfg"))
+                        ):
+                            queue.append((entry.path, level + 1))
+                    elif name.endswith(".py") and entry.stat().st_size <= largest:
+                        yield entry.path
+                except OSError:
+                    continue
 
 
 # ------------------------------------------------------------------ the server (a process)
