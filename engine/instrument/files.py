@@ -9,6 +9,7 @@ Bytes matter: the file is read and written with `newline=""` so CRLF files stay 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -75,8 +76,6 @@ def _atomic_write(target: Path, text: str, like: Path) -> None:
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise

@@ -11,6 +11,7 @@ loop runs, so the old script never writes its usual outputs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -101,8 +102,6 @@ class Replayer:
         """End the replay here: nothing after the main loop of the old script may run."""
         self.on_finish()
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError):  # a closed or broken stream
                 stream.flush()
-            except (OSError, ValueError):
-                pass
         os._exit(0)

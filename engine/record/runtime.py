@@ -12,6 +12,7 @@ record, and records are never split (n is always a multiple of 3).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import secrets
 import socket
@@ -213,12 +214,10 @@ def _report_skipped_once(store: Path, skipped) -> None:
         return
     marker = store / "snapshot-skipped.txt"
     listing = "\n".join(sorted(f"{s.path}\t{s.reason}" for s in skipped))
-    try:
+    with contextlib.suppress(OSError):  # no marker: the warning shows again, that is all
         if marker.exists() and marker.read_text() == listing:
             return
         marker.write_text(listing)
-    except OSError:
-        pass
     names = ", ".join(f"{s.path} ({s.reason})" for s in skipped[:3])
     more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
     print(f"florwb: not in the code snapshot: {names}{more}", file=sys.stderr)

@@ -282,11 +282,9 @@ def _stop(task: _Task, stopping: dict[int, float], server: ForkServer) -> None:
 def _report(tasks: list[_Task], seen: dict[int, tuple], notify, cancelled: bool) -> None:
     for task in tasks:
         done, total = 0, task.segment.last - task.segment.first + 1
-        try:
+        with contextlib.suppress(OSError, ValueError, KeyError):  # not written yet
             data = json.loads(task.progress_path.read_text())
             done, total = data["done"], data["total"]
-        except (OSError, ValueError, KeyError):
-            pass
         if task.returncode is None:
             state = "running" if task.request is not None else "waiting"
         elif cancelled:

@@ -9,6 +9,7 @@ numpy columns; nothing here loops over log rows in Python unless a batch holds s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from collections import defaultdict
@@ -74,10 +75,8 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
-    try:
+    with contextlib.suppress(duckdb.Error):  # no transaction was open
         con.execute("ROLLBACK")
-    except duckdb.Error:  # no transaction was open
-        pass
 
 
 @dataclass
@@ -334,12 +333,10 @@ def split_values(values: list) -> tuple[np.ndarray, list | None, np.ndarray]:
     if types <= _FLOATS:
         return np.array(values, dtype=np.float64), None, np.zeros(len(values), np.uint8)
     if types <= _NUMBERS:
-        try:
+        with contextlib.suppress(OverflowError):  # ints beyond float: the pass below keeps digits
             number = np.array(values, dtype=np.float64)
             codes = np.fromiter(map(_TYPE_CODE.__getitem__, map(type, values)), np.uint8)
             return number, None, codes
-        except OverflowError:
-            pass
     number = np.array([_as_float(v) for v in values], dtype=np.float64)
     text = [_as_text(v) for v in values]
     codes = np.fromiter(

@@ -8,6 +8,7 @@ only when something is new does it read the store.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -23,16 +24,11 @@ class JournalTail:
     def changed(self) -> bool:
         """True when a journal appeared or grew since the last call (the first call: True)."""
         sizes: dict[str, int] = {}
-        try:
-            with os.scandir(self.folder) as entries:
-                for entry in entries:
-                    if entry.name.endswith(SUFFIX):
-                        try:
-                            sizes[entry.name] = entry.stat().st_size
-                        except FileNotFoundError:
-                            continue
-        except FileNotFoundError:
-            pass
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.folder) as entries:
+            for entry in entries:
+                if entry.name.endswith(SUFFIX):
+                    with contextlib.suppress(FileNotFoundError):  # a journal removed meanwhile
+                        sizes[entry.name] = entry.stat().st_size
         changed = sizes != self._seen
         self._seen = sizes
         return changed

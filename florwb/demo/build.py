@@ -26,7 +26,7 @@ VERSIONS = (
 
 
 class DemoError(Exception):
-    pass
+    """The demo project could not be built; printed as one line."""
 
 
 def _git(folder: Path, *args: str) -> None:

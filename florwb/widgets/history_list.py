@@ -162,7 +162,7 @@ class HistoryList(ScrollView, can_focus=True):
 
     @dataclass
     class FilterRequested(Message):
-        pass
+        """The user asked for the filter box (`/`)."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
