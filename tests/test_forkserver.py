@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -133,30 +135,51 @@ def test_a_preload_that_starts_threads_makes_workers_start_fresh(tmp_path, monke
     assert got["preloaded"] == []  # a new interpreter, not a fork of the threaded server
 
 
-def test_optimizers_restore_without_importing_dynamo_until_needed(server, tmp_path):
-    server.preload(["torch"])
-    body = textwrap.dedent(
-        """
-        import torch
-        net = torch.nn.Linear(3, 2)
-        opt = torch.optim.Adam(net.parameters(), lr=0.1)
-        net(torch.randn(4, 3)).sum().backward()
-        saved = opt.state_dict()
-        opt.load_state_dict(saved)
-        out["dynamo_before_step"] = "torch._dynamo" in sys.modules
-        opt.step()
-        opt.zero_grad()
-        again = torch.optim.Adam(net.parameters(), lr=0.1)
+TRAIN = textwrap.dedent(
+    """
+    import torch
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 2)
+    params = []
+    for make in (
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+        lambda p: torch.optim.Adam(p, lr=0.1),
+        lambda p: torch.optim.AdamW(p, lr=0.1, weight_decay=0.1),
+    ):
+        opt = make(net.parameters())
+        sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+        for _ in range(3):
+            opt.zero_grad()
+            net(torch.randn(4, 3)).pow(2).sum().backward()
+            opt.step()
+            sched.step()
+        again = make(net.parameters())
         again.load_state_dict(opt.state_dict())
-        out["dynamo_after_step"] = "torch._dynamo" in sys.modules
-        out["steps"] = [float(s["step"]) for s in again.state_dict()["state"].values()]
-        """
-    )
-    got = _run(server, tmp_path, body)
+        out["grad_enabled"] = torch.is_grad_enabled()
+        params.append([p.tolist() for p in net.parameters()])
+        if len(params) == 2:
+            out["dynamo_before_compile"] = "torch._dynamo" in sys.modules
+            import torch._dynamo  # as torch.compile would: the real wrappers take over
+    out["params"] = params
+    """
+)
+
+
+def test_optimizers_train_without_dynamo_exactly_as_a_fresh_interpreter(server, tmp_path):
+    """Stepping, zero_grad, state_dict and load_state_dict give the same numbers whether the
+    worker deferred torch._dynamo or imported it the way `python script.py` does."""
+    server.preload(["torch"])
+    got = _run(server, tmp_path, TRAIN)
     assert got["code"] == 0, got["err"]
-    assert got["dynamo_before_step"] is False
-    assert got["dynamo_after_step"] is True
-    assert got["steps"] == [1.0, 1.0]
+    assert got["dynamo_before_compile"] is False
+
+    script = tmp_path / "fresh.py"
+    script.write_text(REPORT + TRAIN + "\nprint(json.dumps(out))\n")
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
+    fresh = json.loads(ran.stdout)
+    assert fresh["dynamo_before_compile"] is True  # torch's own wrappers import it
+    assert got["params"] == fresh["params"]
+    assert got["grad_enabled"] is True
 
 
 def test_imports_are_read_from_the_scripts_that_log_the_names(tmp_path):

@@ -26,7 +26,7 @@ from engine.journal import SUFFIX
 from engine.project import journal_dir, store_dir
 from engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from engine.replay.plan import Plan, RunPlan, Segment
-from engine.replay.spec import ENV, INNER, ReplaySpec
+from engine.replay.spec import ENV, ReplaySpec
 from engine.store import Store, StoreBusy
 from engine.store.replays import compare_with_recorded, delete_rows, finish_replay, record_replay
 
@@ -127,10 +127,9 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
             _link_missing(project, code_dir)
             code_dirs[key] = code_dir
         code_dir = code_dirs[key]
-        modules = script_imports(run.code)
-        if run.mode == INNER and "torch" in modules:
-            modules.append("torch._dynamo")  # stepping an optimizer imports it: once, here
-        server.preload(modules, [project, code_dir, (code_dir / run.script).parent])
+        server.preload(
+            script_imports(run.code), [project, code_dir, (code_dir / run.script).parent]
+        )
         cwd = _mapped_cwd(project, code_dir, run.cwd)
         for segment in run.segments:
             stem = f"{segment.index:03d}"

@@ -36,6 +36,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from .lazy_dynamo import defer_dynamo_import
+
 _NEVER_PRELOAD = {"florwb", "flordb", "engine", "__future__"}
 _SKIP_DIRS = {".git", ".florwb", ".flor", "node_modules", "__pycache__", "site-packages"}
 
@@ -145,55 +147,6 @@ def _preload(modules: list[str], shadow: list[str]) -> None:
             continue
 
 
-def _defer_dynamo_import() -> None:
-    """Let optimizers run without importing torch._dynamo (1.4 s here) until something
-    needs it.
-
-    torch wraps Optimizer.add_param_group, load_state_dict, state_dict and zero_grad in
-    `torch._disable_dynamo`, which imports torch._dynamo on the first call only to mark them
-    as not to be compiled. Before torch._dynamo is imported nothing can be compiling, so
-    calling the function itself is the same; once it is imported, the real wrapper is made.
-    Epoch-level replays construct an optimizer and restore its state but never step it.
-    """
-    torch = sys.modules.get("torch")
-    if torch is None or "torch._dynamo" in sys.modules:
-        return
-    try:
-        code = torch._disable_dynamo(lambda: None).__code__
-        classes = [torch.optim.Optimizer]
-    except Exception:  # noqa: BLE001 - another torch version: keep its behaviour
-        return
-    while classes:
-        cls = classes.pop()
-        classes.extend(cls.__subclasses__())
-        for attr in list(vars(cls).values()):
-            if getattr(attr, "__code__", None) is not code or not attr.__closure__:
-                continue
-            cells = dict(zip(attr.__code__.co_freevars, attr.__closure__, strict=True))
-            try:
-                fn, recursive = cells["fn"].cell_contents, cells["recursive"].cell_contents
-            except (KeyError, ValueError):
-                continue
-            if getattr(fn, "__dynamo_disable", None) is None:
-                fn.__dynamo_disable = _deferred(fn, recursive)
-
-
-def _deferred(fn, recursive: bool):
-    real = None
-
-    def call(*args, **kwargs):
-        nonlocal real
-        if real is None:
-            if "torch._dynamo" not in sys.modules:
-                return fn(*args, **kwargs)
-            import torch._dynamo
-
-            real = torch._dynamo.disable(fn, recursive, wrapping=False)
-        return real(*args, **kwargs)
-
-    return call
-
-
 def _send(message: dict) -> None:
     data = (json.dumps(message) + "\n").encode()
     while data:
@@ -283,7 +236,7 @@ def run_child(request: dict, boot: set[str]) -> None:
     script_dir = os.path.dirname(os.path.abspath(argv[0]))
     sys.path.insert(0, script_dir)
     _forget_shadowed(script_dir, boot)
-    _defer_dynamo_import()
+    defer_dynamo_import()
     runpy.run_path(argv[0], run_name="__main__")
 
 
