@@ -3,7 +3,7 @@ worker per segment.
 
 Started as `python script.py`, every worker pays the interpreter and the script's imports
 before it replays anything: with torch that is 2-4 s here (torch, then torch._dynamo, which
-the first optimizer pulls in), often more than the replay itself. The fork server starts
+the first optimizer step pulls in; see lazy_dynamo.py), often more than the replay itself. The fork server starts
 when a replay starts, imports those modules while the replay is being planned, and forks
 one child per segment; each child sets up the segment's argv, working directory,
 environment and output files and runs the old script as `__main__`, exiting the way
