@@ -422,7 +422,7 @@ def main() -> None:
         "--small-epochs", type=int, default=0, help="part 2 epochs per run (skips calibration)"
     )
     parser.add_argument("--runs", type=int, default=4, help="part 2 recorded runs")
-    parser.add_argument("--rounds", type=int, default=2, help="part 2 rounds (medians)")
+    parser.add_argument("--rounds", type=int, default=3, help="part 2 rounds (medians)")
     parser.add_argument("--parts", default="epoch,workers")
     parser.add_argument("--no-flordb", dest="flordb", action="store_false")
     args = parser.parse_args()
