@@ -3,11 +3,15 @@ propagated into the old code and replayed from checkpoints in worker processes."
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -248,6 +252,88 @@ def test_ctrl_c_cancels_and_leaves_nothing_behind(project):
     assert "gnorm" not in store.names()
     assert store.query("SELECT count(*) AS n FROM logs WHERE source != 'record'").n[0] == 0
     assert not any((project / ".florwb" / "replays").iterdir())
+
+
+def _workers_in(folder) -> set[int]:
+    """Processes whose working directory is inside `folder` (replay workers run there)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):  # gone, or not ours to look at
+                if os.readlink(entry / "cwd").startswith(str(folder)):
+                    found.add(int(entry.name))
+    return found
+
+
+SLOW = """
+import os
+import time
+import florwb as flor
+
+total = 0
+for epoch in flor.loop("epoch", range(3)):
+    for step in flor.loop("step", range(3)):
+        total += step
+        time.sleep(float(os.environ.get("SLOW_S", "0")))
+    flor.log("total", total)
+"""
+
+
+def _epochs_done(replays: Path) -> int:
+    done = 0
+    for progress in replays.glob("*/*.progress"):
+        with contextlib.suppress(OSError, ValueError):  # being written
+            done += json.loads(progress.read_text())["done"]
+    return done
+
+
+def test_killed_replay_stops_its_workers_and_the_next_replay_redoes_its_runs(repo):
+    """SIGKILL gives the replay no chance to clean up: its workers must still stop, and the
+    rows they wrote must not make the next replay think those runs are done."""
+    write(repo / "slow.py", SLOW)
+    run_py(repo, "slow.py")
+    run_py(repo, "slow.py")
+    write(
+        repo / "slow.py",
+        SLOW.replace("total += step\n", "total += step\n        flor.log('seen', step)\n"),
+    )
+    before = repo_state(repo)
+    replays = repo / ".florwb" / "replays"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "florwb.cli", "replay", "seen", "--yes"],
+        cwd=repo,
+        env={**os.environ, "SLOW_S": "0.5"},  # 4.5 s per run: killed long before the end
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 90
+    while time.time() < deadline and not _epochs_done(replays):
+        time.sleep(0.02)
+    time.sleep(0.3)  # the worker's journal takes in its first epoch's values
+    assert _workers_in(replays), "no replay worker running"
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.time() + 2.5  # the worker alone would sleep on for seconds
+    while time.time() < deadline and _workers_in(replays):
+        time.sleep(0.05)
+    assert not _workers_in(replays)
+    store = Store(repo)
+    [killed] = store.query("SELECT replay_id FROM replays WHERE status = 'running'").replay_id
+    partial = store.query(f"SELECT count(*) AS n FROM logs WHERE source = '{killed}'").n[0]
+    assert 0 < partial < 2 * 9  # what the killed worker wrote is in the store
+
+    again = json.loads(florwb(repo, "replay", "seen", "--yes", "--json").stdout)
+    assert again["result"]["status"] == "finished"
+    assert [run["status"] for run in again["plan"]["runs"]] == ["ready", "ready"]
+    statuses = dict(store.query("SELECT replay_id, status FROM replays").values.tolist())
+    assert statuses[killed] == "interrupted"
+    assert store.query(f"SELECT count(*) AS n FROM logs WHERE source = '{killed}'").n[0] == 0
+    values = store.query(
+        "SELECT run_id, epoch, step, count(*) AS n FROM logs WHERE name = 'seen' GROUP BY ALL"
+    )
+    assert len(values) == 2 * 9 and set(values.n) == {1}
+    assert not (replays / killed).exists()
+    assert repo_state(repo) == before
 
 
 ARGP = """

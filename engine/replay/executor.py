@@ -28,7 +28,13 @@ from engine.replay.forkserver import ForkServer, script_imports, signal_worker, 
 from engine.replay.plan import Plan, RunPlan, Segment
 from engine.replay.spec import ENV, ReplaySpec
 from engine.store import Store, StoreBusy
-from engine.store.replays import compare_with_recorded, delete_rows, finish_replay, record_replay
+from engine.store.replays import (
+    compare_with_recorded,
+    delete_rows,
+    finish_replay,
+    record_replay,
+    remove_results,
+)
 
 POLL_S = 0.2
 _SKIP_LINKS = {".florwb", ".git", "__pycache__"}
@@ -348,10 +354,8 @@ def _journal(project: Path, replay_id: str, segment: int) -> Path:
 
 
 def _remove_results(store: Store, project: Path, replay_id: str) -> None:
-    for path in journal_dir(project).glob(f"replay-{replay_id}-*{SUFFIX}"):
-        path.unlink(missing_ok=True)
     with store.session() as con:
-        delete_rows(con, replay_id)
+        remove_results(con, project, replay_id)
 
 
 def _stderr_tail(path: Path, returncode: int | None, lines: int = 5) -> str:

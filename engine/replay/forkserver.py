@@ -3,11 +3,12 @@ worker per segment.
 
 Started as `python script.py`, every worker pays the interpreter and the script's imports
 before it replays anything: with torch that is 2-4 s here (torch, then torch._dynamo, which
-the first optimizer step pulls in; see lazy_dynamo.py), often more than the replay itself. The fork server starts
-when a replay starts, imports those modules while the replay is being planned, and forks
-one child per segment; each child sets up the segment's argv, working directory,
-environment and output files and runs the old script as `__main__`, exiting the way
-`python script.py` would (exceptions, sys.exit, atexit all as usual).
+the first optimizer step pulls in; see lazy_dynamo.py), often more than the replay itself.
+The fork server starts when a replay starts, imports those modules while the replay is being
+planned, and forks one child per segment; each child sets up the segment's argv, working
+directory, environment and output files and runs the old script as `__main__`, exiting the
+way `python script.py` would (exceptions, sys.exit, atexit all as usual). When the replay
+stops listening (it was killed, or gave up), the server stops the workers still running.
 
 Only modules installed outside the project are imported ahead: the scripts' own modules
 differ between versions and must come from each version's folder. If a preloaded module
@@ -30,9 +31,11 @@ import json
 import os
 import secrets
 import select
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -171,6 +174,17 @@ def serve() -> dict:
     if sys.path and sys.path[0] == "":
         sys.path.pop(0)  # the server's folder is nobody's code
     children: set[int] = set()
+    try:
+        request = _serve(children)
+    except BrokenPipeError:  # the replay is gone while a reply was on its way
+        request = None
+    if request is not None:
+        return request
+    _end_orphans(children)
+    os._exit(0)
+
+
+def _serve(children: set[int]) -> dict | None:
     pending = b""
     while True:
         ready, _, _ = select.select([0], [], [], 0.05)
@@ -179,7 +193,7 @@ def serve() -> dict:
             continue
         chunk = os.read(0, 65536)
         if not chunk:
-            break
+            return None
         pending += chunk
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
@@ -197,12 +211,28 @@ def serve() -> dict:
                     return request
                 children.add(pid)
                 _send({"started": request["start"], "pid": pid})
-    while children:  # nobody listens any more; do not leave zombies behind
+
+
+def _end_orphans(children: set[int], grace_s: float = 3.0) -> None:
+    """The replay stopped listening while workers still run: it was killed (SIGKILL, a
+    crash) or gave up. Nobody will collect their results, so stop them (SIGTERM, then
+    SIGKILL after `grace_s`) and reap them. A replay that ends normally has none left."""
+    for pid in children:
+        signal_worker(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while children:
         try:
-            children.discard(os.wait()[0])
+            pid, _status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            break
-    os._exit(0)
+            return
+        if pid:
+            children.discard(pid)
+        elif time.monotonic() < deadline:
+            time.sleep(0.02)
+        else:
+            for pid in children:
+                signal_worker(pid, signal.SIGKILL)
+            deadline = float("inf")
 
 
 def _forget_shadowed(folder: str, boot: set[str]) -> None:
@@ -340,8 +370,9 @@ class ForkServer:
         self._process.kill()
 
     def close(self) -> None:
-        """Stop taking requests; running workers are not touched. A server that never
-        started one is stopped at once, even in the middle of its imports."""
+        """Stop taking requests; workers still running are stopped (nobody would collect
+        their results). A server that never started one is stopped at once, even in the
+        middle of its imports."""
         if self._next == 0:
             self.kill()
         if self._process.stdin:

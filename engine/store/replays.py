@@ -1,14 +1,21 @@
 """The store side of replays: their bookkeeping rows, fidelity checks, and removing the rows
-of a replay (or of one run in it) that was cancelled or failed, so nothing half-written
-stays behind."""
+of a replay (or of one run in it) that was cancelled, failed or killed, so nothing
+half-written stays behind."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
 from datetime import datetime
+from pathlib import Path
 
 import duckdb
 
+from engine import processes
+from engine.journal import SUFFIX
+from engine.project import journal_dir, store_dir
 from engine.store.db import fetch_one
 from engine.store.schema import loop_columns, quote
 
@@ -17,10 +24,52 @@ ABS_TOLERANCE = 1e-9
 
 
 def record_replay(con: duckdb.DuckDBPyConnection, replay_id: str, names: list[str], detail) -> None:
+    """A replay starts; its owner (this process) is kept so that a replay whose process was
+    killed can be told from one still going in another terminal."""
+    pid = os.getpid()
+    owner = {"host": socket.gethostname(), "pid": pid, "pid_ticks": processes.start_ticks(pid)}
     con.execute(
         "INSERT OR REPLACE INTO replays VALUES (?, ?, NULL, 'running', ?, ?)",
-        [replay_id, datetime.now(), ",".join(names), json.dumps(detail)],
+        [replay_id, datetime.now(), ",".join(names), json.dumps({**detail, "owner": owner})],
     )
+
+
+def abandoned_replays(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Replays still marked running whose process is gone from this host (SIGKILL, a crash,
+    a closed terminal). Replays started on another host, or before owners were kept, are
+    left alone: nothing here can tell whether they still run."""
+    found = []
+    rows = con.execute("SELECT replay_id, detail FROM replays WHERE status = 'running'")
+    for replay_id, detail in rows.fetchall():
+        try:
+            owner = json.loads(detail)["owner"]
+            host, pid, ticks = owner["host"], int(owner["pid"]), owner.get("pid_ticks")
+        except (TypeError, ValueError, KeyError):
+            continue
+        if host == socket.gethostname() and processes.is_gone(pid, ticks):
+            found.append(replay_id)
+    return found
+
+
+def clear_abandoned(con: duckdb.DuckDBPyConnection, project: Path) -> list[str]:
+    """Remove what killed replays left (rows for part of their runs would make those runs
+    look done to the next plan) and mark them interrupted."""
+    found = abandoned_replays(con)
+    for replay_id in found:
+        remove_results(con, project, replay_id)
+        con.execute(
+            "UPDATE replays SET ended = ?, status = 'interrupted' WHERE replay_id = ?",
+            [datetime.now(), replay_id],
+        )
+    return found
+
+
+def remove_results(con: duckdb.DuckDBPyConnection, project: Path, replay_id: str) -> None:
+    """Everything a replay left: its journals (ingested or not), rows and work folder."""
+    for path in journal_dir(project).glob(f"replay-{replay_id}-*{SUFFIX}"):
+        path.unlink(missing_ok=True)
+    delete_rows(con, replay_id)
+    shutil.rmtree(store_dir(project) / "replays" / replay_id, ignore_errors=True)
 
 
 def finish_replay(con: duckdb.DuckDBPyConnection, replay_id: str, status: str, detail) -> None:
