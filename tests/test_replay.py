@@ -17,6 +17,7 @@ import duckdb
 import pytest
 from conftest import florwb, git, repo_state, run_py, write
 
+from engine.project import journal_dir
 from engine.replay import execute, plan_replay
 from engine.store import Store
 
@@ -314,20 +315,22 @@ def test_killed_replay_stops_its_workers_and_the_next_replay_redoes_its_runs(rep
     proc.kill()
     proc.wait(timeout=30)
     deadline = time.time() + 2.5  # the worker alone would sleep on for seconds
-    while time.time() < deadline and _workers_in(replays):
+    while time.time() < deadline and (_workers_in(replays) or any(replays.glob("*.log"))):
         time.sleep(0.05)
     assert not _workers_in(replays)
-    store = Store(repo)
-    [killed] = store.query("SELECT replay_id FROM replays WHERE status = 'running'").replay_id
-    partial = store.query(f"SELECT count(*) AS n FROM logs WHERE source = '{killed}'").n[0]
-    assert 0 < partial < 2 * 9  # what the killed worker wrote is in the store
+    [killed] = [d.name for d in replays.iterdir()]  # its work folder; the server's log is gone
+    [partial] = journal_dir(repo).glob(f"replay-{killed}-*")
+    assert partial.stat().st_size > 0  # the killed worker's first epoch
 
+    store = Store(repo)  # any reader clears what the killed replay left, before ingesting it
+    assert store.query(f"SELECT status FROM replays WHERE replay_id = '{killed}'").status[0] == (
+        "interrupted"
+    )
+    assert store.query(f"SELECT count(*) AS n FROM logs WHERE source = '{killed}'").n[0] == 0
+    assert not partial.exists()
     again = json.loads(florwb(repo, "replay", "seen", "--yes", "--json").stdout)
     assert again["result"]["status"] == "finished"
     assert [run["status"] for run in again["plan"]["runs"]] == ["ready", "ready"]
-    statuses = dict(store.query("SELECT replay_id, status FROM replays").values.tolist())
-    assert statuses[killed] == "interrupted"
-    assert store.query(f"SELECT count(*) AS n FROM logs WHERE source = '{killed}'").n[0] == 0
     values = store.query(
         "SELECT run_id, epoch, step, count(*) AS n FROM logs WHERE name = 'seen' GROUP BY ALL"
     )

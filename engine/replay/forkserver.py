@@ -169,8 +169,8 @@ def _reap(children: set[int]) -> None:
         _send({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def serve() -> dict:
-    """Answer requests until stdin closes; returns (only in a forked child) its request."""
+def serve() -> dict | None:
+    """Answer requests until stdin closes (None), or in a forked child: its request."""
     if sys.path and sys.path[0] == "":
         sys.path.pop(0)  # the server's folder is nobody's code
     children: set[int] = set()
@@ -178,10 +178,9 @@ def serve() -> dict:
         request = _serve(children)
     except BrokenPipeError:  # the replay is gone while a reply was on its way
         request = None
-    if request is not None:
-        return request
-    _end_orphans(children)
-    os._exit(0)
+    if request is None:
+        _end_orphans(children)
+    return request
 
 
 def _serve(children: set[int]) -> dict | None:
@@ -270,9 +269,15 @@ def run_child(request: dict, boot: set[str]) -> None:
     runpy.run_path(argv[0], run_name="__main__")
 
 
-def main(boot: set[str]) -> None:
-    """`boot`: the modules loaded before the server's own imports."""
-    run_child(serve(), boot)
+def main(boot: set[str], log: str) -> None:
+    """`boot`: the modules loaded before the server's own imports; `log`: the server's
+    stderr, which the replay removes when it closes the server (here if it never does)."""
+    request = serve()
+    if request is None:
+        with contextlib.suppress(OSError):  # the replay removed it already
+            os.unlink(log)
+        os._exit(0)
+    run_child(request, boot)
 
 
 # ------------------------------------------------------------------ the client (in florwb)
@@ -296,7 +301,7 @@ class ForkServer:
         root = str(Path(__file__).resolve().parents[2])
         code = (
             f"import sys; boot = set(sys.modules); sys.path.append({root!r}); "
-            "from engine.replay.forkserver import main; main(boot)"
+            f"from engine.replay.forkserver import main; main(boot, {str(log_path)!r})"
         )
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,6 @@ from engine.project import store_dir
 from engine.propagate import PropagationError, find_log_statements, propagate
 from engine.replay.spec import INNER, OUTER, PREFIX
 from engine.store import Store
-from engine.store.replays import clear_abandoned
 from engine.store.schema import TABLES, literal, quote
 
 RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")}
@@ -108,7 +107,6 @@ def plan_replay(
         raise PlanError("name at least one log statement to replay")
     store = Store(project)
     with store.session() as con:
-        clear_abandoned(con, project)
         runs = _select_runs(con, where)
         facts = {run_id: _facts(con, run_id) for run_id, *_ in runs}
     plans = []

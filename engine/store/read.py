@@ -18,6 +18,7 @@ import duckdb
 from engine import project as projects
 from engine.store.db import StoreError, connect
 from engine.store.ingest import IngestReport, ingest_pending
+from engine.store.replays import clear_abandoned
 
 if TYPE_CHECKING:  # pandas loads only when a DataFrame is made: it slows every start-up
     import pandas as pd
@@ -47,10 +48,12 @@ class Store:
 
     @contextmanager
     def session(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A connection with the schema in place and every journal ingested."""
+        """A connection with the schema in place and every journal ingested; what killed
+        replays left is removed first, so no reader sees their partial results."""
         with connect(self.dir) as con:
             with _INGEST_LOCK:  # threads of one process share one DuckDB instance
                 ensure_schema(con)
+                clear_abandoned(con, self.project)
                 self.last_ingest = ingest_pending(con, projects.journal_dir(self.project))
             yield con
 
