@@ -303,7 +303,7 @@ def test_killed_replay_stops_its_workers_and_the_next_replay_redoes_its_runs(rep
     proc = subprocess.Popen(
         [sys.executable, "-m", "florwb.cli", "replay", "seen", "--yes"],
         cwd=repo,
-        env={**os.environ, "SLOW_S": "0.5"},  # 4.5 s per run: killed long before the end
+        env={**os.environ, "SLOW_S": "1"},  # 9 s per run: killed long before the end
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -314,7 +314,7 @@ def test_killed_replay_stops_its_workers_and_the_next_replay_redoes_its_runs(rep
     assert _workers_in(replays), "no replay worker running"
     proc.kill()
     proc.wait(timeout=30)
-    deadline = time.time() + 2.5  # the worker alone would sleep on for seconds
+    deadline = time.time() + 4  # the worker alone would sleep on for 5 s more
     while time.time() < deadline and (_workers_in(replays) or any(replays.glob("*.log"))):
         time.sleep(0.05)
     assert not _workers_in(replays)
