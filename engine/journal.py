@@ -34,6 +34,13 @@ ITERATION_MASK = (1 << ENTRY_SHIFT) - 1
 SUFFIX = ".journal"
 
 
+def replay_journal_name(replay_id: str, segment: int | str) -> str:
+    """A replay worker's journal; `segment="*"` gives the glob for all of a replay's."""
+    if isinstance(segment, int):
+        segment = f"{segment:03d}"
+    return f"replay-{replay_id}-{segment}{SUFFIX}"
+
+
 VTYPES = ("float", "int", "bool", "str", "none", "json", "object")
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from engine import processes
 from engine import project as projects
-from engine.journal import SUFFIX, JournalWriter, pack_logs, pack_timings
+from engine.journal import SUFFIX, JournalWriter, pack_logs, pack_timings, replay_journal_name
 from engine.record import args as cli_args
 from engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
 from engine.record.replaying import Replayer
@@ -60,7 +60,7 @@ class Run:
             spec = ReplaySpec.load(Path(spec_path))
             self.run_id = spec.run_id
             self.source = spec.replay_id
-            journal_name = f"replay-{spec.replay_id}-{spec.segment:03d}{SUFFIX}"
+            journal_name = replay_journal_name(spec.replay_id, spec.segment)
             self.replayer = Replayer(spec, lambda: self.checkpointer.objects)
             self.replayer.on_finish = lambda: self.finish("finished")
         else:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine import versions
-from engine.journal import SUFFIX
+from engine.journal import replay_journal_name
 from engine.project import journal_dir, store_dir
 from engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from engine.replay.plan import Plan, RunPlan, Segment
@@ -350,7 +350,7 @@ def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> R
 
 
 def _journal(project: Path, replay_id: str, segment: int) -> Path:
-    return journal_dir(project) / f"replay-{replay_id}-{segment:03d}{SUFFIX}"
+    return journal_dir(project) / replay_journal_name(replay_id, segment)
 
 
 def _remove_results(store: Store, project: Path, replay_id: str) -> None:

@@ -44,7 +44,9 @@ def defer_dynamo_import() -> None:
         classes.extend(cls.__subclasses__())
         for name, attr in list(vars(cls).items()):
             code = getattr(attr, "__code__", None)
-            cells = _cells(attr)
+            if code is not disable_code and code is not step_code:
+                continue
+            cells = _cells(attr)  # names another torch version may not use: then leave it
             if code is disable_code and {"fn", "recursive"} <= cells.keys():
                 fn = cells["fn"]
                 if getattr(fn, "__dynamo_disable", None) is None:
@@ -53,14 +55,11 @@ def defer_dynamo_import() -> None:
                 setattr(cls, name, _deferred_step(attr, cells["func"], torch))
 
 
-def _cells(fn: object) -> dict[str, object]:
-    closure = getattr(fn, "__closure__", None)
-    if not closure:
-        return {}
-    try:
-        return {n: c.cell_contents for n, c in zip(fn.__code__.co_freevars, closure, strict=True)}
-    except ValueError:  # an empty cell: not the wrapper we know
-        return {}
+def _cells(fn) -> dict:
+    """A closure's free variables by name (torch's wrappers keep what they wrap there)."""
+    return {
+        n: c.cell_contents for n, c in zip(fn.__code__.co_freevars, fn.__closure__, strict=True)
+    }
 
 
 def _deferred_disable(fn: Callable, recursive: bool) -> Callable:

@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 
 from engine import processes
-from engine.journal import SUFFIX
+from engine.journal import replay_journal_name
 from engine.project import journal_dir, store_dir
 from engine.store.db import fetch_one
 from engine.store.schema import loop_columns, quote
@@ -66,7 +66,7 @@ def clear_abandoned(con: duckdb.DuckDBPyConnection, project: Path) -> list[str]:
 
 def remove_results(con: duckdb.DuckDBPyConnection, project: Path, replay_id: str) -> None:
     """Everything a replay left: its journals (ingested or not), rows and work folder."""
-    for path in journal_dir(project).glob(f"replay-{replay_id}-*{SUFFIX}"):
+    for path in journal_dir(project).glob(replay_journal_name(replay_id, "*")):
         path.unlink(missing_ok=True)
     delete_rows(con, replay_id)
     shutil.rmtree(store_dir(project) / "replays" / replay_id, ignore_errors=True)
