@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.propagate import finder, propagate  # noqa: E402
+from florwb_engine.propagate import finder, propagate  # noqa: E402
 
 HEADER = """\
 import florwb as flor

@@ -20,7 +20,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="runs the rows are spread over")
     args = parser.parse_args()
     sys.path.insert(0, str(BENCH_DIR.parent))
-    from engine.store import Store
+    from florwb_engine.store import Store
 
     with temp_git_repo(BENCH_DIR / "gen_logs.py") as repo:
         per_run = args.rows // args.runs

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_workbench.py [--runs 1000] [--rows 10000000]
         [--rounds 3] [--rebuild] [--project DIR]
 
-Builds the project once (journals written directly with engine.journal, as a recording
+Builds the project once (journals written directly with florwb_engine.journal, as a recording
 run writes them, then ingested) under the system temp dir and reuses it. Prints:
 
   workbench_cold_start_s      process start -> first complete frame (history listed with
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import PYCACHE, PYTHON, REPO, note, result  # noqa: E402
 
-from engine.journal import JournalWriter, pack_logs, pack_timings  # noqa: E402
+from florwb_engine.journal import JournalWriter, pack_logs, pack_timings  # noqa: E402
 
 EPOCHS = 10
 VERSIONS = 20
@@ -62,7 +62,7 @@ run_workbench(Path(sys.argv[1]), headless=True, size=(80, 24), on_ready=ready)
 
 def build_project(folder: Path, runs: int, rows: int) -> None:
     """Journals of `runs` finished runs with `rows` log rows in all, then one ingestion."""
-    from engine.store import Store
+    from florwb_engine.store import Store
 
     if folder.exists():
         shutil.rmtree(folder)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.record import arg, checkpointing, commit, log, loop, set_checkpoint_budget
+from florwb_engine.record import arg, checkpointing, commit, log, loop, set_checkpoint_budget
 
 __all__ = [
     "arg",
@@ -24,9 +24,9 @@ __version__ = "0.1.0"
 
 
 def _store() -> Any:
-    from engine import project
-    from engine.record import runtime
-    from engine.store import Store
+    from florwb_engine import project
+    from florwb_engine.record import runtime
+    from florwb_engine.store import Store
 
     run = runtime.current()
     if run is not None:

@@ -22,9 +22,6 @@ from textual.lazy import Lazy
 from textual.widget import Widget
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
-from engine.store import Store
-from engine.store.workbench import History, load_history, load_replays, load_series
-from engine.watch import JournalTail, PendingStatements, ScriptWatcher
 from florwb.screens.error import ErrorScreen
 from florwb.screens.help import HelpScreen
 from florwb.screens.history import HistoryPane
@@ -44,6 +41,9 @@ from florwb.workbench.messages import (
 )
 from florwb.workbench.palette import PaletteCommands
 from florwb.workbench.replay_control import ReplayControl
+from florwb_engine.store import Store
+from florwb_engine.store.workbench import History, load_history, load_replays, load_series
+from florwb_engine.watch import JournalTail, PendingStatements, ScriptWatcher
 
 W = TypeVar("W", bound=Widget)
 

@@ -26,13 +26,13 @@ class CommandError(Exception):
 
 
 def _project(args: argparse.Namespace) -> Path:
-    from engine.project import find_project
+    from florwb_engine.project import find_project
 
     return find_project(getattr(args, "project", None))
 
 
 def _store(args: argparse.Namespace):
-    from engine.store import Store
+    from florwb_engine.store import Store
 
     return Store(_project(args))
 
@@ -61,13 +61,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
         )
     columns = ["run", "started", "status", "version", "script", "time", "logs", "stall", "args"]
     write_table(columns, rows, sys.stdout)
+    from florwb_engine.store.hints import data_wait_hint
+
     for r in runs:
-        if r["data_wait_share"] is not None and r["data_wait_share"] > 0.2:
-            print(
-                f"hint: run {r['run_id']} waited on its data iterator "
-                f"{r['data_wait_share']:.0%} of loop time; try more DataLoader workers "
-                f"or prefetching"
-            )
+        if hint := data_wait_hint(r["data_wait_share"]):
+            print(f"hint: run {r['run_id']} {hint}")
     return 0
 
 
@@ -99,7 +97,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from florwb.cli_app import open_workbench
 
         return open_workbench(folder)
-    from engine.store import Store
+    from florwb_engine.store import Store
 
     runs = Store(folder).runs()
     write_table(
@@ -183,7 +181,7 @@ def _is_store_error(exc: Exception) -> bool:
     """Store errors are expected (a busy database, a broken file); the store module is
     imported only here, once one was raised, so commands that never touch the store (and
     `florwb replay` starting its workers) do not wait for DuckDB to load."""
-    store = sys.modules.get("engine.store")
+    store = sys.modules.get("florwb_engine.store")
     return store is not None and isinstance(exc, (store.StoreError, store.StoreBusy))
 
 

@@ -21,7 +21,7 @@ def run_workbench(
     on_ready: Callable[[], None] | None = None,
 ) -> int:
     """open_workbench with the knobs the benchmarks and screenshots need."""
-    from engine.project import find_project, store_dir
+    from florwb_engine.project import find_project, store_dir
 
     root = find_project(project)
     if not store_dir(root).is_dir():

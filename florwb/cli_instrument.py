@@ -6,7 +6,7 @@ change in place. Exit status 0 when the script is instrumented (fully or partly)
 already instrumented; 1 with a one-line reason when nothing could be done safely (the
 file is then never touched); 2 for usage errors.
 
-Wired into `florwb.cli` by `add_parser(subparsers)`; engine.instrument (and libcst) load
+Wired into `florwb.cli` by `add_parser(subparsers)`; florwb_engine.instrument (and libcst) load
 only when the command runs, so other commands start as fast as before.
 """
 
@@ -40,7 +40,7 @@ def add_parser(subparsers) -> None:
 
 def cmd_instrument(args: argparse.Namespace) -> int:
     """Handler for `florwb instrument`; returns the exit status."""
-    from engine.instrument import (
+    from florwb_engine.instrument import (
         REFUSED,
         InstrumentError,
         instrument,

@@ -33,7 +33,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_propagate(args: argparse.Namespace) -> int:
-    from engine.propagate import PropagationError, propagate
+    from florwb_engine.propagate import PropagationError, propagate
 
     sources = []
     for path in (args.new, args.old):
@@ -59,8 +59,8 @@ def cmd_propagate(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from engine.project import find_project
-    from engine.replay import warm_workers
+    from florwb_engine.project import find_project
+    from florwb_engine.replay import warm_workers
 
     if args.workers < 1:
         raise ReplayCommandError("--workers must be at least 1")
@@ -74,7 +74,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace, project: Path, names: list[str], workers) -> int:
-    from engine.replay import PlanError, execute, plan_replay
+    from florwb_engine.replay import PlanError, execute, plan_replay
 
     try:
         plan = plan_replay(project, names, where=args.where, workers=args.workers)

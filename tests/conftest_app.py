@@ -22,9 +22,9 @@ from rich.console import Console
 from textual.app import App
 from textual.pilot import Pilot
 
-from engine.store import Store
 from florwb.app import WorkbenchApp
 from florwb.demo.build import build_demo
+from florwb_engine.store import Store
 
 SIZE = (80, 24)
 ROOT = Path(__file__).resolve().parents[1]

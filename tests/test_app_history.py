@@ -17,9 +17,9 @@ from conftest_app import (
     wait_for,
 )
 
-from engine.store import Store
 from florwb.cli_app import open_workbench
 from florwb.workbench.format import short_run, short_version
+from florwb_engine.store import Store
 
 
 @pytest.fixture

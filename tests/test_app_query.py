@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for
 
-from engine.store import Store
 from florwb.screens.query import history_path
+from florwb_engine.store import Store
 
 
 @pytest.fixture

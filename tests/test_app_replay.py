@@ -17,9 +17,9 @@ from conftest_app import (
     wait_until,
 )
 
-from engine import project as projects
-from engine.store import Store
 from florwb.workbench.format import short_run
+from florwb_engine import project as projects
+from florwb_engine.store import Store
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import git, repo_state, run_py, write
 
-from engine import journal, processes
-from engine.store import Store
+from florwb_engine import journal, processes
+from florwb_engine.store import Store
 
 TICKER = """
 import time
@@ -135,7 +135,7 @@ def test_detached_head_no_commits_dirty_tree_and_big_untracked_file(tmp_path):
     runs = Store(repo).runs()
     assert runs[0]["git_branch"] is None and runs[0]["git_dirty"] is True
     assert runs[0]["version"] == runs[1]["version"]
-    from engine.versions import list_files
+    from florwb_engine.versions import list_files
 
     files = list_files(repo / ".florwb", runs[0]["version"])
     assert "train.py" in files and "notes.txt" in files and "big.bin" not in files

@@ -14,8 +14,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.replay.executor import _run_all, _Task
-from engine.replay.forkserver import ForkServer, likely_imports, script_imports, signal_worker
+from florwb_engine.replay.executor import _run_all, _Task
+from florwb_engine.replay.forkserver import (
+    ForkServer,
+    likely_imports,
+    script_imports,
+    signal_worker,
+)
 
 REPORT = textwrap.dedent(
     """

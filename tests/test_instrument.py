@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from conftest import git, write
 
-from engine.instrument import INSTRUMENTED, PARTIAL, REFUSED, UNCHANGED, instrument
-from engine.record.checkpoint import load
-from engine.store import Store
+from florwb_engine.instrument import INSTRUMENTED, PARTIAL, REFUSED, UNCHANGED, instrument
+from florwb_engine.record.checkpoint import load
+from florwb_engine.store import Store
 
 CORPUS = Path(__file__).parent / "instrument_corpus"
 CASES = sorted(p for p in CORPUS.iterdir() if (p / "case.json").exists())

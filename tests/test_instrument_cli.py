@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import git, run_py, write
 
-from engine.store import Store
+from florwb_engine.store import Store
 
 CORPUS = Path(__file__).parent / "instrument_corpus"
 

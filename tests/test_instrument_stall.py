@@ -13,7 +13,7 @@ import json
 
 from conftest import florwb, run_py, write
 
-from engine.store import Store
+from florwb_engine.store import Store
 
 SCRIPT = """
 import time
@@ -50,7 +50,7 @@ for epoch in flor.loop("epoch", range(2)):
         flor.log("batch", batch)
 """
 
-HINT = "waited on its data iterator"
+HINT = "waited on the data iterator"
 
 
 def test_slow_input_is_flagged_and_fast_input_is_not(repo) -> None:

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from engine.instrument import (
+from florwb_engine.instrument import (
     INSTRUMENTED,
     PARTIAL,
     REFUSED,

@@ -1,4 +1,4 @@
-"""Unit tests for engine.propagate: finding, placing and diffing log statements."""
+"""Unit tests for florwb_engine.propagate: finding, placing and diffing log statements."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.propagate import (
+from florwb_engine.propagate import (
     LogStatement,
     Placement,
     PropagationError,
@@ -508,7 +508,7 @@ def _bench_module():
 
 
 def test_thousand_line_script_with_twenty_statements() -> None:
-    from engine.propagate import finder
+    from florwb_engine.propagate import finder
 
     new, old = _bench_module().make_sources()
     assert len(old.splitlines()) >= 1000

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.propagate import propagate
+from florwb_engine.propagate import propagate
 
 CORPUS = Path(__file__).parent / "propagation_corpus"
 CASES = sorted(p for p in CORPUS.iterdir() if p.is_dir())

@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import florwb, git, repo_state, run_py, write
 
-from engine.record.checkpoint import Policy, load, restore
-from engine.store import Store, StoreError
+from florwb_engine.record.checkpoint import Policy, load, restore
+from florwb_engine.store import Store, StoreError
 
 TRAIN = """
 import time

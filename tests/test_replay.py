@@ -17,9 +17,9 @@ import duckdb
 import pytest
 from conftest import florwb, git, repo_state, run_py, write
 
-from engine.project import journal_dir
-from engine.replay import execute, plan_replay
-from engine.store import Store
+from florwb_engine.project import journal_dir
+from florwb_engine.replay import execute, plan_replay
+from florwb_engine.store import Store
 
 V1 = """
 import time

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import florwb, git, run_py, write
 
-from engine.replay import execute, plan_replay
-from engine.store import Store
+from florwb_engine.replay import execute, plan_replay
+from florwb_engine.store import Store
 
 CASE = Path(__file__).parent / "instrument_corpus" / "01_classifier"
 EPOCH_LINE = (

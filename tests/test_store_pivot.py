@@ -7,7 +7,7 @@ import duckdb
 import pandas as pd
 from conftest import run_py, write
 
-from engine.store import Store
+from florwb_engine.store import Store
 
 REPEATS = """
 import time

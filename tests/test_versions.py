@@ -1,4 +1,4 @@
-"""engine.versions against real git repositories: snapshots never modify the user's repo."""
+"""florwb_engine.versions against real git repositories: snapshots never modify the user's repo."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.versions import (
+from florwb_engine.versions import (
     Snapshot,
     VersionError,
     ensure_excluded,
@@ -391,7 +391,7 @@ def test_concurrent_snapshots_agree(tmp_path: Path) -> None:
     write(repo, {"dirty.py": "d\n"})
     store = repo / ".florwb"  # fresh: the processes also race to create the private repo
     code = (
-        "import sys; from pathlib import Path; from engine.versions import snapshot;"
+        "import sys; from pathlib import Path; from florwb_engine.versions import snapshot;"
         "print(snapshot(Path(sys.argv[1]), Path(sys.argv[2])).version)"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

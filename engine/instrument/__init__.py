@@ -10,10 +10,10 @@ byte outside the changed lines, and instrumenting it again changes nothing.
 
 from __future__ import annotations
 
-from engine.instrument.errors import InstrumentError
-from engine.instrument.files import BackupExists, read_script, write_instrumented
-from engine.instrument.instrumenter import instrument
-from engine.instrument.result import (
+from florwb_engine.instrument.errors import InstrumentError
+from florwb_engine.instrument.files import BackupExists, read_script, write_instrumented
+from florwb_engine.instrument.instrumenter import instrument
+from florwb_engine.instrument.result import (
     INSTRUMENTED,
     PARTIAL,
     REFUSED,

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from engine.instrument.errors import InstrumentError
+from florwb_engine.instrument.errors import InstrumentError
 
 
 class BackupExists(InstrumentError):

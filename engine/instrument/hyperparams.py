@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from engine.instrument.result import Note
-from engine.instrument.scopes import ASSIGN, Scopes
-from engine.instrument.syntax import (
+from florwb_engine.instrument.result import Note
+from florwb_engine.instrument.scopes import ASSIGN, Scopes
+from florwb_engine.instrument.syntax import (
     assigned_names,
     call_name,
     dotted,
@@ -31,7 +31,7 @@ from engine.instrument.syntax import (
     method_name,
     string_literal,
 )
-from engine.instrument.tree import Tree
+from florwb_engine.instrument.tree import Tree
 
 
 @dataclass

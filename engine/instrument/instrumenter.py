@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from engine.instrument.edits import Builder, Edit, Editor, insert_after
-from engine.instrument.hyperparams import HyperparameterFinder, Hyperparameters
-from engine.instrument.loops import Loop, LoopFinder, TrainingLoops
-from engine.instrument.result import (
+from florwb_engine.instrument.edits import Builder, Edit, Editor, insert_after
+from florwb_engine.instrument.hyperparams import HyperparameterFinder, Hyperparameters
+from florwb_engine.instrument.loops import Loop, LoopFinder, TrainingLoops
+from florwb_engine.instrument.result import (
     INSTRUMENTED,
     PARTIAL,
     REFUSED,
@@ -21,10 +21,10 @@ from engine.instrument.result import (
     InstrumentResult,
     Note,
 )
-from engine.instrument.scopes import Scopes
-from engine.instrument.state import StateFinder
-from engine.instrument.syntax import call_name
-from engine.instrument.tree import Tree, florwb_alias
+from florwb_engine.instrument.scopes import Scopes
+from florwb_engine.instrument.state import StateFinder
+from florwb_engine.instrument.syntax import call_name
+from florwb_engine.instrument.tree import Tree, florwb_alias
 
 DEFAULT_ALIAS = "flor"
 

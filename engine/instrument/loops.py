@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from engine.instrument.result import Note
-from engine.instrument.scopes import Scope, Scopes
-from engine.instrument.syntax import (
+from florwb_engine.instrument.result import Note
+from florwb_engine.instrument.scopes import Scope, Scopes
+from florwb_engine.instrument.syntax import (
     block_statements,
     call_name,
     is_backward_call,
     string_literal,
     sub_blocks,
 )
-from engine.instrument.tree import Function, Tree
+from florwb_engine.instrument.tree import Function, Tree
 
 FOR, PROBLEM = "for", "problem"
 # Loop variables too short or too generic to name a loop after.

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from engine.instrument.syntax import assigned_names, strip_passthrough
-from engine.instrument.tree import Tree
+from florwb_engine.instrument.syntax import assigned_names, strip_passthrough
+from florwb_engine.instrument.tree import Tree
 
 Scope = cst.Module | cst.FunctionDef
 ASSIGN, PARAM, OTHER = "assign", "param", "other"

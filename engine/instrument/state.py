@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from engine.instrument.result import Note
-from engine.instrument.scopes import ASSIGN, PARAM, Binding, Origin, Scope, Scopes
-from engine.instrument.syntax import (
+from florwb_engine.instrument.result import Note
+from florwb_engine.instrument.scopes import ASSIGN, PARAM, Binding, Origin, Scope, Scopes
+from florwb_engine.instrument.syntax import (
     assigned_names,
     call_name,
     dotted,
@@ -25,7 +25,7 @@ from engine.instrument.syntax import (
     receiver_root,
     strip_passthrough,
 )
-from engine.instrument.tree import Tree
+from florwb_engine.instrument.tree import Tree
 
 MODEL, OPTIMIZER, SCHEDULER, SCALER = "model", "optimizer", "scheduler", "scaler"
 KINDS = (MODEL, OPTIMIZER, SCHEDULER, SCALER)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from engine.instrument.errors import InstrumentError
-from engine.instrument.syntax import dotted
+from florwb_engine.instrument.errors import InstrumentError
+from florwb_engine.instrument.syntax import dotted
 
 
 @dataclass

@@ -9,17 +9,17 @@ which statement exists or could be placed in which version (`statement_matrix`).
 It uses libcst so the old code round-trips byte for byte, and never imports the UI.
 """
 
-from engine.propagate.errors import PropagationError
-from engine.propagate.finder import find_log_statements
-from engine.propagate.matrix import statement_matrix
-from engine.propagate.model import (
+from florwb_engine.propagate.errors import PropagationError
+from florwb_engine.propagate.finder import find_log_statements
+from florwb_engine.propagate.matrix import statement_matrix
+from florwb_engine.propagate.model import (
     LogStatement,
     MatrixCell,
     Placement,
     PropagationResult,
     StatementMatrix,
 )
-from engine.propagate.propagation import propagate
+from florwb_engine.propagate.propagation import propagate
 
 __all__ = [
     "LogStatement",

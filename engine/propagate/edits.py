@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from engine.propagate.tree import TNode, Tree, iter_children
+from florwb_engine.propagate.tree import TNode, Tree, iter_children
 
 WrapFn = Callable[[cst.BaseExpression], cst.BaseExpression]
 

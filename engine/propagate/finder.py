@@ -14,17 +14,17 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from engine.propagate.aliases import (
+from florwb_engine.propagate.aliases import (
     FlorImports,
     ast_log_call_lines,
     imports_from_nodes,
     log_call_parts,
 )
-from engine.propagate.errors import PropagationError
-from engine.propagate.model import STANDALONE, WRAPPED, LogStatement
-from engine.propagate.names import free_names
-from engine.propagate.source import gc_paused, parse_source
-from engine.propagate.tree import TNode, Tree
+from florwb_engine.propagate.errors import PropagationError
+from florwb_engine.propagate.model import STANDALONE, WRAPPED, LogStatement
+from florwb_engine.propagate.names import free_names
+from florwb_engine.propagate.source import gc_paused, parse_source
+from florwb_engine.propagate.tree import TNode, Tree
 
 _LOOPS = (cst.For, cst.While)
 _SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)

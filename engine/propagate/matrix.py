@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from engine.propagate.errors import PropagationError
-from engine.propagate.finder import Analysis, analyze
-from engine.propagate.model import (
+from florwb_engine.propagate.errors import PropagationError
+from florwb_engine.propagate.finder import Analysis, analyze
+from florwb_engine.propagate.model import (
     INSERTED,
     MATRIX_CANNOT_PLACE,
     MATRIX_PRESENT,
@@ -21,8 +21,8 @@ from engine.propagate.model import (
     MatrixCell,
     StatementMatrix,
 )
-from engine.propagate.propagation import propagate
-from engine.propagate.source import gc_paused
+from florwb_engine.propagate.propagation import propagate
+from florwb_engine.propagate.source import gc_paused
 
 
 def statement_matrix(sources: Mapping[str, str], reference: str) -> StatementMatrix:

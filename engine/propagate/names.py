@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from engine.propagate.tree import TNode, Tree, iter_children
+from florwb_engine.propagate.tree import TNode, Tree, iter_children
 
 BUILTIN_NAMES = frozenset(dir(builtins)) | frozenset(
     {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__", "__builtins__"}

@@ -27,12 +27,18 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from engine.propagate.aliases import FlorImports, log_call_parts
-from engine.propagate.edits import EditPlan, apply_edits, import_statement, log_call, replace_nodes
-from engine.propagate.errors import PropagationError
-from engine.propagate.finder import Analysis, LogSite, analyze
-from engine.propagate.matching import Matching
-from engine.propagate.model import (
+from florwb_engine.propagate.aliases import FlorImports, log_call_parts
+from florwb_engine.propagate.edits import (
+    EditPlan,
+    apply_edits,
+    import_statement,
+    log_call,
+    replace_nodes,
+)
+from florwb_engine.propagate.errors import PropagationError
+from florwb_engine.propagate.finder import Analysis, LogSite, analyze
+from florwb_engine.propagate.matching import Matching
+from florwb_engine.propagate.model import (
     INSERTED,
     PRESENT,
     STANDALONE,
@@ -40,9 +46,9 @@ from engine.propagate.model import (
     Placement,
     PropagationResult,
 )
-from engine.propagate.names import Bindings, Scope, self_attributes
-from engine.propagate.source import code_and_lines, gc_paused, render_edits
-from engine.propagate.tree import TNode, Tree, iter_children, subtree_hash
+from florwb_engine.propagate.names import Bindings, Scope, self_attributes
+from florwb_engine.propagate.source import code_and_lines, gc_paused, render_edits
+from florwb_engine.propagate.tree import TNode, Tree, iter_children, subtree_hash
 
 _LOOPS = (cst.For, cst.While)
 _BLOCKS = (cst.Module, cst.IndentedBlock)

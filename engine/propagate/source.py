@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
-from engine.propagate.errors import PropagationError
+from florwb_engine.propagate.errors import PropagationError
 
 
 def parse_source(source: str) -> tuple[cst.Module, ast.Module]:

@@ -1,5 +1,5 @@
 """Runtime used inside training scripts (see api.py for the calls)."""
 
-from engine.record.api import arg, checkpointing, commit, log, loop, set_checkpoint_budget
+from florwb_engine.record.api import arg, checkpointing, commit, log, loop, set_checkpoint_budget
 
 __all__ = ["arg", "checkpointing", "commit", "log", "loop", "set_checkpoint_budget"]

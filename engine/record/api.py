@@ -16,10 +16,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from engine.journal import ENTRY_SHIFT, ITERATION_MASK
-from engine.record import args as cli_args
-from engine.record import runtime
-from engine.record.values import PRIMITIVES, encode
+from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
+from florwb_engine.record import args as cli_args
+from florwb_engine.record import runtime
+from florwb_engine.record.values import PRIMITIVES, encode
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from engine.processes import is_multiprocessing_child
+from florwb_engine.processes import is_multiprocessing_child
 
 ORIGINAL_ARGV: list[str] = list(sys.argv)
 

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.record.checkpoint import copy_to_host, load, restore
-from engine.replay.spec import OUTER, PREFIX, ReplaySpec
+from florwb_engine.record.checkpoint import copy_to_host, load, restore
+from florwb_engine.replay.spec import OUTER, PREFIX, ReplaySpec
 
 KEEP_BYTES = 256 << 20
 PROGRESS_EVERY_S = 0.1

@@ -21,14 +21,20 @@ import threading
 import time
 from pathlib import Path
 
-from engine import processes
-from engine import project as projects
-from engine.journal import SUFFIX, JournalWriter, pack_logs, pack_timings, replay_journal_name
-from engine.record import args as cli_args
-from engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
-from engine.record.replaying import Replayer
-from engine.replay.spec import ENV as REPLAY_ENV
-from engine.replay.spec import ReplaySpec
+from florwb_engine import processes
+from florwb_engine import project as projects
+from florwb_engine.journal import (
+    SUFFIX,
+    JournalWriter,
+    pack_logs,
+    pack_timings,
+    replay_journal_name,
+)
+from florwb_engine.record import args as cli_args
+from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
+from florwb_engine.record.replaying import Replayer
+from florwb_engine.replay.spec import ENV as REPLAY_ENV
+from florwb_engine.replay.spec import ReplaySpec
 
 RECORDED = "record"
 
@@ -105,7 +111,7 @@ class Run:
 
     def _snapshot(self) -> None:
         try:
-            from engine import versions
+            from florwb_engine import versions
 
             snap = versions.snapshot(self.project, self.store)
             if snap.in_git:
@@ -192,7 +198,7 @@ class Run:
 
 
 def _sanitized(logs: list, events: list) -> tuple[list, list]:
-    from engine.record.values import encode
+    from florwb_engine.record.values import encode
 
     clean: list = []
     for name, value, ctx in zip(logs[0::3], logs[1::3], logs[2::3]):

@@ -1,6 +1,6 @@
 """Hindsight replay: plan which past runs get the new log statements, then execute it.
 
-The names below load on first use: replay workers import `engine.replay.spec` from inside
+The names below load on first use: replay workers import `florwb_engine.replay.spec` from inside
 training scripts, which must not pay for DuckDB, pandas or libcst.
 """
 
@@ -27,4 +27,4 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"engine.replay.{_EXPORTS[name]}"), name)
+    return getattr(importlib.import_module(f"florwb_engine.replay.{_EXPORTS[name]}"), name)

@@ -21,14 +21,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from engine import versions
-from engine.journal import replay_journal_name
-from engine.project import journal_dir, store_dir
-from engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
-from engine.replay.plan import Plan, RunPlan, Segment
-from engine.replay.spec import ENV, ReplaySpec
-from engine.store import Store, StoreBusy
-from engine.store.replays import (
+from florwb_engine import versions
+from florwb_engine.journal import replay_journal_name
+from florwb_engine.project import journal_dir, store_dir
+from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
+from florwb_engine.replay.plan import Plan, RunPlan, Segment
+from florwb_engine.replay.spec import ENV, ReplaySpec
+from florwb_engine.store import Store, StoreBusy
+from florwb_engine.store.replays import (
     compare_with_recorded,
     delete_rows,
     finish_replay,

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from .lazy_dynamo import defer_dynamo_import
 
-_NEVER_PRELOAD = {"florwb", "flordb", "engine", "__future__"}
+_NEVER_PRELOAD = {"florwb", "florwb_engine", "flordb", "__future__"}
 _SKIP_DIRS = {".git", ".florwb", ".flor", "node_modules", "__pycache__", "site-packages"}
 
 
@@ -286,7 +286,7 @@ def main(boot: set[str], log: str) -> None:
 def warm_workers(project: Path, names: Iterable[str] = ()) -> ForkServer:
     """Start a replay's fork server now and let it import what today's scripts that log
     `names` import, so the imports overlap with planning. Hand it to `execute`."""
-    from engine.project import store_dir
+    from florwb_engine.project import store_dir
 
     log = store_dir(project) / "replays" / f"forkserver-{os.getpid()}-{secrets.token_hex(3)}.log"
     server = ForkServer(log)
@@ -301,7 +301,7 @@ class ForkServer:
         root = str(Path(__file__).resolve().parents[2])
         code = (
             f"import sys; boot = set(sys.modules); sys.path.append({root!r}); "
-            f"from engine.replay.forkserver import main; main(boot, {str(log_path)!r})"
+            f"from florwb_engine.replay.forkserver import main; main(boot, {str(log_path)!r})"
         )
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import duckdb
 
-from engine import versions
-from engine.project import store_dir
-from engine.propagate import PropagationError, find_log_statements, propagate
-from engine.replay.spec import INNER, OUTER, PREFIX
-from engine.store import Store
-from engine.store.schema import TABLES, literal, quote
+from florwb_engine import versions
+from florwb_engine.project import store_dir
+from florwb_engine.propagate import PropagationError, find_log_statements, propagate
+from florwb_engine.replay.spec import INNER, OUTER, PREFIX
+from florwb_engine.store import Store
+from florwb_engine.store.schema import TABLES, literal, quote
 
 RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")}
 
@@ -100,14 +100,26 @@ class PlanError(Exception):
 
 
 def plan_replay(
-    project: Path, names: Sequence[str], *, where: str | None = None, workers: int = 1
+    project: Path,
+    names: Sequence[str],
+    *,
+    where: str | None = None,
+    run_ids: Sequence[str] | None = None,
+    workers: int = 1,
 ) -> Plan:
+    """Plan replaying `names` for the runs matching `where` (SQL over runs and args) and,
+    when given, only the runs in `run_ids` (the workbench's marked runs)."""
     names = list(dict.fromkeys(n.strip() for n in names if n.strip()))
     if not names:
         raise PlanError("name at least one log statement to replay")
     store = Store(project)
     with store.session() as con:
         runs = _select_runs(con, where)
+        if run_ids is not None:
+            wanted = set(run_ids)
+            runs = [run for run in runs if run[0] in wanted]
+            if not runs:
+                raise PlanError("none of the chosen runs is recorded")
         facts = {run_id: _facts(con, run_id) for run_id, *_ in runs}
     plans = []
     work: dict[str, _Work] = {}
@@ -179,7 +191,7 @@ class _Facts:
 
 
 def _facts(con: duckdb.DuckDBPyConnection, run_id: str) -> _Facts:
-    from engine.store.read import _typed
+    from florwb_engine.store.read import _typed
 
     args = {
         name: _typed(value, text, vtype)
@@ -242,7 +254,7 @@ def _facts(con: duckdb.DuckDBPyConnection, run_id: str) -> _Facts:
 
 
 def _outer_column(con: duckdb.DuckDBPyConnection, loop_name: str) -> str | None:
-    from engine.store.schema import loop_column, loop_columns
+    from florwb_engine.store.schema import loop_column, loop_columns
 
     wanted = loop_column(loop_name).lower()
     for column in loop_columns(con):

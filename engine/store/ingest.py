@@ -21,10 +21,10 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from engine import journal, processes
-from engine.journal import VTYPES
-from engine.store.db import fetch_one
-from engine.store.schema import RECORDED, ensure_loop_columns, quote
+from florwb_engine import journal, processes
+from florwb_engine.journal import VTYPES
+from florwb_engine.store.db import fetch_one
+from florwb_engine.store.schema import RECORDED, ensure_loop_columns, quote
 
 _NUMERIC = (float, int, bool)
 _FLOATS = frozenset({float})

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from engine import project as projects
-from engine.store.db import StoreError, connect
-from engine.store.ingest import IngestReport, ingest_pending
-from engine.store.replays import clear_abandoned
+from florwb_engine import project as projects
+from florwb_engine.store.db import StoreError, connect
+from florwb_engine.store.ingest import IngestReport, ingest_pending
+from florwb_engine.store.replays import clear_abandoned
 
 if TYPE_CHECKING:  # pandas loads only when a DataFrame is made: it slows every start-up
     import pandas as pd
 
-from engine.store.schema import (
+from florwb_engine.store.schema import (
     coordinates_sql,
     ensure_schema,
     entry_join,

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import duckdb
 
-from engine import processes
-from engine.journal import replay_journal_name
-from engine.project import journal_dir, store_dir
-from engine.store.db import fetch_one
-from engine.store.schema import loop_columns, quote
+from florwb_engine import processes
+from florwb_engine.journal import replay_journal_name
+from florwb_engine.project import journal_dir, store_dir
+from florwb_engine.store.db import fetch_one
+from florwb_engine.store.schema import loop_columns, quote
 
 REL_TOLERANCE = 1e-6
 ABS_TOLERANCE = 1e-9

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import duckdb
 
-from engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
+from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
 
 SCHEMA_VERSION = 3
 RECORDED = "record"

@@ -21,9 +21,9 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from engine.journal import ENTRY_SHIFT
-from engine.store.db import StoreError
-from engine.store.read import Store, check_read_only, first_line
+from florwb_engine.journal import ENTRY_SHIFT
+from florwb_engine.store.db import StoreError
+from florwb_engine.store.read import Store, check_read_only, first_line
 
 SERIES_POINTS = 24
 DETAIL_POINTS = 40

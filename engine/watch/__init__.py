@@ -4,8 +4,8 @@ The workbench watches these in background threads and turns them into messages; 
 functions here only observe files and compare, so a CLI or notebook can use them too.
 """
 
-from engine.watch.journals import JournalTail
-from engine.watch.pending import PendingStatements, pending_statements
-from engine.watch.scripts import ScriptWatcher
+from florwb_engine.watch.journals import JournalTail
+from florwb_engine.watch.pending import PendingStatements, pending_statements
+from florwb_engine.watch.scripts import ScriptWatcher
 
 __all__ = ["JournalTail", "PendingStatements", "ScriptWatcher", "pending_statements"]

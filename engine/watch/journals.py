@@ -12,8 +12,8 @@ import contextlib
 import os
 from pathlib import Path
 
-from engine import project as projects
-from engine.journal import SUFFIX
+from florwb_engine import project as projects
+from florwb_engine.journal import SUFFIX
 
 
 class JournalTail:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine import project as projects
+from florwb_engine import project as projects
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class PendingStatements:
 def pending_statements(project: Path, script: str, version: str | None) -> PendingStatements:
     """Compare `project/script` on disk with the same file in recorded `version`."""
     # libcst is slow to import: load it here, in the caller's worker thread, not at startup
-    from engine.propagate import PropagationError, find_log_statements
+    from florwb_engine.propagate import PropagationError, find_log_statements
 
     path = project / script
     try:
@@ -56,7 +56,7 @@ def pending_statements(project: Path, script: str, version: str | None) -> Pendi
 
 def recorded_source(project: Path, version: str, script: str) -> str | None:
     """The text of `script` as `version` recorded it; None when it is not in the snapshot."""
-    from engine import versions
+    from florwb_engine import versions
 
     try:
         data = versions.read_file(projects.store_dir(project), version, script)

@@ -13,10 +13,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, Static
 
-from engine.store.workbench import History
 from florwb.widgets.history_list import Columns, HistoryList, HistoryRow, build_rows
 from florwb.widgets.run_summary import RunSummary
 from florwb.workbench import format as fmt
+from florwb_engine.store.workbench import History
 
 if TYPE_CHECKING:
     from florwb.app import WorkbenchApp

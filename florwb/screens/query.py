@@ -20,14 +20,14 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
-from engine import project as projects
-from engine.store import StoreBusy, StoreError
-from engine.store.workbench import PAGE_ROWS, count_rows, query_page
 from florwb.screens.error import ErrorScreen
 from florwb.widgets.results_table import ResultsTable
 from florwb.workbench import format as fmt
 from florwb.workbench import keys
 from florwb.workbench.messages import QueryCounted, QueryFailed, QueryPageLoaded
+from florwb_engine import project as projects
+from florwb_engine.store import StoreBusy, StoreError
+from florwb_engine.store.workbench import PAGE_ROWS, count_rows, query_page
 
 if TYPE_CHECKING:
     from florwb.app import WorkbenchApp

@@ -15,9 +15,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, ProgressBar, Static
 
-from engine.store.workbench import LiveRun, ReplayRow
 from florwb.workbench import format as fmt
 from florwb.workbench import keys
+from florwb_engine.store.workbench import LiveRun, ReplayRow
 
 if TYPE_CHECKING:
     from florwb.app import WorkbenchApp

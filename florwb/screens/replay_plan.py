@@ -50,12 +50,12 @@ class ReplayPlanScreen(ModalScreen[Any]):
     """
 
     def __init__(
-        self, project: Path, names: Sequence[str], where: str | None, workers: int
+        self, project: Path, names: Sequence[str], run_ids: Sequence[str] | None, workers: int
     ) -> None:
         super().__init__()
         self.project = project
         self.names = list(names)
-        self.where = where
+        self.run_ids = run_ids
         self.n_workers = workers
         self.plan: Any | None = None
         self.fork_server: Any | None = None  # the replay's warm fork server, once planning starts
@@ -83,12 +83,12 @@ class ReplayPlanScreen(ModalScreen[Any]):
 
     @work(thread=True, exclusive=True, group="plan")
     def _plan(self, serial: int, workers: int) -> None:
-        from engine.replay import PlanError, plan_replay, warm_workers
+        from florwb_engine.replay import PlanError, plan_replay, warm_workers
 
         if self.fork_server is None:  # imports what the scripts need while the user reads
             self.fork_server = warm_workers(self.project, self.names)
         try:
-            plan = plan_replay(self.project, self.names, where=self.where, workers=workers)
+            plan = plan_replay(self.project, self.names, run_ids=self.run_ids, workers=workers)
         except PlanError as exc:
             self.post_message(PlanReady(None, str(exc), serial))
             return

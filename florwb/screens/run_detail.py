@@ -17,13 +17,13 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from engine.store.workbench import RunDetail, load_run_detail
 from florwb.widgets.history_list import run_status
-from florwb.widgets.run_summary import data_wait_hint
+from florwb.widgets.run_summary import data_wait_line
 from florwb.widgets.sparkline import sparkline
 from florwb.workbench import format as fmt
 from florwb.workbench import keys
 from florwb.workbench.messages import RunDetailLoaded, WorkFailed
+from florwb_engine.store.workbench import RunDetail, load_run_detail
 
 if TYPE_CHECKING:
     from florwb.app import WorkbenchApp
@@ -118,7 +118,7 @@ def render_detail(detail: RunDetail) -> Group:
     parts.append(_section("Data loading"))
     share = run.data_wait_share
     parts.append(Text(f"waited on the data iterator {fmt.percent(share)} of loop time"))
-    hint = data_wait_hint(share)
+    hint = data_wait_line(share)
     if hint:
         parts.append(Text(hint, "bold yellow"))
     return Group(*parts)

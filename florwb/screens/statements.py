@@ -16,12 +16,12 @@ from textual.app import ComposeResult
 from textual.containers import ScrollableContainer, Vertical
 from textual.widgets import DataTable, Static
 
-from engine.store.workbench import replayed_names
-from engine.watch.pending import recorded_source
 from florwb.widgets.code_diff import render_diff
 from florwb.workbench import format as fmt
 from florwb.workbench import keys
 from florwb.workbench.messages import MatrixLoaded, WorkFailed
+from florwb_engine.store.workbench import replayed_names
+from florwb_engine.watch.pending import recorded_source
 
 if TYPE_CHECKING:
     from florwb.app import WorkbenchApp
@@ -243,7 +243,7 @@ class StatementsPane(Vertical, can_focus=False):
 def _build_matrix(
     project: Path, script: str, chosen: list[str], counts: dict[str, int], store
 ) -> MatrixLoaded:
-    from engine.propagate import PropagationError, find_log_statements, statement_matrix
+    from florwb_engine.propagate import PropagationError, find_log_statements, statement_matrix
 
     sources: dict[str, str] = {}
     missing = 0

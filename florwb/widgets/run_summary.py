@@ -10,22 +10,17 @@ from rich.console import Group
 from rich.text import Text
 from textual.widgets import Static
 
-from engine.store.workbench import RunRow
-from engine.watch import PendingStatements
 from florwb.widgets.history_list import HistoryRow, run_status
 from florwb.widgets.sparkline import sparkline
 from florwb.workbench import format as fmt
+from florwb_engine.store.hints import data_wait_hint
+from florwb_engine.store.workbench import RunRow
+from florwb_engine.watch import PendingStatements
 
-DATA_WAIT_HINT = 0.2
 
-
-def data_wait_hint(share: float | None) -> str | None:
-    if share is None or share <= DATA_WAIT_HINT:
-        return None
-    return (
-        f"hint: waited on the data iterator {share:.0%} of loop time; "
-        "try more DataLoader workers or prefetching"
-    )
+def data_wait_line(share: float | None) -> str | None:
+    hint = data_wait_hint(share)
+    return f"hint: {hint}" if hint else None
 
 
 class RunSummary(Static):
@@ -93,7 +88,7 @@ class RunSummary(Static):
                 f"replayed by {len(run.replays)} replay" + ("s" if len(run.replays) > 1 else "")
             )
         lines.append(Text(" · ".join(facts) + "   ⏎ details", "dim"))
-        hint = data_wait_hint(run.data_wait_share)
+        hint = data_wait_line(run.data_wait_share)
         if hint:
             lines.append(Text(hint, "yellow"))
         return Group(*lines)

@@ -16,13 +16,13 @@ from rich.text import Text
 from textual import work
 from textual.widgets import Static
 
-from engine.store import Store
-from engine.store.workbench import History, load_history, load_live
-from engine.watch import JournalTail, PendingStatements, ScriptWatcher, pending_statements
 from florwb.screens.history import HistoryPane
 from florwb.screens.replay import ReplayPane
 from florwb.workbench import format as fmt
 from florwb.workbench.messages import HistoryLoaded, LiveUpdated, PendingChanged, ScriptSaved
+from florwb_engine.store import Store
+from florwb_engine.store.workbench import History, load_history, load_live
+from florwb_engine.watch import JournalTail, PendingStatements, ScriptWatcher, pending_statements
 
 if TYPE_CHECKING:
     from florwb.app import WorkbenchApp

@@ -11,8 +11,8 @@ from typing import Any
 
 from textual.message import Message
 
-from engine.store.workbench import History, LiveRun, QueryPage, ReplayRow, RunDetail
-from engine.watch import PendingStatements
+from florwb_engine.store.workbench import History, LiveRun, QueryPage, ReplayRow, RunDetail
+from florwb_engine.watch import PendingStatements
 
 
 @dataclass
@@ -91,19 +91,19 @@ class QueryFailed(Message):
 
 @dataclass
 class ReplayPlanned(Message):
-    plan: Any  # engine.replay.Plan
+    plan: Any  # florwb_engine.replay.Plan
 
 
 @dataclass
 class ReplayProgressed(Message):
     replay_id: str
-    progress: Any  # engine.replay.Progress
+    progress: Any  # florwb_engine.replay.Progress
 
 
 @dataclass
 class ReplayEnded(Message):
     replay_id: str
-    result: Any | None  # engine.replay.ReplayResult
+    result: Any | None  # florwb_engine.replay.ReplayResult
     error: str | None = None
 
 

@@ -1,6 +1,6 @@
 """Planning, running and cancelling a replay from the workbench (a WorkbenchApp mixin).
 
-`r` opens the plan (florwb.screens.replay_plan), confirming runs `engine.replay.execute`
+`r` opens the plan (florwb.screens.replay_plan), confirming runs `florwb_engine.replay.execute`
 in a thread worker; its progress callbacks arrive from executor threads and are forwarded
 as messages, so bars move while every key still answers. Cancel sets the executor's
 event: the engine stops the workers and removes the replay's rows itself.
@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from textual import work
 
-from engine.store.schema import literal
-from engine.watch import PendingStatements
 from florwb.screens.replay import ReplayPane
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.workbench import format as fmt
 from florwb.workbench.messages import ReplayEnded, ReplayProgressed
+from florwb_engine.watch import PendingStatements
 
 if TYPE_CHECKING:
     from florwb.app import WorkbenchApp
@@ -51,10 +50,7 @@ class ReplayControl:
             )
             return
         chosen = list(run_ids) if run_ids else sorted(self.marked_runs)
-        where = None
-        if chosen:
-            where = "run_id IN (" + ", ".join(literal(r) for r in chosen) + ")"
-        screen = ReplayPlanScreen(self.project, names, where, self.workers_default)
+        screen = ReplayPlanScreen(self.project, names, chosen or None, self.workers_default)
         self.push_screen(screen, self._plan_confirmed)
 
     def _plan_confirmed(self: WorkbenchApp, confirmed: Any) -> None:
@@ -72,7 +68,7 @@ class ReplayControl:
 
     @work(thread=True, exclusive=True, group="replay")
     def _execute(self: WorkbenchApp, plan: Any, cancel: threading.Event, workers: Any) -> None:
-        from engine.replay import execute
+        from florwb_engine.replay import execute
 
         def forward(progress: Any) -> None:
             self.post_message(ReplayProgressed(plan.replay_id, progress))
