@@ -425,7 +425,15 @@ def test_to_json_has_stable_keys() -> None:
     data = result.to_json()
     assert list(data) == ["statements"]
     for row in data["statements"]:
-        assert list(row) == ["name", "line_new", "line_old", "status", "reason", "loop_path"]
+        assert list(row) == [
+            "name",
+            "line_new",
+            "line_old",
+            "status",
+            "reason",
+            "loop_path",
+            "anchor",
+        ]
         assert isinstance(row["loop_path"], list)
     json.dumps(data)
     assert data["statements"][0]["loop_path"] == ["epoch", "step"]
