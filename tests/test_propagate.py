@@ -544,3 +544,29 @@ def test_engine_does_not_import_the_ui() -> None:
                 continue
             for name in names:
                 assert name.split(".")[0] not in ("textual", "florwb"), (path, name)
+
+
+def test_cli_reports_how_each_placement_was_anchored() -> None:
+    """`florwb propagate` says per statement how sure its place is, in text and JSON."""
+    import subprocess
+    import sys
+
+    case = ROOT / "tests" / "propagation_corpus" / "55_positional_fallback"
+    cli = [sys.executable, "-m", "florwb.cli", "propagate", str(case / "new.py")]
+    text = subprocess.run([*cli, str(case / "old.py")], capture_output=True, text=True, check=True)
+    assert text.stdout == (case / "expected.py").read_text()
+    assert "n_metrics (line 10) inserted at line 9, anchored positional" in text.stderr
+    assert "placed by position" in text.stderr
+    report = subprocess.run(
+        [*cli, str(case / "old.py"), "--json"], capture_output=True, text=True, check=True
+    )
+    (row,) = json.loads(report.stdout)["statements"]
+    assert row["anchor"] == "positional" and row["status"] == "inserted"
+    exact = ROOT / "tests" / "propagation_corpus" / "50_moved_siblings_nearest"
+    report = subprocess.run(
+        [*cli[:-1], str(exact / "new.py"), str(exact / "old.py"), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert [r["anchor"] for r in json.loads(report.stdout)["statements"]] == ["exact"]
