@@ -66,6 +66,8 @@ def ends_flow(tn: TNode) -> bool:
     if tp in (cst.IndentedBlock, cst.Module):
         return _block_ends(tn)
     if tp is cst.If:
+        if _always_true(tn):
+            return _block_ends_or_suite(_child(tn, "body"))
         orelse = _child(tn, "orelse")
         if orelse is None:
             return False
@@ -90,6 +92,12 @@ def ends_flow(tn: TNode) -> bool:
             body = _child(tn, "body")
             return body is not None and not _breaks(body)
     return False
+
+
+def _always_true(tn: TNode) -> bool:
+    """`if True:` (its body always runs)."""
+    test = tn.node.test  # type: ignore[attr-defined]
+    return type(test) is cst.Name and test.value == "True"
 
 
 def _block_ends_or_suite(block: TNode | None) -> bool:
@@ -226,6 +234,8 @@ class DefiniteNames:
         if tp is cst.If:
             test = self._field_names(stmt, "test")
             body = self._block(_child(stmt, "body"))
+            if _always_true(stmt):
+                return test | body[0], body[1]
             orelse = _child(stmt, "orelse")
             if orelse is None:
                 other: tuple[set[str], bool] = (set(), False)

@@ -447,9 +447,9 @@ class _Propagation:
         return None
 
     def _holds_more(self, near: TNode, matched: TNode, block: TNode) -> bool:
-        """Prefer the anchor's block over the block matched by content similarity when
-        it holds more counterparts of the new block's statements (code wrapped into or
-        out of an if/try moves the statements, not the similarity of the blocks)."""
+        """Prefer the anchor's block over the block matched by content similarity unless
+        the latter holds more counterparts of the new block's statements (code wrapped
+        into or out of an if/try moves the statements, not the similarity of the blocks)."""
         if not isinstance(matched.node, _BLOCKS):
             return True
         counts = {near.idx: 0, matched.idx: 0}
@@ -457,7 +457,7 @@ class _Propagation:
             mapped = self.matching.old_of(c)
             if mapped is not None and mapped.parent is not None and mapped.parent.idx in counts:
                 counts[mapped.parent.idx] += 1
-        return counts[near.idx] > counts[matched.idx]
+        return counts[near.idx] >= counts[matched.idx]
 
     def _owner_block(self, block: TNode) -> TNode | None:
         """The old block in the same slot of the old counterpart of the block's owner."""
@@ -514,7 +514,8 @@ class _Propagation:
         wanted = subtree_hash(value)
         found: list[TNode] = []
         nodes = self.old.tree.nodes
-        for statement in block.children:
+        conditional = False
+        for statement, only_sometimes in _statements_run_with(block):
             if type(statement.node) is not cst.SimpleStatementLine:
                 continue
             if self.matching.new_of(statement) is not None:
@@ -522,6 +523,12 @@ class _Propagation:
             for tn in nodes[statement.idx + 1 : statement.end + 1]:
                 if tn.hash == wanted and _always_evaluated(tn, statement, self.old.imports):
                     found.append(tn)
+                    conditional = conditional or only_sometimes
+        if found and conditional:
+            raise _Unplaced(
+                "the old version computes the logged value only in some branches; "
+                "logging it anew would compute it twice"
+            )
         if len(found) > 1:
             raise _Unplaced("the old version computes the logged value in several places")
         return found[0] if found else None
@@ -861,6 +868,41 @@ def _walk(node: cst.CSTNode):
         current = stack.pop()
         yield current
         stack.extend(child for child, _, _ in iter_children(current))
+
+
+def _statements_run_with(block: TNode) -> list[tuple[TNode, bool]]:
+    """Statements of a block and those nested in its if/with/try statements (not in nested
+    loops or definitions), each with whether it runs only on some paths (an if branch
+    other than `if True:`, an except handler)."""
+    found: list[tuple[TNode, bool]] = []
+
+    def visit(body: TNode, conditional: bool) -> None:
+        for statement in body.children:
+            found.append((statement, conditional))
+            node = statement.node
+            if isinstance(node, cst.If):
+                expand(statement, conditional or not _if_true(node))
+            elif isinstance(node, (cst.With, cst.Try, cst.TryStar)):
+                expand(statement, conditional)
+
+    def expand(owner: TNode, conditional: bool) -> None:
+        for part in owner.children:
+            node = part.node
+            if isinstance(node, cst.IndentedBlock):
+                visit(part, conditional)
+            elif isinstance(node, (cst.If, cst.Else)) and isinstance(owner.node, cst.If):
+                expand(part, True)  # elif / else of an if
+            elif isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)):
+                expand(part, True)
+            elif isinstance(node, (cst.Else, cst.Finally)):
+                expand(part, conditional)
+
+    visit(block, False)
+    return found
+
+
+def _if_true(node: cst.If) -> bool:
+    return type(node.test) is cst.Name and node.test.value == "True"
 
 
 def _touched(node: cst.CSTNode) -> set[str]:
