@@ -570,3 +570,18 @@ def test_cli_reports_how_each_placement_was_anchored() -> None:
         check=True,
     )
     assert [r["anchor"] for r in json.loads(report.stdout)["statements"]] == ["exact"]
+
+
+def test_results_and_parsed_versions_are_reused_across_calls() -> None:
+    """The planner and the matrix ask for the same pairs again: nothing is parsed twice."""
+    from florwb_engine.propagate import finder
+
+    new, old = "".join(NEW), "".join(OLD)  # equal text, other string objects
+    first = propagate(NEW, OLD)
+    assert propagate(new, old) is first
+    assert propagate(NEW, OLD, names=["grad"]) is propagate(new, old, names=("grad",))
+    assert finder.analyze(old) is finder.analyze(OLD)
+    assert finder.analyze(OLD).bindings is finder.analyze(old).bindings
+    before = finder._analyze.cache_info().misses
+    propagate(NEW, OLD, names=["avg"])  # another statement into the same version
+    assert finder._analyze.cache_info().misses == before

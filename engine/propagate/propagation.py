@@ -22,6 +22,7 @@ Python's parser; nothing that does not parse is ever returned.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -36,7 +37,7 @@ from florwb_engine.propagate.edits import (
     replace_nodes,
 )
 from florwb_engine.propagate.errors import PropagationError
-from florwb_engine.propagate.finder import Analysis, LogSite, analyze
+from florwb_engine.propagate.finder import Analysis, LogSite, _analyze, analyze
 from florwb_engine.propagate.flow import ends_flow
 from florwb_engine.propagate.matching import Matching
 from florwb_engine.propagate.model import (
@@ -108,6 +109,18 @@ def propagate(
     and one Placement per considered new statement, in new-source order.
     Raises PropagationError when a source does not parse or a requested name is unknown.
     """
+    key = None if names is None else tuple(sorted(set(names)))
+    return _propagate_cached(new_source, old_source, key)
+
+
+@functools.lru_cache(maxsize=64)
+def _propagate_cached(
+    new_source: str, old_source: str, names: tuple[str, ...] | None
+) -> PropagationResult:
+    """Results by source text: the replay planner and the workbench's statement matrix
+    ask for the same (today, old version) pairs again on every plan and refresh; a
+    result is immutable, so it is shared. Parsed versions are cached too (finder.py), so
+    a version propagated into for several statements is parsed once."""
     with gc_paused():
         new = analyze(new_source, "new version")
         old = analyze(old_source, "old version")
@@ -118,6 +131,12 @@ def propagate(
                 listed = ", ".join(repr(n) for n in unknown)
                 raise PropagationError(f"no log statement named {listed} in the new version")
         return _Propagation(new, old, wanted).run()
+
+
+def clear_caches() -> None:
+    """Forget cached results and parsed versions (benchmarks measure cold runs)."""
+    _propagate_cached.cache_clear()
+    _analyze.cache_clear()
 
 
 class _Propagation:
@@ -169,7 +188,7 @@ class _Propagation:
     @property
     def bindings(self) -> Bindings:
         if self._bindings is None:
-            self._bindings = Bindings(self.old.tree)
+            self._bindings = self.old.bindings
         return self._bindings
 
     @property
