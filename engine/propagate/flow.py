@@ -51,18 +51,17 @@ def _else_body(tn: TNode) -> TNode | None:
 def ends_flow(tn: TNode) -> bool:
     """True when a statement never completes normally: nothing after it in its block runs.
 
-    `return`/`raise`/`continue`/`break`; an if/elif/else whose every branch ends; a try
+    `return`/`raise`/`continue`/`break` (or `sys.exit()`); an if/elif/else whose every
+    branch ends; a try
     whose body (or else) and every handler end, or whose finally ends; a with whose body
     ends; a `while True:` without `break`.
     """
     node = tn.node
     tp = type(node)
-    if tp is cst.SimpleStatementLine:
-        return any(type(small) in _FLOW_ENDERS for small in node.body)  # type: ignore[attr-defined]
-    if tp in _FLOW_ENDERS:  # a small statement of a one-line suite
-        return True
-    if tp is cst.SimpleStatementSuite:
-        return any(type(small) in _FLOW_ENDERS for small in node.body)  # type: ignore[attr-defined]
+    if tp is cst.SimpleStatementLine or tp is cst.SimpleStatementSuite:
+        return any(_small_ends(small) for small in node.body)  # type: ignore[attr-defined]
+    if tp in _FLOW_ENDERS or tp is cst.Expr:  # a small statement of a one-line suite
+        return _small_ends(node)
     if tp in (cst.IndentedBlock, cst.Module):
         return _block_ends(tn)
     if tp is cst.If:
@@ -91,6 +90,22 @@ def ends_flow(tn: TNode) -> bool:
         if type(test) is cst.Name and test.value == "True" and _child(tn, "orelse") is None:
             body = _child(tn, "body")
             return body is not None and not _breaks(body)
+    return False
+
+
+_EXITS = frozenset({"exit", "quit", "sys.exit", "os._exit"})
+
+
+def _small_ends(small: cst.CSTNode) -> bool:
+    """`return`/`raise`/`continue`/`break`, or a bare call of sys.exit()/exit()/quit()."""
+    if type(small) in _FLOW_ENDERS:
+        return True
+    if type(small) is cst.Expr and type(small.value) is cst.Call:
+        func = small.value.func
+        if type(func) is cst.Name:
+            return func.value in _EXITS
+        if type(func) is cst.Attribute and type(func.value) is cst.Name:
+            return f"{func.value.value}.{func.attr.value}" in _EXITS
     return False
 
 
