@@ -5,18 +5,30 @@ matched (see matching.py) with the missing statements taken out of the new tree 
 calls are replaced by the expression they wrap), so that the new tree describes the old
 code plus unrelated edits. Then:
 
-* standalone `flor.log(...)`: it goes right after the old statement matched to the last
-  of its matched predecessors in its block (or, with none, before the first matched
-  follower, or at the start of the matched block when it came first);
+* standalone `flor.log(...)`: it goes right after the old counterpart of the *nearest*
+  preceding statement that has one (walking back only past unmatched ones), or, with
+  none, right before the counterpart of the nearest following statement, or at the start
+  of the matched block when it came first. The old block is the one holding that anchor's
+  counterpart unless the block matched by content similarity holds more of the new
+  block's statements (code wrapped into or out of an if/try). When no statement of either
+  block matches and both blocks have as many statements, it goes to the same position
+  (anchor "positional", said in the reason). It goes right after a compound statement's
+  last line: blank and comment lines that trailed the block move below it;
 * wrapped `x = flor.log("x", e)`: the old statement matched to its statement is walked to
   the same place (same field, same keyword argument) and the *old* expression there is
   wrapped, because the old value is what the old run computed.
 
+Every placement says how it was anchored: "exact" (the anchor is the same code in both
+versions), "similar" (matched by similarity) or "positional".
+
 A placement is refused, with a reason, when its block has no match, the match is
 ambiguous, the place found lies in a different loop or function than in the new version,
-or the statement reads a name the old version does not define at that point (renamed
-variables are rewritten when the matching shows the rename). The output is checked with
-Python's parser; nothing that does not parse is ever returned.
+the place can never run (after a statement, or an if/else or try, whose every branch
+returns, raises, breaks or continues: see flow.py), the statement reads a name the old
+version does not define on every path to that point (renamed variables are rewritten when
+the matching shows the rename), or its nearest anchor moved above earlier statements that
+touch what it reads. The output is checked with Python's parser; nothing that does not
+parse is ever returned.
 """
 
 from __future__ import annotations
