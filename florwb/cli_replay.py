@@ -52,10 +52,23 @@ def cmd_propagate(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     elif not args.output:
         sys.stdout.write(result.code)
-    for p in result.unplaced:
-        if not args.json:
-            print(f"florwb: {p.name} (line {p.new_line}) not placed: {p.reason}", file=sys.stderr)
+    if not args.json:
+        for p in result.placements:
+            print(f"florwb: {_placement_text(p)}", file=sys.stderr)
     return 0
+
+
+def _placement_text(p) -> str:
+    """One line per statement: where it went and how sure the place is (its anchor)."""
+    head = f"{p.name} (line {p.new_line})"
+    if p.status == "unplaced":
+        return f"{head} not placed: {p.reason}"
+    if p.status == "present":
+        return f"{head} already present at line {p.old_line}" + (
+            f" ({p.reason})" if p.reason else ""
+        )
+    text = f"{head} inserted at line {p.old_line}, anchored {p.anchor}"
+    return text + (f" ({p.reason})" if p.reason else "")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -400,8 +400,11 @@ def test_propagate_cli_prints_code_and_json(tmp_path):
         "status",
         "reason",
         "loop_path",
+        "anchor",
     }
     assert statements["gnorm"]["status"] == "inserted" and statements["loss"]["status"] == "present"
+    assert statements["gnorm"]["anchor"] in ("exact", "similar")
+    assert statements["loss"]["anchor"] is None
     target = tmp_path / "out.py"
     florwb(tmp_path, "propagate", str(new), str(old), "-o", str(target))
     assert target.read_text() == out

@@ -16,6 +16,11 @@ INSERTED = "inserted"
 PRESENT = "present"
 UNPLACED = "unplaced"
 
+# how an inserted statement's place was found (Placement.anchor)
+EXACT = "exact"  # next to a statement whose old counterpart is the same code
+SIMILAR = "similar"  # next to a statement matched by similarity (it was edited)
+POSITIONAL = "positional"  # same position in a block of the same length, nothing matched
+
 MATRIX_PRESENT = "present"
 MATRIX_PROPAGATABLE = "propagatable"
 MATRIX_CANNOT_PLACE = "cannot place"
@@ -51,7 +56,11 @@ class Placement:
     where it was inserted or wrapped, or where it already was; None when unplaced.
     `status` is "inserted", "present" or "unplaced"; `reason` says why it was not placed
     (or notes something about a present statement), else None. `loop_path` is the loop path
-    in the output code (the new source's, when unplaced).
+    in the output code (the new source's, when unplaced). `anchor` says how sure an
+    inserted (or wrapped) statement's place is: "exact" (next to a statement that is the
+    same code in both versions), "similar" (next to one matched by similarity, i.e.
+    edited) or "positional" (same position in a block of the same length where nothing
+    matched; `reason` then says so); None for present and unplaced statements.
     """
 
     name: str
@@ -60,6 +69,7 @@ class Placement:
     status: str
     reason: str | None
     loop_path: tuple[str, ...]
+    anchor: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +79,7 @@ class Placement:
             "status": self.status,
             "reason": self.reason,
             "loop_path": list(self.loop_path),
+            "anchor": self.anchor,
         }
 
 
@@ -91,7 +102,8 @@ class PropagationResult:
         return tuple(p for p in self.placements if p.status == UNPLACED)
 
     def to_json(self) -> dict[str, Any]:
-        """`{"statements": [{"name", "line_new", "line_old", "status", "reason", "loop_path"}]}`."""
+        """`{"statements": [{"name", "line_new", "line_old", "status", "reason", "loop_path",
+        "anchor"}]}`."""
         return {"statements": [p.to_json() for p in self.placements]}
 
 
