@@ -18,7 +18,7 @@ from conftest_app import (
 )
 
 from florwb.cli_app import open_workbench
-from florwb.workbench.format import short_run, short_version
+from florwb.ui.format import short_run, short_version
 from florwb_engine.store import Store
 
 

@@ -11,13 +11,13 @@ from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for
 from textual.binding import Binding
 
 from florwb.app import WorkbenchApp
-from florwb.screens.query import QueryPane
-from florwb.screens.replay import ReplayPane
+from florwb.panes.query import QueryPane
+from florwb.panes.replay import ReplayPane
+from florwb.panes.statements import StatementsPane
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.screens.run_detail import RunDetailScreen
-from florwb.screens.statements import StatementsPane
+from florwb.ui import keys
 from florwb.widgets.history_list import HistoryList
-from florwb.workbench import keys
 
 BOUND = {
     "app": WorkbenchApp,

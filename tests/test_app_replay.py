@@ -17,7 +17,7 @@ from conftest_app import (
     wait_until,
 )
 
-from florwb.workbench.format import short_run
+from florwb.ui.format import short_run
 from florwb_engine import project as projects
 from florwb_engine.store import Store
 

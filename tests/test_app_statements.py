@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for
 
-from florwb.workbench.format import short_version
+from florwb.ui.format import short_version
 from florwb_engine import versions
 from florwb_engine.propagate import statement_matrix
 from florwb_engine.store import Store
