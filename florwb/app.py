@@ -184,7 +184,7 @@ class WorkbenchApp(App[int]):
     @on(HistoryLoaded)
     def _history_loaded(self, message: HistoryLoaded) -> None:
         history = message.history
-        if not self._history_pane.is_mounted:  # the app is closing
+        if not self._history_pane.is_attached:  # the app is closing
             return
         self._history = history
         self._history_pane.show(history)
@@ -204,7 +204,7 @@ class WorkbenchApp(App[int]):
         if self.on_ready is not None:
             self.on_ready()
         self._monitor.start_watching()
-        if self._replay.is_mounted:
+        if self._replay.is_attached:
             self._replay.reload_replays()
 
     @on(LiveUpdated)
@@ -214,14 +214,14 @@ class WorkbenchApp(App[int]):
         for run in message.live:
             total = run.total if run.total is not None else "?"
             labels[run.run_id] = f"{run.done}/{total} {run.loop or ''}".strip()
-        if self._history_pane.is_mounted:
+        if self._history_pane.is_attached:
             self._history_pane.set_live(labels)
-        if self._replay.is_mounted:
+        if self._replay.is_attached:
             self._replay.show_live(message.live)
 
     @on(PendingChanged)
     def _pending_changed(self, message: PendingChanged) -> None:
-        if self._history_pane.is_mounted:
+        if self._history_pane.is_attached:
             self._banner.show(message.pending)
             self._history_pane.set_pending(message.pending)
 
@@ -292,7 +292,7 @@ class WorkbenchApp(App[int]):
 
     def _refresh_statements(self) -> None:
         """The diff rebuilds only while its tab is shown; otherwise when it is next shown."""
-        if self._statements.is_mounted and self._active_tab() == "statements":
+        if self._statements.is_attached and self._active_tab() == "statements":
             self._statements.refresh_if_stale()
 
     # --- replay ---------------------------------------------------------------------------
@@ -326,19 +326,19 @@ class WorkbenchApp(App[int]):
         plan, workers = confirmed
         if len(self.screen_stack) > 1:
             self.pop_screen()
-        if self._replay.is_mounted:
+        if self._replay.is_attached:
             self._replay.start(plan)
         self.action_show_tab("replay")
         self._runner.start(plan, workers)
 
     @on(ReplayProgressed)
     def _replay_progressed(self, message: ReplayProgressed) -> None:
-        if self._replay.is_mounted:
+        if self._replay.is_attached:
             self._replay.progress(message.progress)
 
     @on(ReplayEnded)
     def _replay_ended(self, message: ReplayEnded) -> None:
-        if self._replay.is_mounted:
+        if self._replay.is_attached:
             self._replay.ended(message.result, message.error)
             self._replay.reload_replays()
         status = message.result.status if message.result else "failed"
@@ -366,7 +366,7 @@ class WorkbenchApp(App[int]):
         monitor = self._monitor
         monitor.reload()
         monitor.check_pending()
-        if self._replay.is_mounted:
+        if self._replay.is_attached:
             self._replay.reload_replays()
         self._invalidate_statements()
 

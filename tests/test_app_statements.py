@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for
+from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for, wait_until
 
+from florwb.components.live_monitor import LiveMonitor
 from florwb.ui.format import short_version
 from florwb_engine import versions
 from florwb_engine.propagate import statement_matrix
@@ -96,7 +97,9 @@ async def test_saving_a_new_log_statement_is_noticed_and_offers_a_replay(demo: P
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
         await wait_for(pilot, lambda t: "weight_norm" in t, what="first pending statement")
-        await pilot.pause(0.3)  # the observer is running
+        # the watcher says when it watches (inotify watches are in place): no sleep
+        monitor = app.query_one(LiveMonitor)
+        await wait_until(pilot, lambda: monitor.watcher_ready, what="the script watcher")
         script = demo / "train.py"
         code = script.read_text().replace(
             '            flor.log("loss", loss.item())',

@@ -153,7 +153,9 @@ class HistoryPane(Vertical):
     def apply_filter(self, text: str) -> None:
         self.text_filter = text.strip()
         if self.history is not None:
-            self.history_list.set_rows(build_rows(self.history, self.text_filter), self.history_list.differ)
+            self.history_list.set_rows(
+                build_rows(self.history, self.text_filter), self.history_list.differ
+            )
             self._header()
             self.refresh_summary()
 

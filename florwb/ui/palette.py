@@ -4,7 +4,7 @@ app's keymap applied)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from florwb.ui import keys
@@ -19,7 +19,10 @@ class PaletteEntry:
 
 
 def palette_entries(
-    screen_class: str, on_main: bool, keymap: Mapping[str, str], key_display
+    screen_class: str,
+    on_main: bool,
+    keymap: Mapping[str, str],
+    key_display: Callable[[str], str],
 ) -> Iterator[PaletteEntry]:
     """The entries for a screen of class `screen_class`; `on_main` when it is the tabs'
     screen; `key_display(name)` says how a key name reads."""
