@@ -145,8 +145,12 @@ class LiveMonitor(Widget):
             self._watcher = None
         self._watched = paths
         if paths:
-            self._watcher = ScriptWatcher(paths, lambda _path: self.post_message(ScriptSaved()))
+            self._watcher = ScriptWatcher(paths, self._saved)
             self._watcher.start()
+
+    def _saved(self, _path: Path) -> None:
+        """On the observer's thread: hand over to the event loop."""
+        self.post_message(ScriptSaved())
 
     @on(ScriptSaved)
     def _script_saved(self) -> None:
