@@ -339,7 +339,7 @@ class WorkbenchApp(App[int]):
     @on(ReplayEnded)
     def _replay_ended(self, message: ReplayEnded) -> None:
         if self._replay.is_attached:
-            self._replay.ended(message.result, message.error)
+            self._replay.ended(message.result)
             self._replay.reload_replays()
         status = message.result.status if message.result else "failed"
         if status == "finished":

@@ -189,13 +189,14 @@ class ReplayPane(Vertical):
             )
         )
 
-    def ended(self, result: Any | None, error: str | None = None) -> None:
+    def ended(self, result: Any | None) -> None:
+        """The replay is over; `result` None: it failed (the error modal says why)."""
         self.running = False
         self.result = result
         elapsed = time.perf_counter() - self.started
         eta = self.query_one("#replay-eta", Static)
-        if error or result is None:
-            eta.update(Text(f"✗ replay failed: {error or 'see the error shown'}", "bold red"))
+        if result is None:
+            eta.update(Text("✗ replay failed: see the error shown", "bold red"))
             return
         for run in result.runs:
             try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from textual.message import Message
+from textual.widget import Widget
 
 from florwb_engine.statements import StatementTable
 from florwb_engine.store.workbench import History, LiveRun, QueryPage, ReplayRow, RunDetail
@@ -95,9 +96,11 @@ class ReplayProgressed(Message):
 
 @dataclass
 class ReplayEnded(Message):
+    """The replay is over: `result` is its ReplayResult, None when the executor raised
+    (the app's worker handler shows why)."""
+
     replay_id: str
     result: Any | None  # florwb_engine.replay.ReplayResult
-    error: str | None = None
 
 
 @dataclass
@@ -137,7 +140,7 @@ class CancelRequested(Message):
 class PaneReady(Message):
     """A lazily mounted pane is on screen and wants the data loaded before it existed."""
 
-    pane: Any
+    pane: Widget
 
 
 @dataclass
