@@ -121,11 +121,12 @@ async def wait_for(
     what: str = "condition",
 ) -> str:
     """Pause until `condition(screen text)` holds; fail with the last screen otherwise.
-    Generous timeouts: the machine running CI may be busy; a passing wait returns at once."""
+    Generous timeouts: the machine running CI may be busy; a passing wait returns at once.
+    Checked every 0.1 s: reading the screen (an SVG export) costs the app's loop ~25 ms."""
     deadline = time.monotonic() + timeout
     text = ""
     while time.monotonic() < deadline:
-        await pilot.pause(0.05)
+        await pilot.pause(0.1)
         text = screen_text(pilot.app)
         if condition(text):
             return text
