@@ -91,8 +91,6 @@ class WorkbenchApp(App[int]):
         super().__init__()
         self.project = Path(project)
         self.store = Store(self.project)
-        self.watch_scripts = watch
-        self.poll_s = poll_s
         self.on_ready = on_ready
         self.keymap: dict[str, str] = {}  # binding id -> keys, as set_keymap was given
         self.workers_default = max(1, min(4, (os.cpu_count() or 2)))
