@@ -1,4 +1,4 @@
-"""Tell cheaply whether any run journal grew, without opening the database.
+"""Tell cheaply whether any run journal appeared or grew, without opening the database.
 
 A run recording in another terminal appends to its journal every ~50 ms. Polling the
 catalog every second would take DuckDB's write lock each time (ingestion writes), so the
@@ -16,7 +16,11 @@ from florwb_engine import project as projects
 from florwb_engine.journal import SUFFIX
 
 
-class JournalTail:
+class JournalSizes:
+    """The names and sizes of the journal folder at the last look; `changed()` compares.
+
+    It reads no journal content (the store's ingestion does that): it only detects change."""
+
     def __init__(self, project: Path) -> None:
         self.folder = projects.journal_dir(project)
         self._seen: dict[str, int] | None = None

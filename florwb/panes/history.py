@@ -1,25 +1,27 @@
 """The version-history tab: a header, the history list, a filter line and the run summary.
 
-It holds no data of its own: the app loads the history in a worker and calls `show`; the
-pane turns it into rows and keeps the summary in step with the cursor.
+The app hands it each history the live monitor loads (`show`), the pending statements
+(`set_pending`) and the runs recording now (`set_live`); the pane turns them into rows,
+keeps the summary in step with the cursor, and loads another metric's series itself.
+It tells the app where the cursor is (`VersionSelected`) and which metric it shows
+(`MetricChanged`); the list's own messages (Opened, MarksChanged) go on to the app.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, Static
 
+from florwb.ui import format as fmt
+from florwb.ui.messages import MetricChanged, SeriesLoaded, VersionSelected
+from florwb.ui.workers import run_in_thread
 from florwb.widgets.history_list import Columns, HistoryList, HistoryRow, build_rows
 from florwb.widgets.run_summary import RunSummary
-from florwb.workbench import format as fmt
-from florwb_engine.store.workbench import History
-
-if TYPE_CHECKING:
-    from florwb.app import WorkbenchApp
+from florwb_engine.store import Store
+from florwb_engine.store.workbench import History, load_series
+from florwb_engine.watch import PendingStatements
 
 
 class HistoryPane(Vertical):
@@ -34,14 +36,12 @@ class HistoryPane(Vertical):
         padding: 0 1; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, store: Store, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        self.store = store
         self.history: History | None = None
+        self.pending: list[PendingStatements] = []
         self.text_filter = ""
-
-    @property
-    def workbench(self) -> WorkbenchApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield Static(id="history-header")
@@ -52,31 +52,65 @@ class HistoryPane(Vertical):
         yield RunSummary("Loading the version history…", id="run-summary")
 
     @property
-    def list(self) -> HistoryList:
+    def history_list(self) -> HistoryList:
         return self.query_one(HistoryList)
 
     def show(self, history: History) -> None:
         self.history = history
-        listing = self.list
+        listing = self.history_list
         listing.series, listing.last = history.series, history.last
         differ = fmt.args_that_differ((r.script, r.args) for r in history.runs)
         listing.set_rows(build_rows(history, self.text_filter), differ)
         self._header()
         self.refresh_summary()
 
-    def show_series(self, metric: str, series: dict, last: dict) -> None:
+    def set_pending(self, pending: list[PendingStatements]) -> None:
+        self.pending = pending
+        self.refresh_summary()
+
+    def set_live(self, labels: dict[str, str]) -> None:
+        """Progress text of the runs recording now, by run id."""
+        self.history_list.set_live(labels)
+        self.refresh_summary()
+
+    # --- the metric of the sparklines ------------------------------------------------------
+
+    @on(HistoryList.MetricStep)
+    def _metric_step(self, message: HistoryList.MetricStep) -> None:
+        message.stop()
+        history = self.history
+        if history is None:
+            return
+        numeric = [m.name for m in history.metrics if m.numeric]
+        if not numeric:
+            self.notify("No numeric metrics logged yet.")
+            return
+        index = numeric.index(history.metric) if history.metric in numeric else -1
+        metric = numeric[(index + message.step) % len(numeric)]
+
+        def work() -> None:
+            series, last = load_series(self.store, metric)
+            self.post_message(SeriesLoaded(metric, series, last))
+
+        run_in_thread(self, work, group="series", description="loading a metric")
+
+    @on(SeriesLoaded)
+    def _series_loaded(self, message: SeriesLoaded) -> None:
+        message.stop()
         if self.history is not None:
-            self.history.metric, self.history.series, self.history.last = metric, series, last
-        self.list.set_series(series, last)
+            self.history.metric = message.metric
+            self.history.series, self.history.last = message.series, message.last
+        self.history_list.set_series(message.series, message.last)
         self._header()
         self.refresh_summary()
+        self.post_message(MetricChanged(message.metric))
 
     def on_resize(self) -> None:
         self._header()
 
     def _header(self) -> None:
         history = self.history
-        width = max(self.list.size.width, 40)
+        width = max(self.history_list.size.width, 40)
         header = Columns.fit(width).header(history.metric if history else None)
         self.query_one("#history-header", Static).update(header)
 
@@ -84,22 +118,22 @@ class HistoryPane(Vertical):
         history = self.history
         if history is None:
             return
-        row = row if row is not None else self.list.current
+        row = row if row is not None else self.history_list.current
         run_id = row.run.run_id if row and row.run else None
         self.query_one(RunSummary).show(
             row,
             metric=history.metric,
             series=history.series.get(run_id) if run_id else None,
             last=history.last.get(run_id) if run_id else None,
-            pending=self.workbench.pending,
-            live=self.list.live.get(run_id) if run_id else None,
+            pending=self.pending,
+            live=self.history_list.live.get(run_id) if run_id else None,
         )
 
     @on(HistoryList.Highlighted)
     def _highlighted(self, event: HistoryList.Highlighted) -> None:
         self.refresh_summary(event.row)
         if event.row is not None:
-            self.workbench.selected_version = event.row.version
+            self.post_message(VersionSelected(event.row.version))
 
     @on(HistoryList.FilterRequested)
     def _open_filter(self) -> None:
@@ -119,7 +153,9 @@ class HistoryPane(Vertical):
     def apply_filter(self, text: str) -> None:
         self.text_filter = text.strip()
         if self.history is not None:
-            self.list.set_rows(build_rows(self.history, self.text_filter), self.list.differ)
+            self.history_list.set_rows(
+                build_rows(self.history, self.text_filter), self.history_list.differ
+            )
             self._header()
             self.refresh_summary()
 
@@ -127,7 +163,7 @@ class HistoryPane(Vertical):
         box = self.query_one("#history-filter", Input)
         if not self.text_filter:
             box.remove_class("-shown")
-        self.list.focus()
+        self.history_list.focus()
 
     def key_escape(self) -> None:
         """Esc in the filter line clears the filter; in the list it clears a kept filter."""
@@ -136,4 +172,4 @@ class HistoryPane(Vertical):
             box.value = ""
             self.apply_filter("")
             box.remove_class("-shown")
-            self.list.focus()
+            self.history_list.focus()

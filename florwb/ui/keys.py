@@ -1,15 +1,18 @@
 """Every key binding of the workbench, as data with ids (the Posting / W&B approach).
 
-Screens and widgets take their BINDINGS from this table, the `?` help screen is generated
-from it, and the command palette offers every entry, so the three can never disagree.
-Each id is stable: a keymap (`App.set_keymap({"history.filter": "f"})`) can rebind it.
+Screens and widgets take their BINDINGS from this table. Each id is stable, so a keymap
+(`App.set_keymap({"history.filter": "f"})`) can rebind it; the `?` help screen and the
+command palette read the table through `active_keys` with the app's keymap applied, so
+what they say is what the keys do. How a key reads on screen (`enter` -> `⏎`) is a property
+of the key, not of the binding (`KEY_DISPLAY`), so a rebound key reads right in the footer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 
 @dataclass(frozen=True)
@@ -21,7 +24,6 @@ class Key:
     action: str  # action name on the scope's node (e.g. "filter" -> action_filter)
     description: str
     show: bool = False  # in the footer
-    key_display: str | None = None
     label: str = ""  # short footer text (the description is for help and the palette)
     priority: bool = False
     palette: bool = True  # offered in the command palette
@@ -41,7 +43,7 @@ SCOPES: dict[str, tuple[str, str, str | None]] = {
 
 KEYS: dict[str, tuple[Key, ...]] = {
     "app": (
-        Key("app.help", "question_mark,f1", "help", "Help: every key", True, "?", label="help"),
+        Key("app.help", "question_mark,f1", "help", "Help: every key", True, label="help"),
         Key("app.tab.history", "1", "show_tab('history')", "Version history"),
         Key("app.tab.statements", "2", "show_tab('statements')", "Log-statement diff"),
         Key("app.tab.replay", "3", "show_tab('replay')", "Replay progress"),
@@ -65,12 +67,11 @@ KEYS: dict[str, tuple[Key, ...]] = {
             "open",
             "Open run detail / version diff",
             True,
-            "⏎",
             label="open",
         ),
-        Key("history.mark", "space", "mark", "Mark run or version", True, "␣", label="mark"),
+        Key("history.mark", "space", "mark", "Mark run or version", True, label="mark"),
         Key("history.unmark", "u", "unmark_all", "Clear marks"),
-        Key("history.filter", "slash", "filter", "Filter runs", True, "/", label="filter"),
+        Key("history.filter", "slash", "filter", "Filter runs", True, label="filter"),
         Key(
             "history.metric", "m", "next_metric", "Next metric for sparklines", True, label="metric"
         ),
@@ -93,7 +94,7 @@ KEYS: dict[str, tuple[Key, ...]] = {
         Key("replay.past", "p", "focus_past", "Focus past replays"),
     ),
     "query": (
-        Key("query.run", "ctrl+enter,ctrl+j,f5", "run_query", "Run query", True, "^⏎", label="run"),
+        Key("query.run", "ctrl+enter,ctrl+j,f5", "run_query", "Run query", True, label="run"),
         Key("query.previous", "ctrl+up", "history_previous", "Previous query in history"),
         Key("query.next", "ctrl+down", "history_next", "Next query in history"),
         Key(
@@ -103,7 +104,7 @@ KEYS: dict[str, tuple[Key, ...]] = {
         Key("query.leave", "escape", "leave_editor", "Leave the editor (1-4 switch tabs)"),
     ),
     "run": (
-        Key("run.back", "escape,backspace", "back", "Back", True, "esc", label="back"),
+        Key("run.back", "escape,backspace", "back", "Back", True, label="back"),
         Key("run.down", "j,down", "scroll_down", "Scroll down"),
         Key("run.up", "k,up", "scroll_up", "Scroll up"),
         Key(
@@ -116,17 +117,28 @@ KEYS: dict[str, tuple[Key, ...]] = {
         ),
     ),
     "plan": (
-        Key("plan.start", "enter,y", "start", "Start the replay", True, "⏎", label="start"),
-        Key(
-            "plan.close", "escape,n", "close", "Close without replaying", True, "esc", label="close"
-        ),
-        Key("plan.more", "plus", "workers(1)", "More workers", True, "+", label="workers"),
-        Key("plan.fewer", "minus", "workers(-1)", "Fewer workers", True, "-", label="workers"),
+        Key("plan.start", "enter,y", "start", "Start the replay", True, label="start"),
+        Key("plan.close", "escape,n", "close", "Close without replaying", True, label="close"),
+        Key("plan.more", "plus", "workers(1)", "More workers", True, label="workers"),
+        Key("plan.fewer", "minus", "workers(-1)", "Fewer workers", True, label="workers"),
     ),
 }
 
 
-def bindings(scope: str) -> list[Binding]:
+# Key name -> how it reads in the footer, the help and the palette (others: Textual's way).
+KEY_DISPLAY = {
+    "question_mark": "?",
+    "slash": "/",
+    "enter": "⏎",
+    "space": "␣",
+    "escape": "esc",
+    "ctrl+enter": "^⏎",
+    "plus": "+",
+    "minus": "-",
+}
+
+
+def bindings(scope: str) -> list[BindingType]:
     """Textual bindings for one scope, each carrying its id from the table."""
     return [
         Binding(
@@ -134,12 +146,17 @@ def bindings(scope: str) -> list[Binding]:
             key.action,
             key.label or key.description,
             show=key.show,
-            key_display=key.key_display,
             priority=key.priority,
             id=key.id,
         )
         for key in KEYS[scope]
     ]
+
+
+def active_keys(key: Key, keymap: Mapping[str, str]) -> list[str]:
+    """The key names that trigger `key` once `keymap` (binding id -> keys) is applied."""
+    names = keymap.get(key.id, key.keys)
+    return [name.strip() for name in names.split(",") if name.strip()]
 
 
 def find(key_id: str) -> tuple[str, Key]:

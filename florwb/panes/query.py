@@ -10,27 +10,23 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
-from florwb.screens.error import ErrorScreen
+from florwb.ui import format as fmt
+from florwb.ui import keys
+from florwb.ui.messages import ErrorReported, QueryCounted, QueryFailed, QueryPageLoaded
+from florwb.ui.workers import run_in_thread
 from florwb.widgets.results_table import ResultsTable
-from florwb.workbench import format as fmt
-from florwb.workbench import keys
-from florwb.workbench.messages import QueryCounted, QueryFailed, QueryPageLoaded
 from florwb_engine import project as projects
-from florwb_engine.store import StoreBusy, StoreError
+from florwb_engine.store import Store, StoreBusy, StoreError
 from florwb_engine.store.workbench import PAGE_ROWS, count_rows, query_page
-
-if TYPE_CHECKING:
-    from florwb.app import WorkbenchApp
 
 HISTORY_LIMIT = 200
 DEFAULT_SQL = (
@@ -100,18 +96,16 @@ class QueryPane(Vertical):
     QueryPane #results { height: 1fr; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, project: Path, store: Store, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        self.project = project
+        self.store = store
         self.serial = 0
         self.history: list[str] = []
         self.position: int | None = None  # index into history while browsing it
         self.started = 0.0
         self.shown_rows = 0
         self.last_sql = ""
-
-    @property
-    def workbench(self) -> WorkbenchApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield TextArea(DEFAULT_SQL, id="sql", soft_wrap=True, tab_behavior="focus")
@@ -122,7 +116,7 @@ class QueryPane(Vertical):
         yield ResultsTable(id="results", zebra_stripes=True)
 
     def on_mount(self) -> None:
-        self.history = read_history(self.workbench.project)
+        self.history = read_history(self.project)
         self.query_one("#sql", TextArea).border_title = "SQL"
 
     @property
@@ -147,7 +141,7 @@ class QueryPane(Vertical):
             return
         if not self.history or self.history[-1] != sql:
             self.history.append(sql)
-            write_history(self.workbench.project, self.history)
+            write_history(self.project, self.history)
         self.position = None
         self.serial += 1
         self.started = time.perf_counter()
@@ -155,30 +149,31 @@ class QueryPane(Vertical):
         self._status(Text("running…", "yellow"))
         self._query(self.serial, sql)
 
-    @work(thread=True, exclusive=True, group="query")
     def _query(self, serial: int, sql: str) -> None:
-        store = self.workbench.store
-        started = time.perf_counter()
-        try:
-            page = query_page(store, sql, PAGE_ROWS)
-        except (StoreError, StoreBusy) as exc:
-            self.post_message(QueryFailed(serial, sql, str(exc)))
-            return
-        except Exception as exc:  # an engine bug must not take the app down either
-            self.post_message(QueryFailed(serial, sql, f"{type(exc).__name__}: {exc}"))
-            return
-        self.post_message(QueryPageLoaded(serial, sql, page, time.perf_counter() - started))
+        def work() -> None:
+            started = time.perf_counter()
+            try:
+                page = query_page(self.store, sql, PAGE_ROWS)
+            except (StoreError, StoreBusy) as exc:  # the user's SQL: said in the pane
+                self.post_message(QueryFailed(serial, sql, str(exc)))
+                return
+            self.post_message(QueryPageLoaded(serial, sql, page, time.perf_counter() - started))
 
-    @work(thread=True, exclusive=True, group="count")
+        run_in_thread(self, work, group="query", description="running the query")
+
     def _count(self, serial: int, sql: str) -> None:
         """Started once the first page is on screen, so counting (as slow as the whole
         query) never competes with drawing it."""
-        try:
-            total = count_rows(self.workbench.store, sql)
-        except (StoreError, StoreBusy):
-            return
-        if serial == self.serial:
-            self.post_message(QueryCounted(serial, total))
+
+        def work() -> None:
+            try:
+                total = count_rows(self.store, sql)
+            except (StoreError, StoreBusy):
+                return  # the page is shown; the label keeps saying "counting…" is unknown
+            if serial == self.serial:
+                self.post_message(QueryCounted(serial, total))
+
+        run_in_thread(self, work, group="count", description="counting the query's rows")
 
     @on(QueryPageLoaded)
     def _page(self, message: QueryPageLoaded) -> None:
@@ -216,7 +211,7 @@ class QueryPane(Vertical):
         if message.serial != self.serial:
             return
         self._status(Text.assemble(("✗ ", "red"), (fmt.clip(message.error, 200), "red")))
-        self.app.push_screen(ErrorScreen("Query failed", message.error))
+        self.post_message(ErrorReported("Query failed", message.error))
 
     # --- history --------------------------------------------------------------------------
 

@@ -1,26 +1,29 @@
 """The Replay tab: live progress of the running replay (a bar per run, overall ETA), of
 runs recording in another terminal, and the past replays.
 
-It only draws: the app forwards the executor's Progress as messages (see
-florwb.workbench.replay_control) and calls `start`, `progress` and `ended`.
+It draws what it is handed: the app forwards the replay runner's messages
+(florwb.components.replay_runner) as `start`, `progress` and `ended`, and the live
+monitor's runs recording elsewhere as `show_live`; it reads its past replays itself. `c`
+posts `CancelRequested`: the app owns no replay state, the runner does.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.widgets import DataTable, ProgressBar, Static
 
-from florwb.workbench import format as fmt
-from florwb.workbench import keys
-from florwb_engine.store.workbench import LiveRun, ReplayRow
-
-if TYPE_CHECKING:
-    from florwb.app import WorkbenchApp
+from florwb.ui import format as fmt
+from florwb.ui import keys
+from florwb.ui.messages import CancelRequested, PaneReady, ReplaysLoaded
+from florwb.ui.workers import run_in_thread
+from florwb_engine.store import Store
+from florwb_engine.store.workbench import LiveRun, ReplayRow, load_replays
 
 
 class RunProgressRow(Horizontal):
@@ -65,17 +68,14 @@ class ReplayPane(Vertical):
     ReplayPane #past-replays { height: 6; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, store: Store, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        self.store = store
         self.plan: Any | None = None
         self.segments: dict[tuple[str, int], tuple[int, int, str]] = {}
         self.started = 0.0
         self.running = False
         self.result: Any | None = None
-
-    @property
-    def workbench(self) -> WorkbenchApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -94,9 +94,19 @@ class ReplayPane(Vertical):
         for column in ("replay", "status", "names", "rows", "started", "took"):
             table.add_column(column, key=column)
         self.set_interval(0.5, self._tick)
-        # what arrived before this (lazily mounted) pane existed
-        self.show_replays(self.workbench.replays)
-        self.show_live(self.workbench.live)
+        self.post_message(PaneReady(self))  # for what arrived before it existed (Lazy)
+
+    def reload_replays(self) -> None:
+        """Read the past replays (in a worker)."""
+
+        def work() -> None:
+            self.post_message(ReplaysLoaded(load_replays(self.store)))
+
+        run_in_thread(self, work, group="replays", description="loading replays")
+
+    def on_replays_loaded(self, message: ReplaysLoaded) -> None:
+        message.stop()
+        self.show_replays(message.replays)
 
     # --- a replay -------------------------------------------------------------------------
 
@@ -150,7 +160,7 @@ class ReplayPane(Vertical):
             state = Text("waiting", "dim")
         try:
             row = self.query_one(f"#replay-run-{run_id}", RunProgressRow)
-        except Exception:
+        except NoMatches:
             return
         row.set_progress(done, total, state)
 
@@ -179,18 +189,19 @@ class ReplayPane(Vertical):
             )
         )
 
-    def ended(self, result: Any | None, error: str | None) -> None:
+    def ended(self, result: Any | None) -> None:
+        """The replay is over; `result` None: it failed (the error modal says why)."""
         self.running = False
         self.result = result
         elapsed = time.perf_counter() - self.started
         eta = self.query_one("#replay-eta", Static)
-        if error or result is None:
-            eta.update(Text(f"✗ replay failed: {error}", "bold red"))
+        if result is None:
+            eta.update(Text("✗ replay failed: see the error shown", "bold red"))
             return
         for run in result.runs:
             try:
                 row = self.query_one(f"#replay-run-{run.run_id}", RunProgressRow)
-            except Exception:
+            except NoMatches:
                 continue
             style = {"finished": "green", "diverged": "yellow", "cancelled": "magenta"}.get(
                 run.status, "red"
@@ -213,7 +224,7 @@ class ReplayPane(Vertical):
         eta.update(summary)
 
     def action_cancel(self) -> None:
-        self.workbench.cancel_replay()
+        self.post_message(CancelRequested())
 
     def action_focus_past(self) -> None:
         self.query_one("#past-replays").focus()

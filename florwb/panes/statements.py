@@ -1,33 +1,36 @@
 """The log-statement diff tab: which statement is in which version, and the code diff.
 
-The matrix comes from the propagation engine's own analysis (`statement_matrix`), so a
-cell never promises a placement that replay would refuse; replayed values come from the
-store. Reading old versions and matching syntax trees is slow, so it runs in a worker.
+The table is the engine's (`florwb_engine.statements`: propagation's own analysis plus
+the store's replayed statements), built in a worker because reading old versions and
+matching syntax trees is slow. The pane owns what it shows: the app hands it the history,
+the version under the history's cursor and the marked versions, and says when the code
+may have changed (`invalidate`); the pane rebuilds only when it is stale and on screen.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import ScrollableContainer, Vertical
 from textual.widgets import DataTable, Static
 
+from florwb.ui import format as fmt
+from florwb.ui import keys
+from florwb.ui.messages import PaneReady, StatementTableLoaded
+from florwb.ui.workers import run_in_thread
 from florwb.widgets.code_diff import render_diff
-from florwb.workbench import format as fmt
-from florwb.workbench import keys
-from florwb.workbench.messages import MatrixLoaded, WorkFailed
-from florwb_engine.store.workbench import replayed_names
-from florwb_engine.watch.pending import recorded_source
+from florwb_engine.statements import (
+    WORKING,
+    StatementTable,
+    choose_script_and_versions,
+    statement_table,
+)
+from florwb_engine.store import Store
+from florwb_engine.store.workbench import History
 
-if TYPE_CHECKING:
-    from florwb.app import WorkbenchApp
-
-WORKING = "working tree"
-MAX_VERSIONS = 10
 LEGEND = "● recorded  ↻ replayed  → propagatable  ✗ cannot place"
 CELL_TEXT = {
     "recorded": ("● L{line}", "green"),
@@ -53,14 +56,42 @@ class StatementsPane(Vertical, can_focus=False):
     StatementsPane #diff { width: auto; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, project: Path, store: Store, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.data: MatrixLoaded | None = None
+        self.project = project
+        self.store = store
+        self.data: StatementTable | None = None
         self.base_is_marked = False
+        self.history: History | None = None
+        self.selected_version: str | None = None
+        self.marked_versions: set[str] = set()
+        self.stale = True
 
-    @property
-    def workbench(self) -> WorkbenchApp:
-        return self.app  # type: ignore[return-value]
+    def on_mount(self) -> None:
+        self.post_message(PaneReady(self))
+
+    # --- what the app hands over ----------------------------------------------------------
+
+    def set_history(self, history: History) -> None:
+        self.history = history
+        self.stale = True
+
+    def select_version(self, version: str | None) -> None:
+        """The history's cursor moved to `version` (the diff starts there next time)."""
+        self.selected_version = version
+
+    def set_marked_versions(self, versions: set[str]) -> None:
+        self.marked_versions = set(versions)
+        self.show_diff()
+
+    def invalidate(self) -> None:
+        """The code or the replays changed: rebuild before showing the table again."""
+        self.stale = True
+
+    def refresh_if_stale(self) -> None:
+        """Called when the tab is shown: rebuild the table if anything changed."""
+        if self.stale:
+            self.load()
 
     def compose(self) -> ComposeResult:
         yield Static("Reading versions…", id="statements-title")
@@ -74,42 +105,30 @@ class StatementsPane(Vertical, can_focus=False):
     # --- loading --------------------------------------------------------------------------
 
     def load(self) -> None:
-        history = self.workbench.history
+        history = self.history
         if history is None:
             return
-        scripts = [r.script for r in reversed(history.runs) if r.script]
-        if not scripts:
+        self.stale = False
+        choice = choose_script_and_versions(
+            ((r.script, r.version) for r in history.runs),
+            [v.version for v in history.versions],
+            self.selected_version,
+        )
+        if choice is None:
             self.query_one("#statements-title", Static).update("No recorded scripts yet.")
             return
-        wanted = self.workbench.selected_version
-        script = next(
-            (r.script for r in reversed(history.runs) if r.version == wanted and r.script),
-            scripts[0],
-        )
-        order = [v.version for v in history.versions]
-        counts: dict[str, int] = {}
-        for run in history.runs:
-            if run.script == script and run.version:
-                counts[run.version] = counts.get(run.version, 0) + 1
-        chosen = [v for v in order if v in counts] + [v for v in counts if v not in order]
-        if len(chosen) > MAX_VERSIONS:
-            keep = chosen[-MAX_VERSIONS:]
-            if wanted in chosen and wanted not in keep:
-                keep = [wanted, *keep[1:]]
-            chosen = keep
-        self._load(self.workbench.project, script, chosen, counts)
+        script, chosen, counts = choice
 
-    @work(thread=True, exclusive=True, group="matrix")
-    def _load(self, project: Path, script: str, chosen: list[str], counts: dict[str, int]) -> None:
-        try:
-            self.post_message(_build_matrix(project, script, chosen, counts, self.workbench.store))
-        except Exception as exc:  # shown, never raised into the event loop
-            self.post_message(WorkFailed("log-statement diff", str(exc).splitlines()[0]))
+        def work() -> None:
+            table = statement_table(self.project, self.store, script, chosen, counts)
+            self.post_message(StatementTableLoaded(table))
 
-    @on(MatrixLoaded)
-    def _loaded(self, message: MatrixLoaded) -> None:
-        message.stop()
-        self.data = message
+        run_in_thread(self, work, group="matrix", description="building the log-statement diff")
+
+    @on(StatementTableLoaded)
+    def _loaded(self, loaded: StatementTableLoaded) -> None:
+        loaded.stop()
+        message = self.data = loaded.table
         title = f"{message.script}: {LEGEND}"
         if message.note:
             title += f" · {message.note}"
@@ -127,11 +146,11 @@ class StatementsPane(Vertical, can_focus=False):
         for name in message.names:
             cells = [Text(name, "bold")]
             for version in message.versions:
-                status, line, _reason = message.cells[(name, version)]
-                label, style = CELL_TEXT[status]
-                cells.append(Text(label.format(line=line), style))
+                cell = message.cells[(name, version)]
+                label, style = CELL_TEXT[cell.status]
+                cells.append(Text(label.format(line=cell.line), style))
             table.add_row(*cells, key=name)
-        start = self.workbench.selected_version
+        start = self.selected_version
         if start in message.versions:
             table.move_cursor(column=message.versions.index(start) + 1, row=0)
         elif len(message.versions) > 1:
@@ -166,11 +185,12 @@ class StatementsPane(Vertical, can_focus=False):
             present = [
                 v
                 for v in self.data.versions
-                if self.data.cells[(name, v)][0] in ("recorded", "in tree")
+                if self.data.cells[(name, v)].status in ("recorded", "in tree")
             ]
             reason.update(f"{name}: in {len(present)} of {len(self.data.versions)} columns")
             return
-        status, line, why = self.data.cells[(name, version)]
+        cell = self.data.cells[(name, version)]
+        status, line, why = cell.status, cell.line, cell.reason
         where = WORKING if version == WORKING else f"version {fmt.short_version(version)}"
         explain = {
             "recorded": f"recorded by its runs, at line {line}",
@@ -189,14 +209,10 @@ class StatementsPane(Vertical, can_focus=False):
         _name, version = self._cursor()
         versions_only = [v for v in data.versions if v != WORKING]
         if version is None or version == WORKING:
-            version = (
-                self.workbench.selected_version
-                if self.workbench.selected_version in versions_only
-                else None
-            )
+            version = self.selected_version if self.selected_version in versions_only else None
             version = version or (versions_only[-1] if versions_only else None)
         base = WORKING if WORKING in data.sources else None
-        marked = [v for v in self.workbench.marked_versions if v in data.sources and v != version]
+        marked = [v for v in self.marked_versions if v in data.sources and v != version]
         if self.base_is_marked and marked:
             base = marked[0]
         title = self.query_one("#diff-title", Static)
@@ -226,8 +242,8 @@ class StatementsPane(Vertical, can_focus=False):
     # --- actions --------------------------------------------------------------------------
 
     def action_toggle_base(self) -> None:
-        if not self.workbench.marked_versions:
-            self.app.notify("Mark a version in the history (space) to compare against it.")
+        if not self.marked_versions:
+            self.notify("Mark a version in the history (space) to compare against it.")
             self.base_is_marked = False
         else:
             self.base_is_marked = not self.base_is_marked
@@ -238,58 +254,3 @@ class StatementsPane(Vertical, can_focus=False):
 
     def action_focus_matrix(self) -> None:
         self.query_one("#matrix").focus()
-
-
-def _build_matrix(
-    project: Path, script: str, chosen: list[str], counts: dict[str, int], store
-) -> MatrixLoaded:
-    from florwb_engine.propagate import PropagationError, find_log_statements, statement_matrix
-
-    sources: dict[str, str] = {}
-    missing = 0
-    for version in chosen:
-        text = recorded_source(project, version, script)
-        if text is None:
-            missing += 1
-            continue
-        sources[version] = text
-    working_path = project / script
-    if working_path.is_file():
-        sources[WORKING] = working_path.read_text(encoding="utf-8", errors="replace")
-    note = f"{missing} versions without a code snapshot" if missing else None
-    if not sources:
-        return MatrixLoaded(script, [], [], {}, {}, counts, note or "no code")
-    reference = WORKING if WORKING in sources else list(sources)[-1]
-    try:
-        matrix = statement_matrix(sources, reference)
-    except PropagationError as exc:
-        # The working tree does not parse (mid-edit): compare the recorded versions only.
-        sources.pop(WORKING, None)
-        if not sources:
-            raise
-        note = f"working tree: {exc}"
-        reference = list(sources)[-1]
-        matrix = statement_matrix(sources, reference)
-    replayed = replayed_names(store)
-    cells: dict[tuple[str, str], tuple[str, int | None, str | None]] = {}
-    for name in matrix.names:
-        for version in matrix.versions:
-            cell = matrix.cell(name, version)
-            if version == WORKING:
-                status = "in tree" if cell.status == "present" else "absent"
-            elif cell.status == "present":
-                status = "recorded"
-            elif name in replayed.get(version, set()):
-                status = "replayed"
-            else:
-                status = cell.status
-            cells[(name, version)] = (status, cell.line, cell.reason)
-    log_lines = {}
-    for version, source in sources.items():
-        try:
-            log_lines[version] = {s.line for s in find_log_statements(source)}
-        except PropagationError:
-            log_lines[version] = set()
-    return MatrixLoaded(
-        script, list(matrix.versions), list(matrix.names), cells, sources, counts, note, log_lines
-    )
