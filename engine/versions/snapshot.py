@@ -20,7 +20,7 @@ from .select import (
     select_files,
     walk_candidates,
 )
-from .store import changed_paths, write_tree
+from .object_store import changed_paths, write_tree
 from .userrepo import STORE_DIRNAME, read_user_repo
 
 __all__ = ["Snapshot", "snapshot"]
