@@ -27,6 +27,7 @@ from florwb_engine.propagate import PropagationError, find_log_statements, propa
 from florwb_engine.replay.spec import INNER, OUTER, PREFIX
 from florwb_engine.store import Store
 from florwb_engine.store.schema import TABLES, literal, quote
+from florwb_engine.store.values import decode_value
 
 RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")}
 
@@ -191,10 +192,8 @@ class _Facts:
 
 
 def _facts(con: duckdb.DuckDBPyConnection, run_id: str) -> _Facts:
-    from florwb_engine.store.read import _typed
-
     args = {
-        name: _typed(value, text, vtype)
+        name: decode_value(value, text, vtype)
         for name, value, text, vtype in con.execute(
             "SELECT name, value, text, vtype FROM args WHERE run_id = ?", [run_id]
         ).fetchall()
