@@ -42,7 +42,7 @@ from florwb.workbench.messages import (
 from florwb.workbench.palette import PaletteCommands
 from florwb.workbench.replay_control import ReplayControl
 from florwb_engine.store import Store
-from florwb_engine.store.workbench import History, load_history, load_replays, load_series
+from florwb_engine.store.queries import History, load_history, load_replays, load_series
 from florwb_engine.watch import JournalTail, PendingStatements, ScriptWatcher
 
 W = TypeVar("W", bound=Widget)

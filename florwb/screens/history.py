@@ -16,7 +16,7 @@ from textual.widgets import Input, Static
 from florwb.widgets.history_list import Columns, HistoryList, HistoryRow, build_rows
 from florwb.widgets.run_summary import RunSummary
 from florwb.workbench import format as fmt
-from florwb_engine.store.workbench import History
+from florwb_engine.store.queries import History
 
 if TYPE_CHECKING:
     from florwb.app import WorkbenchApp

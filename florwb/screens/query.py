@@ -27,7 +27,7 @@ from florwb.workbench import keys
 from florwb.workbench.messages import QueryCounted, QueryFailed, QueryPageLoaded
 from florwb_engine import project as projects
 from florwb_engine.store import StoreBusy, StoreError
-from florwb_engine.store.workbench import PAGE_ROWS, count_rows, query_page
+from florwb_engine.store.queries import PAGE_ROWS, count_rows, query_page
 
 if TYPE_CHECKING:
     from florwb.app import WorkbenchApp

@@ -17,7 +17,7 @@ from textual.widgets import DataTable, ProgressBar, Static
 
 from florwb.workbench import format as fmt
 from florwb.workbench import keys
-from florwb_engine.store.workbench import LiveRun, ReplayRow
+from florwb_engine.store.queries import LiveRun, ReplayRow
 
 if TYPE_CHECKING:
     from florwb.app import WorkbenchApp

@@ -23,7 +23,7 @@ from florwb.widgets.sparkline import sparkline
 from florwb.workbench import format as fmt
 from florwb.workbench import keys
 from florwb.workbench.messages import RunDetailLoaded, WorkFailed
-from florwb_engine.store.workbench import RunDetail, load_run_detail
+from florwb_engine.store.queries import RunDetail, load_run_detail
 
 if TYPE_CHECKING:
     from florwb.app import WorkbenchApp

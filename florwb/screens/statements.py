@@ -20,7 +20,7 @@ from florwb.widgets.code_diff import render_diff
 from florwb.workbench import format as fmt
 from florwb.workbench import keys
 from florwb.workbench.messages import MatrixLoaded, WorkFailed
-from florwb_engine.store.workbench import replayed_names
+from florwb_engine.store.queries import replayed_names
 from florwb_engine.watch.pending import recorded_source
 
 if TYPE_CHECKING:

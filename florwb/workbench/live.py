@@ -21,7 +21,7 @@ from florwb.screens.replay import ReplayPane
 from florwb.workbench import format as fmt
 from florwb.workbench.messages import HistoryLoaded, LiveUpdated, PendingChanged, ScriptSaved
 from florwb_engine.store import Store
-from florwb_engine.store.workbench import History, load_history, load_live
+from florwb_engine.store.queries import History, load_history, load_live
 from florwb_engine.watch import JournalTail, PendingStatements, ScriptWatcher, pending_statements
 
 if TYPE_CHECKING:

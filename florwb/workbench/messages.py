@@ -11,7 +11,7 @@ from typing import Any
 
 from textual.message import Message
 
-from florwb_engine.store.workbench import History, LiveRun, QueryPage, ReplayRow, RunDetail
+from florwb_engine.store.queries import History, LiveRun, QueryPage, ReplayRow, RunDetail
 from florwb_engine.watch import PendingStatements
 
 
