@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
@@ -26,6 +26,9 @@ from florwb_engine.journal import ENTRY_SHIFT
 from florwb_engine.store.catalog import Store, check_read_only, first_line
 from florwb_engine.store.db import StoreError
 from florwb_engine.store.runs import RunRow, list_runs
+
+if TYPE_CHECKING:  # duckdb.sqltypes is duckdb 2's home of the type; only annotations use it
+    from duckdb.sqltypes import DuckDBPyType
 
 SERIES_POINTS = 24
 DETAIL_POINTS = 40
@@ -518,7 +521,7 @@ def count_rows(store: Store, sql: str) -> int:
             raise StoreError(first_line(exc)) from None
 
 
-def _is_numeric_list(kind: duckdb.DuckDBPyType) -> bool:
+def _is_numeric_list(kind: DuckDBPyType) -> bool:
     if kind.id not in ("list", "array"):
         return False
     child = dict(kind.children)["child"]
