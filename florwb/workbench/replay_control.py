@@ -74,7 +74,7 @@ class ReplayControl:
             self.post_message(ReplayProgressed(plan.replay_id, progress))
 
         try:
-            result = execute(plan, on_progress=forward, cancel=cancel, workers=workers)
+            result = execute(plan, on_progress=forward, cancel=cancel, server=workers)
         except Exception as exc:
             self.post_message(ReplayEnded(plan.replay_id, None, fmt.one_line(exc)))
             return
