@@ -25,8 +25,10 @@ def replay_mode(
         if not path:
             if main is not None and placement.old_line is not None:
                 if placement.old_line > main.last_line:
-                    return None, f"{name} runs after the main loop; only statements before "
-                    "or inside it can be replayed"
+                    return None, (
+                        f"{name} runs after the main loop; only statements before "
+                        "or inside it can be replayed"
+                    )
             modes.append(PREFIX)
         elif main_loop is not None and path[0] != main_loop:
             return None, f"{name} sits in loop {path[0]!r}, not in the main loop {main_loop!r}"
