@@ -1,7 +1,7 @@
 """DuckDB catalog of runs, versions, logs and checkpoints.
 
-catalog.Store opens a project's catalog and ingests journals; runs.list_runs is the one run
-listing; queries.py holds the workbench's reads; pivot.py the flordb-style dataframe.
+catalog.Store opens a project's catalog, ingests journals and answers SQL and dataframes;
+runs.list_runs is the one run listing; queries.py holds the workbench's other reads.
 """
 
 from florwb_engine.store.catalog import Store
