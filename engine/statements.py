@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from florwb_engine.store import Store
-from florwb_engine.store.workbench import replayed_names
+from florwb_engine.store.queries import replayed_names
 from florwb_engine.watch.pending import recorded_source
 
 WORKING = "working tree"  # the column of the script as it is on disk now

@@ -62,7 +62,7 @@ from florwb.ui.palette import palette_entries
 from florwb.widgets.history_list import HistoryList
 from florwb.widgets.pending_banner import PendingBanner
 from florwb_engine.store import Store
-from florwb_engine.store.workbench import History, LiveRun
+from florwb_engine.store.queries import History, LiveRun
 from florwb_engine.watch import PendingStatements
 
 TAB_FOCUS = {
@@ -321,13 +321,13 @@ class WorkbenchApp(App[int]):
     def _plan_confirmed(self, confirmed: Any) -> None:
         if confirmed is None:
             return
-        plan, workers = confirmed
+        plan, server = confirmed
         if len(self.screen_stack) > 1:
             self.pop_screen()
         if self._replay.is_attached:
             self._replay.start(plan)
         self.action_show_tab("replay")
-        self._runner.start(plan, workers)
+        self._runner.start(plan, server)
 
     @on(ReplayProgressed)
     def _replay_progressed(self, message: ReplayProgressed) -> None:

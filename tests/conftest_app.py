@@ -37,7 +37,9 @@ RECORDING_CODE = (
     "engine/versions/*.py",
     "engine/store/db.py",
     "engine/store/ingest.py",
-    "engine/store/read.py",
+    "engine/store/catalog.py",
+    "engine/store/runs.py",
+    "engine/store/values.py",
     "engine/store/schema.py",
 )
 RUN_LINE = re.compile(r"^  [ *]\S \d\d-\d\d \d\d:\d\d ")

@@ -22,7 +22,7 @@ from textual.widget import Widget
 from florwb.ui.messages import HistoryLoaded, LiveUpdated, PendingChanged, ScriptSaved
 from florwb.ui.workers import run_in_thread
 from florwb_engine.store import Store, StoreBusy
-from florwb_engine.store.workbench import History, load_history, load_live
+from florwb_engine.store.queries import History, load_history, load_live
 from florwb_engine.watch import JournalSizes, ScriptWatcher, pending_statements
 
 RUNNING_POLL_EVERY = 3  # polls: re-read running runs this often even if journals are quiet

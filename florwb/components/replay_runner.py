@@ -32,9 +32,9 @@ class ReplayRunner(Widget):
     def running(self) -> bool:
         return self._cancel is not None
 
-    def start(self, plan: Any, workers: Any) -> None:
-        """Execute `plan` (a florwb_engine.replay.Plan) on `workers` (the fork server the
-        plan screen warmed up, or a count)."""
+    def start(self, plan: Any, server: Any) -> None:
+        """Execute `plan` (a florwb_engine.replay.Plan) on `server` (the fork server the
+        plan screen warmed up, or None for a fresh one)."""
         cancel = self._cancel = threading.Event()
         replay_id = plan.replay_id
 
@@ -46,7 +46,7 @@ class ReplayRunner(Widget):
 
             result = None
             try:
-                result = execute(plan, on_progress=forward, cancel=cancel, workers=workers)
+                result = execute(plan, on_progress=forward, cancel=cancel, server=server)
             finally:  # an exception goes on to the app's worker handler
                 self.post_message(ReplayEnded(replay_id, result))
 

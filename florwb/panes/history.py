@@ -20,7 +20,7 @@ from florwb.ui.workers import run_in_thread
 from florwb.widgets.history_list import Columns, HistoryList, HistoryRow, build_rows
 from florwb.widgets.run_summary import RunSummary
 from florwb_engine.store import Store
-from florwb_engine.store.workbench import History, load_series
+from florwb_engine.store.queries import History, load_series
 from florwb_engine.watch import PendingStatements
 
 

@@ -26,7 +26,7 @@ from florwb.ui.workers import run_in_thread
 from florwb.widgets.results_table import ResultsTable
 from florwb_engine import project as projects
 from florwb_engine.store import Store, StoreBusy, StoreError
-from florwb_engine.store.workbench import PAGE_ROWS, count_rows, query_page
+from florwb_engine.store.queries import PAGE_ROWS, count_rows, query_page
 
 HISTORY_LIMIT = 200
 DEFAULT_SQL = (

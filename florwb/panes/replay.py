@@ -23,7 +23,7 @@ from florwb.ui import keys
 from florwb.ui.messages import CancelRequested, PaneReady, ReplaysLoaded
 from florwb.ui.workers import run_in_thread
 from florwb_engine.store import Store
-from florwb_engine.store.workbench import LiveRun, ReplayRow, load_replays
+from florwb_engine.store.queries import LiveRun, ReplayRow, load_replays
 
 
 class RunProgressRow(Horizontal):

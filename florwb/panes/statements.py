@@ -29,7 +29,7 @@ from florwb_engine.statements import (
     statement_table,
 )
 from florwb_engine.store import Store
-from florwb_engine.store.workbench import History
+from florwb_engine.store.queries import History
 
 LEGEND = "● recorded  ↻ replayed  → propagatable  ✗ cannot place"
 CELL_TEXT = {

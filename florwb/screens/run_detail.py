@@ -23,7 +23,7 @@ from florwb.widgets.history_list import run_status
 from florwb.widgets.run_summary import data_wait_line
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.store import Store
-from florwb_engine.store.workbench import RunDetail, load_run_detail
+from florwb_engine.store.queries import RunDetail, load_run_detail
 
 
 def _section(title: str) -> Text:

@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.widget import Widget
 
 from florwb_engine.statements import StatementTable
-from florwb_engine.store.workbench import History, LiveRun, QueryPage, ReplayRow, RunDetail
+from florwb_engine.store.queries import History, LiveRun, QueryPage, ReplayRow, RunDetail
 from florwb_engine.watch import PendingStatements
 
 

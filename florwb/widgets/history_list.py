@@ -23,7 +23,7 @@ from textual.strip import Strip
 from florwb.ui import format as fmt
 from florwb.ui import keys
 from florwb.widgets.sparkline import sparkline
-from florwb_engine.store.workbench import History, RunRow, VersionRow
+from florwb_engine.store.queries import History, RunRow, VersionRow
 
 UNVERSIONED = "(no version)"
 

@@ -14,7 +14,7 @@ from textual.widgets import DataTable
 
 from florwb.ui import format as fmt
 from florwb.widgets.sparkline import sparkline
-from florwb_engine.store.workbench import QueryPage
+from florwb_engine.store.queries import QueryPage
 
 CELL_WIDTH = 40
 SPARK_WIDTH = 16

@@ -1,6 +1,7 @@
-"""Read queries the workbench needs, shaped for a screen that must stay fast.
+"""Reads for the workbench (history, run detail, replays, live progress, query pages).
 
-The workbench shows 1,000 runs and tens of millions of log rows without waiting, so these
+Runs are listed by runs.list_runs, the one listing the CLI uses too. The workbench shows
+1,000 runs and tens of millions of log rows without waiting, so these
 queries read the integer-keyed tables (`log_rows`, `name_stats`, `iteration_rows`) instead
 of the string views, downsample metric series in DuckDB rather than in Python, and page
 query results instead of materialising them. Everything returns plain dataclasses of
@@ -16,14 +17,18 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
 
 from florwb_engine.journal import ENTRY_SHIFT
+from florwb_engine.store.catalog import Store, check_read_only, first_line
 from florwb_engine.store.db import StoreError
-from florwb_engine.store.read import Store, check_read_only, first_line
+from florwb_engine.store.runs import RunRow, list_runs
+
+if TYPE_CHECKING:  # duckdb.sqltypes is duckdb 2's home of the type; only annotations use it
+    from duckdb.sqltypes import DuckDBPyType
 
 SERIES_POINTS = 24
 DETAIL_POINTS = 40
@@ -45,31 +50,6 @@ _NUMERIC_TYPES = frozenset(
         "BOOLEAN",
     }
 )
-
-
-@dataclass
-class RunRow:
-    """One run as the version history lists it."""
-
-    run_id: str
-    version: str | None
-    script: str | None
-    start_time: datetime | None
-    end_time: datetime | None
-    status: str
-    exception: str | None
-    message: str | None
-    args: dict[str, Any]
-    n_logs: int
-    n_checkpoints: int
-    replays: list[str]
-    data_wait_share: float | None
-
-    @property
-    def duration_s(self) -> float | None:
-        if self.start_time and self.end_time:
-            return (self.end_time - self.start_time).total_seconds()
-        return None
 
 
 @dataclass
@@ -206,7 +186,7 @@ def _session(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
 def load_history(store: Store, metric: str | None = None) -> History:
     """Runs, versions, logged names and one metric's sparkline series, in one connection."""
     with _session(store) as con:
-        runs = _runs(con)
+        runs = list_runs(con)
         versions = [
             VersionRow(*row)
             for row in con.execute(
@@ -232,57 +212,6 @@ def default_metric(metrics: list[MetricInfo]) -> str | None:
     if not numeric:
         return None
     return min(numeric, key=lambda m: (-m.n_runs, m.depth != 0, m.name)).name
-
-
-def _runs(con: duckdb.DuckDBPyConnection) -> list[RunRow]:
-    rows = con.execute(
-        f"""
-        SELECT r.run_id, r.version, r.script, r.start_time, r.end_time, r.status,
-               r.exception, r.message, coalesce(ns.n_logs, 0), coalesce(ck.n, 0),
-               coalesce(rp.sources, []), w.wait_s, w.loop_s
-        FROM runs r
-        LEFT JOIN (SELECT run_key, sum(n) AS n_logs FROM name_stats WHERE source_key = 0
-                   GROUP BY run_key) ns ON ns.run_key = r.run_key
-        LEFT JOIN (SELECT run_id, count(*) AS n FROM checkpoints GROUP BY run_id) ck
-               ON ck.run_id = r.run_id
-        LEFT JOIN (SELECT n.run_key, list(DISTINCT s.source ORDER BY s.source) AS sources
-                   FROM name_stats n JOIN sources s ON s.source_key = n.source_key
-                   WHERE n.source_key != 0 GROUP BY n.run_key) rp ON rp.run_key = r.run_key
-        LEFT JOIN (SELECT i.run_key, sum(i.wait_s) AS wait_s,
-                          sum(i.wait_s + i.iter_s) FILTER (WHERE e.depth = 0) AS loop_s
-                   FROM iteration_rows i JOIN loop_entries e ON e.run_key = i.run_key
-                        AND e.source_key = i.source_key
-                        AND e.entry_id = i.ctx_id >> {ENTRY_SHIFT}
-                   WHERE i.source_key = 0 GROUP BY i.run_key) w ON w.run_key = r.run_key
-        ORDER BY r.start_time, r.run_key
-        """
-    ).fetchall()
-    args: dict[str, dict[str, Any]] = {}
-    for run_id, name, value, text, vtype in con.execute(
-        "SELECT run_id, name, value, text, vtype FROM args ORDER BY run_id, name"
-    ).fetchall():
-        args.setdefault(run_id, {})[name] = typed_value(value, text, vtype)
-    out = []
-    for r in rows:
-        wait_s, loop_s = r[11], r[12]
-        out.append(
-            RunRow(
-                run_id=r[0],
-                version=r[1],
-                script=r[2],
-                start_time=r[3],
-                end_time=r[4],
-                status=r[5] or "running",
-                exception=r[6],
-                message=r[7],
-                args=args.get(r[0], {}),
-                n_logs=int(r[8]),
-                n_checkpoints=int(r[9]),
-                replays=list(r[10]),
-                data_wait_share=(wait_s / loop_s) if wait_s is not None and loop_s else None,
-            )
-        )
-    return out
 
 
 def _metrics(con: duckdb.DuckDBPyConnection) -> list[MetricInfo]:
@@ -378,30 +307,16 @@ def _nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def typed_value(value: float | None, text: str | None, vtype: str | None) -> Any:
-    if vtype == "int" and value is not None:
-        return int(value)
-    if vtype == "bool" and value is not None:
-        return bool(value)
-    if vtype == "float":
-        return value
-    if vtype == "json" and text is not None:
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    return text
-
-
 # --- run detail ----------------------------------------------------------------------------
 
 
 def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> RunDetail:
     """Args, metrics with sparklines (recorded and replayed), checkpoints and replays."""
     with _session(store) as con:
-        run = next((r for r in _runs(con) if r.run_id == run_id), None)
-        if run is None:
+        found = list_runs(con, run_id)
+        if not found:
             raise StoreError(f"unknown run {run_id!r}")
+        run = found[0]
         run_key = con.execute("SELECT run_key FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][
             0
         ]
@@ -606,7 +521,7 @@ def count_rows(store: Store, sql: str) -> int:
             raise StoreError(first_line(exc)) from None
 
 
-def _is_numeric_list(kind: duckdb.DuckDBPyType) -> bool:
+def _is_numeric_list(kind: DuckDBPyType) -> bool:
     if kind.id not in ("list", "array"):
         return False
     child = dict(kind.children)["child"]
@@ -634,5 +549,4 @@ __all__ = [
     "load_series",
     "query_page",
     "replayed_names",
-    "typed_value",
 ]

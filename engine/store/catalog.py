@@ -1,12 +1,13 @@
-"""What readers ask of the catalog: runs, ad-hoc SQL, and the flordb-style dataframe.
+"""The catalog of one project: `Store` opens it, ingests journals, and answers reads
+(runs, ad-hoc SQL, and the flordb-style dataframe).
 
-Every read first ingests pending journals, inside the same short connection, so results
-include runs that are still going or were just killed.
+Every session first ingests pending journals, inside the same short connection, so results
+include runs that are still going or were just killed. The run listing is runs.py (shared
+with the workbench), the workbench's other reads are queries.py.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,8 @@ from florwb_engine import project as projects
 from florwb_engine.store.db import StoreError, connect
 from florwb_engine.store.ingest import IngestReport, ingest_pending
 from florwb_engine.store.replays import clear_abandoned
+from florwb_engine.store.runs import RunRow, list_runs
+from florwb_engine.store.values import decode_value
 
 if TYPE_CHECKING:  # pandas loads only when a DataFrame is made: it slows every start-up
     import pandas as pd
@@ -75,58 +78,14 @@ class Store:
             except duckdb.Error as exc:
                 raise StoreError(first_line(exc)) from None
 
-    def runs(self) -> list[dict]:
+    def run_rows(self) -> list[RunRow]:
+        """Every run, oldest first, as the CLI and the workbench list them."""
         with self.session() as con:
-            rows = con.execute(
-                f"""
-                SELECT r.run_id, r.version, r.script, r.start_time, r.end_time, r.status,
-                       r.exception, r.message, r.host, r.argv, r.git_head, r.git_branch,
-                       r.git_dirty,
-                       (SELECT coalesce(sum(n), 0) FROM name_stats n
-                          WHERE n.run_key = r.run_key AND n.source_key = 0) AS n_logs,
-                       (SELECT count(*) FROM checkpoints c WHERE c.run_id = r.run_id),
-                       w.wait_s, w.loop_s
-                FROM runs r LEFT JOIN (
-                    SELECT i.run_key, sum(i.wait_s) AS wait_s,
-                           sum(i.wait_s + i.iter_s) FILTER (WHERE e.depth = 0) AS loop_s
-                    FROM iteration_rows i {entry_join("i", "e")}
-                    WHERE i.source_key = 0 GROUP BY i.run_key
-                ) w ON w.run_key = r.run_key
-                ORDER BY r.start_time, r.run_id
-                """
-            ).fetchall()
-            args: dict[str, dict] = {}
-            for run_id, name, value, text, vtype in con.execute(
-                "SELECT run_id, name, value, text, vtype FROM args ORDER BY run_id, name"
-            ).fetchall():
-                args.setdefault(run_id, {})[name] = _typed(value, text, vtype)
-        out = []
-        for r in rows:
-            wait_s, loop_s = r[15], r[16]
-            out.append(
-                {
-                    "run_id": r[0],
-                    "version": r[1],
-                    "script": r[2],
-                    "start_time": r[3].isoformat() if r[3] else None,
-                    "end_time": r[4].isoformat() if r[4] else None,
-                    "duration_s": (r[4] - r[3]).total_seconds() if r[3] and r[4] else None,
-                    "status": r[5],
-                    "exception": r[6],
-                    "message": r[7],
-                    "host": r[8],
-                    "argv": json.loads(r[9]) if r[9] else [],
-                    "git_head": r[10],
-                    "git_branch": r[11],
-                    "git_dirty": r[12],
-                    "args": args.get(r[0], {}),
-                    "n_logs": int(r[13]),
-                    "n_checkpoints": int(r[14]),
-                    "data_wait_s": wait_s,
-                    "data_wait_share": (wait_s / loop_s) if wait_s is not None and loop_s else None,
-                }
-            )
-        return out
+            return list_runs(con)
+
+    def runs(self) -> list[dict]:
+        """Every run as `florwb runs --json` prints it."""
+        return [run.to_json() for run in self.run_rows()]
 
     def names(self) -> list[str]:
         with self.session() as con:
@@ -203,7 +162,7 @@ def _pivot(con: duckdb.DuckDBPyConnection, names: list[str]) -> pd.DataFrame:
     arg_only = [n for n in names if n not in logged]
     if arg_only:
         values: dict[tuple, object] = {
-            (run_id, name): _typed(value, text, vtype)
+            (run_id, name): decode_value(value, text, vtype)
             for run_id, name, value, text, vtype in con.execute(
                 "SELECT run_id, name, value, text, vtype FROM args "
                 "WHERE name IN (SELECT unnest(?))",
@@ -294,18 +253,6 @@ def _frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                 column = pd.array(data, dtype="str")
         columns[name] = column
     return pd.DataFrame(columns, copy=False)
-
-
-def _typed(value, text, vtype):
-    if vtype == "int":
-        return int(value)
-    if vtype == "bool":
-        return bool(value)
-    if vtype == "float":
-        return value
-    if vtype == "json" and text is not None:
-        return json.loads(text)
-    return text
 
 
 def check_read_only(sql: str) -> list[str]:
