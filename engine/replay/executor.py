@@ -17,7 +17,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -236,23 +236,40 @@ def _run_all(
             task.request = server.start(task.argv, task.cwd, env, task.log_path)
             active.append(task)
 
-    while waiting or active:
-        try:
-            fill()
-            server.poll(POLL_S)
-            for task in active:
-                _update(task, server)
-                if cancel.is_set():
-                    _stop(task, stopping, server)
-            ended = [t for t in active if t.returncode is not None]
-            active[:] = [t for t in active if t.returncode is None]
-            _report(tasks, last_seen, notify, cancel.is_set())
-            if any(t.returncode == 0 for t in ended) and (waiting or active):
+    with _sigint_sets(cancel):
+        while waiting or active:
+            try:
                 fill()
-                _ingest_early(store)
-        except KeyboardInterrupt:  # Ctrl-C: the workers are in their own sessions
-            cancel.set()
+                server.poll(POLL_S)
+                for task in active:
+                    _update(task, server)
+                    if cancel.is_set():
+                        _stop(task, stopping, server)
+                ended = [t for t in active if t.returncode is not None]
+                active[:] = [t for t in active if t.returncode is None]
+                _report(tasks, last_seen, notify, cancel.is_set())
+                if any(t.returncode == 0 for t in ended) and (waiting or active):
+                    fill()
+                    _ingest_early(store)
+            except KeyboardInterrupt:  # Ctrl-C where the handler above is not installed
+                cancel.set()
     _report(tasks, last_seen, notify, cancel.is_set())
+
+
+@contextlib.contextmanager
+def _sigint_sets(cancel: threading.Event) -> Iterator[None]:
+    """Ctrl-C sets `cancel` instead of raising KeyboardInterrupt wherever the loop happens
+    to be (half way through starting a worker, or ingesting), so a cancel always ends as a
+    clean cancel. Only the main thread can install a signal handler: the workbench runs
+    replays in a thread worker and cancels through the event itself."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: cancel.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _ingest_early(store: Store) -> None:
