@@ -100,6 +100,7 @@ class Store:
                 "SELECT run_id, name, value, text, vtype FROM args ORDER BY run_id, name"
             ).fetchall():
                 args.setdefault(run_id, {})[name] = _typed(value, text, vtype)
+            issues = run_issues(con)
         out = []
         for r in rows:
             wait_s, loop_s = r[15], r[16]
@@ -120,6 +121,7 @@ class Store:
                     "git_branch": r[11],
                     "git_dirty": r[12],
                     "args": args.get(r[0], {}),
+                    "issues": issues.get(r[0], []),
                     "n_logs": int(r[13]),
                     "n_checkpoints": int(r[14]),
                     "data_wait_s": wait_s,
@@ -138,6 +140,18 @@ class Store:
             raise StoreError("dataframe needs at least one log name")
         with self.session() as con:
             return _pivot(con, list(dict.fromkeys(names)))
+
+
+def run_issues(con: duckdb.DuckDBPyConnection) -> dict[str, list[dict]]:
+    """Per run, what could not be kept exactly (see ingest): kind, detail, count."""
+    issues: dict[str, list[dict]] = {}
+    for run_id, source, kind, detail, n in con.execute(
+        "SELECT run_id, source, kind, detail, n FROM run_issues ORDER BY run_id, kind, detail"
+    ).fetchall():
+        issues.setdefault(run_id, []).append(
+            {"source": source, "kind": kind, "detail": detail, "n": int(n)}
+        )
+    return issues
 
 
 def _logged_names(con: duckdb.DuckDBPyConnection) -> list[str]:
