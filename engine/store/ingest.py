@@ -83,8 +83,7 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
     states = {
         row[0]: _State(row[1], row[2], row[3], row[4], bool(row[5]), row[6] or 0, row[7])
         for row in con.execute(
-            'SELECT file, run_id, source, "offset", next_seq, done, next_chunk, error '
-            "FROM journals"
+            'SELECT file, run_id, source, "offset", next_seq, done, next_chunk, error FROM journals'
         ).fetchall()
     }
     for path in files:
