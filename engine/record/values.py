@@ -73,7 +73,9 @@ def encode(value: Any) -> Any:
     except Exception as exc:  # a tensor without data (sparse, meta), a failing __float__...
         why = f"kept as text ({type(exc).__name__})"
     REPLACED.add("replaced", f"{_type_name(value)} {why}")
-    return ("object", _short_repr(value))
+    text = _short_repr(value)
+    kind = type(value).__name__
+    return ("object", text if text.startswith(kind.lower()) else f"{kind}: {text}")
 
 
 def name_text(name: Any) -> str | None:

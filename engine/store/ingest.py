@@ -192,7 +192,7 @@ def _apply(
     done = False
     entries = []
     for event in batch.events:
-        event = _clean_event(event)
+        event = _clean_event(event, keys.found)
         kind = event.get("kind")
         if kind == "start":
             keys.run_id = str(event["run_id"])
@@ -227,6 +227,8 @@ def _apply(
         )
     for kind, detail, n in keys.issues:
         _add_issue(con, keys.run_id, keys.source, kind, detail, n)
+    for detail, n in keys.found.items():
+        _add_issue(con, keys.run_id, keys.source, "replaced", detail, n)
     if keys.found:
         n = sum(keys.found.values())
         why = "; ".join(f"{detail} ({k})" for detail, k in keys.found.items())
@@ -311,12 +313,16 @@ def _int_text(value: int) -> str:
         return str(Decimal(value))
 
 
-def _clean_event(event: dict) -> dict:
+def _clean_event(event: dict, found: dict[str, int]) -> dict:
     """Event fields as DuckDB takes them: string keys, valid UTF-8 text."""
     clean = {}
     for key, value in event.items():
         if type(value) is str and not value.isascii():
-            value = _clean_text(value)
+            text = _clean_text(value)
+            if text != value:
+                why = f"{event.get('kind')} event text with lone surrogates"
+                found[why] = found.get(why, 0) + 1
+            value = text
         elif key == "names" and isinstance(value, (list, tuple)):
             value = tuple(_clean_text(v) for v in value)
         clean[key if type(key) is str else _clean_text(key)] = value
