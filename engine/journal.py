@@ -2,10 +2,12 @@
 
 The journal, not the database, is the source of truth until ingested: a training process
 never waits on DuckDB's single-writer lock, and a killed process leaves every complete chunk
-readable. A chunk is `length, crc32, meta length` followed by marshal'd meta and the column
-parts; marshal is fast, C-level and cannot execute code when read back. A torn last chunk
-(the writer died mid-write) fails its length or checksum and is left for a later read, so
-ingestion never sees half a batch.
+readable. A chunk is a framed header (magic, format, sequence number, lengths, checksums: see
+"chunk framing" below) followed by marshal'd meta and the column parts; marshal is fast,
+C-level and cannot execute code when read back. A torn last chunk (the writer died
+mid-write) fails its length or checksum and is left for a later read, so ingestion never
+sees half a batch; damage in the middle (zeros, garbage, a torn chunk followed by more) is
+skipped by scanning for the next valid header, and reported as a byte range.
 
 Payload: a tuple `(logs, timings, events)`, in column blocks:
   logs      see pack_logs, or None

@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
-    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr,arg-type]
     if not argv or (argv[0] not in commands and not argv[0].startswith("-")):
         if len(argv) > 1:
             parser.error(f"unknown command {argv[0]!r}")

@@ -62,6 +62,8 @@ def main_script() -> Path | None:
 
 
 class Run:
+    checkpointer: Checkpointer
+
     def __init__(self, project: Path | None = None) -> None:
         script = main_script()
         self.project = project or projects.find_project(script.parent if script else None)

@@ -55,6 +55,11 @@ _SHAPE_ERRORS = (
     EOFError,
     OverflowError,
     UnicodeError,
+    # a field of another type than its column (not a failing database: that is retried)
+    duckdb.ConversionException,
+    duckdb.InvalidInputException,
+    duckdb.TypeMismatchException,
+    duckdb.OutOfRangeException,
 )
 
 
