@@ -45,20 +45,21 @@ def replay_journal_name(replay_id: str, segment: int | str) -> str:
 VTYPES = ("float", "int", "bool", "str", "none", "json", "object")
 
 
-def pack_logs(flat: list, n: int | None = None) -> tuple | None:
+def pack_logs(flat: list, n: int | None = None, names: list | None = None) -> tuple | None:
     """Columns of the first n items of the flat `[name, value, ctx_id, ...]` log buffer.
 
     Slicing transposes in C. Names and ctx_ids use marshal's reference sharing: the same
     few name strings repeat, and all values logged in one loop iteration share one ctx_id
     object, which as a reference is 5 bytes instead of a 64-bit long's digits (3x faster to
     write and to read). Values use version 2, which skips the per-object reference
-    bookkeeping that only slows distinct numbers down.
+    bookkeeping that only slows distinct numbers down. `names`: the names slice, when the
+    caller made it already.
     """
     n = len(flat) if n is None else n
     if not n:
         return None
     return (
-        marshal.dumps(flat[0:n:3], 4),
+        marshal.dumps(flat[0:n:3] if names is None else names, 4),
         marshal.dumps(flat[1:n:3], 2),
         marshal.dumps(flat[2:n:3], 3),
     )

@@ -71,7 +71,7 @@ CASES = {
 # cases florwb can store as they are (nothing replaced, nothing said)
 EXACT = {"huge_int", "empty_loop"}
 # cases the writer passes on as they are, and the reader that ingests them replaces and says
-SAID_BY_READER = {"surrogate_name", "arg_surrogate"}
+SAID_BY_READER = {"surrogate", "arg_surrogate"}
 
 
 def test_one_odd_thing_never_hides_the_run(tmp_path):

@@ -180,11 +180,13 @@ class Run:
         timings = pack_timings(TIMINGS, n_timings)
         logs = None
         if n_logs:
+            # One C pass over the names (a few distinct strings): anything else takes the
+            # slow path. Values are not checked here; what marshal refuses falls back too,
+            # and what DuckDB refuses (lone surrogates) ingestion keeps as text and says.
             names = LOGS[0:n_logs:3]
-            values = LOGS[1:n_logs:3]
-            if set(map(type, names)) == {str} and not _has_odd_strings(values):
+            if _plain_names(names):
                 with contextlib.suppress(ValueError, TypeError):  # a value marshal refuses
-                    logs = pack_logs(LOGS, n_logs)
+                    logs = pack_logs(LOGS, n_logs, names)
             if logs is None:
                 logs = pack_logs(_sanitized(LOGS[:n_logs]))
         try:
@@ -280,18 +282,21 @@ class Run:
             self.journal.sync()
 
 
-def _has_odd_strings(values: list) -> bool:
-    """True when a logged string cannot be stored as it is (lone surrogates): checked only
-    when the batch holds strings at all, which the hot numeric case never does."""
-    if str not in set(map(type, values)):
+def _plain_names(names: list) -> bool:
+    """True when every name is a string DuckDB takes as it is."""
+    try:
+        distinct = set(names)
+    except TypeError:  # an unhashable name
         return False
-    for v in values:
-        if type(v) is str and not v.isascii():
+    for name in distinct:
+        if type(name) is not str:
+            return False
+        if not name.isascii():
             try:
-                v.encode()
+                name.encode()
             except UnicodeEncodeError:
-                return True
-    return False
+                return False
+    return True
 
 
 def _sanitized(logs: list) -> list:
@@ -302,6 +307,12 @@ def _sanitized(logs: list) -> list:
         text = name_text(name)
         if text is None:
             continue
+        if not text.isascii():
+            try:
+                text.encode()
+            except UnicodeEncodeError:
+                REPLACED.add("replaced", "log name with lone surrogates kept escaped")
+                text = text.encode("utf-8", "backslashreplace").decode()
         if type(value) is str and not value.isascii():
             try:
                 value.encode()
