@@ -10,11 +10,16 @@ and skipped. Sizes come from BENCH_EPOCHS / BENCH_STEPS / BENCH_HIDDEN / BENCH_B
   record_overhead_<b>        wall median / plain's wall median
   record_loop_overhead_<b>   train median / plain's train median (without import/startup)
   record_wall_flordb_over_florwb   flordb wall median / florwb wall median
+  record_fsync_s_florwb      median time a florwb run spends in fsync (journal at commit,
+                             each checkpoint file and its folder), measured on its files
+  record_fsync_share_florwb  that time / florwb's wall median
 """
 
 import argparse
 import json
 import os
+import time
+from pathlib import Path
 
 from _common import (
     BENCH_DIR,
@@ -33,6 +38,9 @@ from _common import (
 TRAIN_SCRIPT = BENCH_DIR / "train_mlp.py"
 
 
+FSYNCS: list[float] = []  # seconds of the fsyncs a florwb run makes, measured after it
+
+
 def run_once(backend: str) -> tuple[float, float]:
     """(wall seconds, in-script train seconds) of one train_mlp.py process."""
     with temp_git_repo(TRAIN_SCRIPT) as repo:
@@ -40,7 +48,30 @@ def run_once(backend: str) -> tuple[float, float]:
         env = backend_env(backend, BENCH_TIMING_FILE=str(timing_file))
         wall = run_timed([str(PYTHON), TRAIN_SCRIPT.name], cwd=repo, env=env)
         train = json.loads(timing_file.read_text())["train_s"]
+        if backend == "florwb":
+            FSYNCS.append(fsync_cost(repo / ".florwb"))
     return wall, train
+
+
+def fsync_cost(store: Path) -> float:
+    """What the durability of one run costs: rewrite and fsync each of its checkpoints (file
+    and folder, as the checkpoint writer does) and its journal, on the same filesystem."""
+    files = [*store.glob("checkpoints/*/*.pt"), *store.glob("journal/*.journal")]
+    total = 0.0
+    for path in files:
+        data = path.read_bytes()
+        copy = path.with_name(path.name + ".fsync")
+        with open(copy, "wb") as f:
+            f.write(data)
+            f.flush()
+            start = time.perf_counter()
+            os.fsync(f.fileno())
+            folder = os.open(path.parent, os.O_RDONLY)
+            os.fsync(folder)
+            os.close(folder)
+            total += time.perf_counter() - start
+        copy.unlink()
+    return total
 
 
 def main() -> None:
@@ -85,6 +116,9 @@ def main() -> None:
             if b != "plain":
                 result(f"record_overhead_{b}", wall_med[b] / wall_med["plain"], "x")
                 result(f"record_loop_overhead_{b}", train_med[b] / train_med["plain"], "x")
+    if FSYNCS:  # durability (fsync of journal and checkpoints), part of the wall time above
+        result("record_fsync_s_florwb", median(FSYNCS), "s")
+        result("record_fsync_share_florwb", median(FSYNCS) / wall_med["florwb"], "x")
     if "florwb" in backends and "flordb" in backends:
         result("record_wall_flordb_over_florwb", wall_med["flordb"] / wall_med["florwb"], "x")
 

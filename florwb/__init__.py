@@ -30,7 +30,7 @@ def _store() -> Any:
 
     run = runtime.current()
     if run is not None:
-        run.flush()  # a script reading its own logs sees them
+        run.try_flush()  # a script reading its own logs sees them
         return Store(run.project)
     return Store(project.find_project())
 

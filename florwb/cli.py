@@ -41,8 +41,20 @@ def _store(args: argparse.Namespace) -> Store:
     return Store(_project(args))
 
 
+def _say_ingest(store) -> None:
+    """What ingestion found this time (damage, odd values, unreadable chunks): said once,
+    by the reader that found it; `florwb runs` keeps showing it per run."""
+    report = store.last_ingest
+    for line in [*report.warnings, *report.errors]:
+        print(f"florwb: {line}", file=sys.stderr)
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
-    runs = _store(args).run_rows()
+    from florwb_engine.store.issues import summary, values_lost
+
+    store = _store(args)
+    runs = store.run_rows()
+    _say_ingest(store)
     if args.json:
         json.dump(json_safe([r.to_json() for r in runs]), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -50,11 +62,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
     rows = []
     for r in runs:
         stall = r.data_wait_share
+        lost = values_lost(r.issues)
         rows.append(
             [
                 r.run_id,
                 r.start_time.isoformat(sep=" ")[:19] if r.start_time else "",
-                r.status + (f" ({r.exception})" if r.exception else ""),
+                r.status
+                + (f" ({r.exception})" if r.exception else "")
+                + (f", {lost} lost" if lost else "")
+                + (" !" if r.issues else ""),
                 (r.version or "")[:8],
                 r.script,
                 f"{r.duration_s:.1f}s" if r.duration_s is not None else "",
@@ -70,6 +86,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in runs:
         if hint := data_wait_hint(r.data_wait_share):
             print(f"hint: run {r.run_id} {hint}")
+    for r in runs:
+        if note := summary(r.issues):
+            print(f"! run {r.run_id}: {note}")
     return 0
 
 
@@ -79,13 +98,19 @@ def _short(value) -> str:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    write_frame(_store(args).query(args.sql), args.format)
+    store = _store(args)
+    frame = store.query(args.sql)
+    _say_ingest(store)
+    write_frame(frame, args.format)
     return 0
 
 
 def cmd_dataframe(args: argparse.Namespace) -> int:
     names = [n for arg in args.names for n in arg.split(",") if n]
-    write_frame(_store(args).dataframe(*names), args.format)
+    store = _store(args)
+    frame = store.dataframe(*names)
+    _say_ingest(store)
+    write_frame(frame, args.format)
     return 0
 
 

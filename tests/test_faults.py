@@ -165,7 +165,7 @@ def test_torn_journal_tail_is_left_for_later_and_never_duplicated(tmp_path):
         "pid_ticks": processes.start_ticks(os.getpid()),
     }
     head = b"".join(journal.encode_chunk((journal.pack_logs(["x", 1.0, 0]), None, [start])))
-    tail = b"".join(journal.encode_chunk((journal.pack_logs(["late", 2.0, 0]), None, [])))
+    tail = b"".join(journal.encode_chunk((journal.pack_logs(["late", 2.0, 0]), None, []), 1))
     path.write_bytes(head + tail[: len(tail) // 2])
     store = Store(folder)
     assert store.names() == ["x"]

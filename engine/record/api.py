@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.record import args as cli_args
 from florwb_engine.record import runtime
-from florwb_engine.record.values import PRIMITIVES, encode
+from florwb_engine.record.values import PRIMITIVES, encode, name_text
 
 T = TypeVar("T")
 
@@ -83,12 +83,15 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
         yield from iterable
         return
     parent = _CTX
+    loop_name = name_text(name)
+    if loop_name is None:  # a name whose str() fails: the loop still runs, under this name
+        loop_name = "loop"
     if parent:
         outer_names, outer_iters = _ENTRIES[parent >> ENTRY_SHIFT]
-        names = (*outer_names, str(name))
+        names = (*outer_names, loop_name)
         prefix = (*outer_iters, parent & ITERATION_MASK)
     else:
-        names, prefix = (str(name),), ()
+        names, prefix = (loop_name,), ()
     entry = next(_entry_ids)
     _ENTRIES[entry] = (names, prefix)
     try:
@@ -148,9 +151,10 @@ def arg(name: str, default: Any = None) -> Any:
                 run.exception = exc
             print(f"florwb: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
-    if run is not None:
-        run.args[name] = value
-        runtime.EVENTS.append({"kind": "arg", "name": str(name), "value": encode(value)})
+    text = name_text(name)
+    if run is not None and text is not None:
+        run.args[text] = value
+        runtime.EVENTS.append({"kind": "arg", "name": text, "value": encode(value)})
     return value
 
 

@@ -12,7 +12,9 @@ record, and records are never split (n is always a multiple of 3).
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
+import marshal
 import os
 import secrets
 import socket
@@ -33,12 +35,16 @@ from florwb_engine.journal import (
 from florwb_engine.record import args as cli_args
 from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
 from florwb_engine.record.replaying import Replayer
+from florwb_engine.record.values import REPLACED, encode, name_text
 from florwb_engine.replay.spec import ENV as REPLAY_ENV
 from florwb_engine.replay.spec import ReplaySpec
 
 RECORDED = "record"
 
 FLUSH_INTERVAL_S = 0.05
+RETRY_INTERVAL_S = 0.5  # between tries to write a journal that failed (disk full...)
+FINAL_RETRY_S = float(os.environ.get("FLORWB_FINAL_RETRY_S", "3"))
+BUFFER_LIMIT = int(float(os.environ.get("FLORWB_BUFFER_MB", "256")) * (1 << 20))
 
 LOGS: list = []  # name, value, ctx_id, name, value, ctx_id, ...
 TIMINGS: list = []  # ctx_id, wait_s, iter_s, ...
@@ -56,6 +62,8 @@ def main_script() -> Path | None:
 
 
 class Run:
+    checkpointer: Checkpointer
+
     def __init__(self, project: Path | None = None) -> None:
         script = main_script()
         self.project = project or projects.find_project(script.parent if script else None)
@@ -82,6 +90,10 @@ class Run:
         self.exception: BaseException | None = None
         self.finished = False
         self._flush_lock = threading.Lock()
+        self._buffer = PendingChunks(BUFFER_LIMIT)
+        self._write_failed = False
+        self._said_write_failed = False
+        self._said_replaced = False
         self._stop = threading.Event()
         self._write_start_event()
         self._flusher = threading.Thread(target=self._flush_loop, name="florwb-flush", daemon=True)
@@ -107,7 +119,7 @@ class Run:
                 "time": time.time(),
             }
         )
-        self.flush()  # visible to readers at once, even if the process dies next
+        self.try_flush()  # visible to readers at once, even if the process dies next
 
     def _snapshot(self) -> None:
         try:
@@ -134,33 +146,89 @@ class Run:
         _report_skipped_once(self.store, snap.skipped)
 
     def flush(self) -> None:
+        """Pack what the buffers hold and write it with whatever still waits; OSError when
+        the journal cannot be written (the packed chunks wait in memory for the next try)."""
         with self._flush_lock:
             # Pack straight from the buffers, then drop what was packed: the training thread
             # only appends, so the first n items stay put meanwhile.
             n_logs, n_timings, n_events = len(LOGS), len(TIMINGS), len(EVENTS)
-            if not (n_logs or n_timings or n_events):
-                return
-            events = EVENTS[:n_events]
-            timings = pack_timings(TIMINGS, n_timings)
-            try:
-                logs = pack_logs(LOGS, n_logs)
-            except (ValueError, TypeError):  # a name marshal cannot write: keep the rest
-                clean, events = _sanitized(LOGS[:n_logs], events)
-                logs = pack_logs(clean)
-            try:
-                self.journal.append((logs, timings, events))
-            except (ValueError, TypeError):
-                _clean, events = _sanitized([], events)
-                self.journal.append((logs, timings, events))
-            del LOGS[:n_logs], TIMINGS[:n_timings], EVENTS[:n_events]
+            if n_logs or n_timings or n_events:
+                try:
+                    payload = self._pack(n_logs, n_timings, n_events)
+                except Exception as exc:  # never the flusher's end: count the batch as lost
+                    why = f"batch not packed ({type(exc).__name__}: {exc})"[:200]
+                    REPLACED.add("lost", why, n_logs // 3)
+                    payload = (None, None, [])
+                del LOGS[:n_logs], TIMINGS[:n_timings], EVENTS[:n_events]
+                self._buffer.add(payload, n_logs // 3)
+            issues = REPLACED.take_new() + self._buffer.take_lost()
+            if issues:
+                self._buffer.add((None, None, [{"kind": "issues", "counts": issues}]), 0)
+                self._say_replaced_once(issues)
+            self._buffer.write(self.journal)
+        if self._write_failed:  # written again: say what it cost, once
+            self._write_failed = False
+            lost = self._buffer.lost_total
+            print(
+                "florwb: journal written again"
+                + (f"; {lost} values were lost meanwhile" if lost else "; nothing lost"),
+                file=sys.stderr,
+            )
+
+    def _pack(self, n_logs: int, n_timings: int, n_events: int) -> tuple:
+        events = EVENTS[:n_events]
+        timings = pack_timings(TIMINGS, n_timings)
+        logs = None
+        if n_logs:
+            # One C pass over the names (a few distinct strings): anything else takes the
+            # slow path. Values are not checked here; what marshal refuses falls back too,
+            # and what DuckDB refuses (lone surrogates) ingestion keeps as text and says.
+            names = LOGS[0:n_logs:3]
+            if _plain_names(names):
+                with contextlib.suppress(ValueError, TypeError):  # a value marshal refuses
+                    logs = pack_logs(LOGS, n_logs, names)
+            if logs is None:
+                logs = pack_logs(_sanitized(LOGS[:n_logs]))
+        try:
+            marshal.dumps(events)
+        except (ValueError, TypeError):  # an event value marshal refuses: as text
+            events = [{str(k): encode(v) for k, v in e.items()} for e in events]
+        return logs, timings, events
+
+    def _say_replaced_once(self, issues: list[list]) -> None:
+        said = [i for i in issues if i[0] in ("replaced", "dropped")]
+        if self._said_replaced or not said:
+            return
+        kind, detail, _n = said[0]
+        self._said_replaced = True
+        print(
+            f"florwb: some logged values or names cannot be stored as they are; {kind}: "
+            f"{detail} (`florwb runs` counts them)",
+            file=sys.stderr,
+        )
+
+    def try_flush(self) -> bool:
+        """Flush; on a write failure say it once and keep buffering. True when written."""
+        try:
+            self.flush()
+        except OSError as exc:
+            if not self._write_failed:
+                self._write_failed = True
+                if not self._said_write_failed:
+                    self._said_write_failed = True
+                    print(
+                        f"florwb: cannot write the run's journal ({exc.strerror or exc}); "
+                        f"keeping values in memory (up to {self._buffer.limit >> 20} MiB) "
+                        "and retrying",
+                        file=sys.stderr,
+                    )
+            return False
+        return True
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(FLUSH_INTERVAL_S):
-            try:
-                self.flush()
-            except OSError as exc:  # disk full: keep buffering, say it once
-                print(f"florwb: journal write failed, retrying: {exc}", file=sys.stderr)
-                self._stop.wait(1.0)
+            if not self.try_flush():
+                self._stop.wait(RETRY_INTERVAL_S)
 
     def finish(self, status: str | None = None) -> None:
         if self.finished:
@@ -193,18 +261,112 @@ class Run:
         )
         self._stop.set()
         self._flusher.join()
-        self.flush()
+        self._last_flush()
         self.journal.close()
 
+    def _last_flush(self) -> None:
+        """Write everything left, retrying a little while a full disk frees up; then say
+        what could not be written, in one line (never a traceback at exit)."""
+        deadline = time.monotonic() + FINAL_RETRY_S
+        while not self.try_flush():
+            if time.monotonic() > deadline:
+                lost = self._buffer.pending_values + self._buffer.lost_total
+                print(
+                    f"florwb: run {self.run_id} ended without its journal written: "
+                    f"{lost} values lost",
+                    file=sys.stderr,
+                )
+                return
+            time.sleep(RETRY_INTERVAL_S / 4)
+        with contextlib.suppress(OSError):  # durability: a later power cut keeps the run
+            self.journal.sync()
 
-def _sanitized(logs: list, events: list) -> tuple[list, list]:
-    from florwb_engine.record.values import encode
 
+def _plain_names(names: list) -> bool:
+    """True when every name is a string DuckDB takes as it is."""
+    try:
+        distinct = set(names)
+    except TypeError:  # an unhashable name
+        return False
+    for name in distinct:
+        if type(name) is not str:
+            return False
+        if not name.isascii():
+            try:
+                name.encode()
+            except UnicodeEncodeError:
+                return False
+    return True
+
+
+def _sanitized(logs: list) -> list:
+    """Records with string names and values marshal and DuckDB take; what was changed or
+    dropped is counted in REPLACED."""
     clean: list = []
     for name, value, ctx in zip(logs[0::3], logs[1::3], logs[2::3]):
-        clean.extend((str(name), encode(value), ctx))
-    events = [{str(k): encode(v) for k, v in e.items()} for e in events]
-    return clean, events
+        text = name_text(name)
+        if text is None:
+            continue
+        if not text.isascii():
+            try:
+                text.encode()
+            except UnicodeEncodeError:
+                REPLACED.add("replaced", "log name with lone surrogates kept escaped")
+                text = text.encode("utf-8", "backslashreplace").decode()
+        if type(value) is str and not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                REPLACED.add("replaced", "string with lone surrogates kept escaped")
+                value = ("object", "str: " + value.encode("utf-8", "backslashreplace").decode())
+        try:
+            marshal.dumps(value)
+        except (ValueError, TypeError):
+            value = encode(value)
+        clean.extend((text, value, ctx))
+    return clean
+
+
+class PendingChunks:
+    """Packed chunks not yet in the journal, in order, within a memory bound.
+
+    While the journal cannot be written (disk full, read-only folder), chunks wait here;
+    past `limit` bytes the log and timing columns of new chunks are dropped and counted
+    (events, small, are kept: the run's start, args and end still reach the journal).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.chunks: collections.deque = collections.deque()
+        self.bytes = 0
+        self.pending_values = 0
+        self.lost_total = 0
+        self._lost_new = 0
+
+    def add(self, payload: tuple, n_values: int) -> None:
+        logs, timings, events = payload
+        size = sum(map(len, (*(logs or ()), *(timings or ()))))
+        if self.chunks and self.bytes + size > self.limit:
+            self._lost_new += n_values
+            self.lost_total += n_values
+            payload, size, n_values = (None, None, events), 0, 0
+        self.chunks.append((payload, size, n_values))
+        self.bytes += size
+        self.pending_values += n_values
+
+    def take_lost(self) -> list[list]:
+        if not self._lost_new:
+            return []
+        lost, self._lost_new = self._lost_new, 0
+        return [["lost", "journal could not be written (memory buffer full)", lost]]
+
+    def write(self, writer: JournalWriter) -> None:
+        while self.chunks:
+            payload, size, n_values = self.chunks[0]
+            writer.append(payload)  # OSError: this and later chunks stay for the next try
+            self.chunks.popleft()
+            self.bytes -= size
+            self.pending_values -= n_values
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -11,40 +11,107 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from typing import Any
 
 PRIMITIVES = frozenset({int, float, str, bool, type(None)})
 MAX_ELEMENTS = 10_000
 
 
+class Replacements:
+    """Values and names that could not be kept as they were, counted by reason.
+
+    Only the slow paths (a value that is not a primitive, a name that is not a string) count
+    here, so the lock costs the hot path nothing. The flusher turns new counts into an
+    `issues` event of the run and says the first one once on stderr.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: dict[tuple[str, str], int] = {}  # (kind, detail) -> n
+        self.reported: dict[tuple[str, str], int] = {}
+
+    def add(self, kind: str, detail: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[(kind, detail)] = self.counts.get((kind, detail), 0) + n
+
+    def take_new(self) -> list[list]:
+        """[kind, detail, n] of what was counted since the last call."""
+        with self._lock:
+            new = [
+                [kind, detail, n - self.reported.get((kind, detail), 0)]
+                for (kind, detail), n in self.counts.items()
+                if n != self.reported.get((kind, detail), 0)
+            ]
+            self.reported = dict(self.counts)
+        return new
+
+    def clear(self) -> None:
+        with self._lock:
+            self.counts.clear()
+            self.reported.clear()
+
+
+REPLACED = Replacements()
+
+
 def encode(value: Any) -> Any:
+    """A journal-safe form of `value`; never raises (training must not fail on a log)."""
     if type(value) in PRIMITIVES:
         return value
-    scalar = _as_scalar(value)
-    if scalar is not _NO:
-        return scalar
-    if isinstance(value, (str, int, float)):  # subclasses of primitives (enums, np.float64)
-        for base in (bool, int, float, str):
-            if isinstance(value, base):
-                return base(value)
     try:
+        scalar = _as_scalar(value)
+        if scalar is not _NO:
+            return scalar
+        if isinstance(value, (str, int, float)):  # subclasses of primitives (enums, np.float64)
+            for base in (bool, int, float, str):
+                if isinstance(value, base):
+                    return base(value)
         return ("json", json.dumps(_jsonable(value), allow_nan=True))
-    except (TypeError, ValueError, RecursionError):
-        return ("object", _short_repr(value))
+    except (TypeError, ValueError, RecursionError):  # not JSON: its repr, counted
+        why = "kept as text"
+    except Exception as exc:  # a tensor without data (sparse, meta), a failing __float__...
+        why = f"kept as text ({type(exc).__name__})"
+    REPLACED.add("replaced", f"{_type_name(value)} {why}")
+    text = _short_repr(value)
+    kind = type(value).__name__
+    return ("object", text if text.startswith(kind.lower()) else f"{kind}: {text}")
+
+
+def name_text(name: Any) -> str | None:
+    """A log or loop name as a string: str() of a non-string, None if even that fails."""
+    if type(name) is str:
+        return name
+    try:
+        text = str(name)
+    except Exception:  # a __str__ that raises: the caller drops the call and counts it
+        REPLACED.add("dropped", f"name of type {_type_name(name)} whose str() fails")
+        return None
+    REPLACED.add("replaced", f"name of type {_type_name(name)} stored as its str()")
+    return text
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    name = getattr(kind, "__qualname__", None) or "object"
+    layout = getattr(value, "layout", None)
+    device = getattr(value, "device", None)
+    if name == "Tensor":  # what made it unstorable: sparse layout, meta device, complex dtype
+        extra = [str(x) for x in (layout, device, getattr(value, "dtype", None)) if x is not None]
+        return f"Tensor({', '.join(extra)})"
+    return str(name)
 
 
 _NO = object()
 
 
 def _as_scalar(value: Any) -> Any:
-    """One-element tensors and numpy scalars become Python numbers."""
+    """One-element tensors and numpy scalars become Python numbers (not complex ones)."""
     numel = getattr(value, "numel", None)  # torch.Tensor
     if numel is not None and callable(numel):
-        try:
-            if numel() == 1:
-                return value.item()
-        except (RuntimeError, TypeError, ValueError):
-            return _NO
+        if numel() == 1:
+            item = value.item()
+            return item if type(item) in PRIMITIVES else _NO
         return _NO
     size = getattr(value, "size", None)  # numpy scalar / ndarray
     if isinstance(size, int) and size == 1 and hasattr(value, "item") and hasattr(value, "dtype"):

@@ -15,6 +15,7 @@ import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from itertools import chain
 from pathlib import Path
 
@@ -37,7 +38,42 @@ _TYPE_CODE = {float: 0, int: 1, bool: 2, str: 3, type(None): 4}
 class IngestReport:
     rows: int = 0
     journals: int = 0
-    errors: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # failures retried on the next read
+    # What this ingestion found and kept track of (damage, values stored as text, journals
+    # unreadable from some chunk on): each is found once, so said once, in one line.
+    warnings: list[str] = field(default_factory=list)
+
+
+# What a journal's content can raise when it is not what this florwb wrote: the journal is
+# then unreadable from that chunk on, with the reason; every other journal still ingests.
+_SHAPE_ERRORS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    AttributeError,
+    IndexError,
+    EOFError,
+    OverflowError,
+    UnicodeError,
+    # a field of another type than its column (not a failing database: that is retried)
+    duckdb.ConversionException,
+    duckdb.InvalidInputException,
+    duckdb.TypeMismatchException,
+    duckdb.OutOfRangeException,
+)
+
+
+@dataclass(frozen=True)
+class _State:
+    """What the catalog knows of one journal (a row of `journals`)."""
+
+    run_id: str | None = None
+    source: str = RECORDED
+    offset: int = 0
+    next_seq: int = 0
+    done: bool = False
+    next_chunk: int = 0  # chunks numbered below this were ingested already
+    error: str | None = None
 
 
 def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestReport:
@@ -50,24 +86,24 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
     # Rows carry their own order (seq); letting DuckDB write them in parallel is faster.
     con.execute("SET SESSION preserve_insertion_order = false")
     states = {
-        row[0]: row[1:]
+        row[0]: _State(row[1], row[2], row[3], row[4], bool(row[5]), row[6] or 0, row[7])
         for row in con.execute(
-            'SELECT file, run_id, source, "offset", next_seq, done FROM journals'
+            'SELECT file, run_id, source, "offset", next_seq, done, next_chunk, error FROM journals'
         ).fetchall()
     }
     for path in files:
         state = states.get(path.name)
-        if state is not None and state[4]:
+        if state is not None and state.done:
             continue
         try:
-            while state is None or not state[4]:  # until nothing new (a live run) or done
-                rows, new_state = _ingest_one(con, path, state)
+            while state is None or not state.done:  # until nothing new (a live run) or done
+                rows, new_state = _ingest_one(con, path, state, report)
                 if new_state == state:
                     break
                 report.rows += rows
                 state = new_state
             report.journals += 1
-        except (duckdb.Error, ValueError, TypeError, KeyError, EOFError) as exc:
+        except duckdb.Error as exc:  # the database failed: nothing of it kept, tried next read
             _rollback(con)
             report.errors.append(f"{path.name}: {str(exc).splitlines()[0]}")
     con.execute("SET SESSION preserve_insertion_order = true")
@@ -85,50 +121,233 @@ class _Keys:
     source: str
     run_key: int = 0
     source_key: int = 0
+    issues: list[tuple[str, str, int]] = field(default_factory=list)  # kind, detail, n
+    found: dict[str, int] = field(default_factory=dict)  # replaced here (not by the writer)
 
 
 def _ingest_one(
-    con: duckdb.DuckDBPyConnection, path: Path, state: tuple | None
-) -> tuple[int, tuple | None]:
+    con: duckdb.DuckDBPyConnection, path: Path, state: _State | None, report: IngestReport
+) -> tuple[int, _State | None]:
     """Ingest what is new in one journal; returns (rows, new state)."""
-    run_id, source, offset, next_seq, _done = state or (None, RECORDED, 0, 0, False)
+    old = state or _State()
     # Checked before reading: a process found dead now wrote its last bytes already.
-    dead = run_id is not None and _is_dead(con, run_id)
-    batch = journal.read_from(path, offset)
-    if not batch:
-        if not dead:
-            return 0, state
-        con.execute("BEGIN")
-        con.execute(
-            "UPDATE runs SET status = 'killed' WHERE run_id = ? AND status = 'running'",
-            [run_id],
+    dead = old.run_id is not None and _is_dead(con, old.run_id)
+    scan = journal.read_chunks(path, old.offset)
+    chunks, next_chunk = _new_chunks(scan.chunks, old.next_chunk)
+    if scan.end_offset == old.offset and scan.error is None and not dead:
+        return 0, state  # nothing new: a live run between flushes
+    try:
+        rows, new = _apply(con, path, old, chunks, scan, next_chunk, dead, report)
+    except _SHAPE_ERRORS as exc:
+        _rollback(con)
+        return _apply_chunk_by_chunk(con, path, old, chunks, scan, dead, report, _reason(exc))
+    if scan.error is not None:
+        new = _mark_unreadable(con, path, new, scan.end_offset, scan.error, report)
+    return rows, new
+
+
+def _new_chunks(chunks: list[journal.Chunk], next_chunk: int) -> tuple[list, int]:
+    """The chunks not ingested before: a chunk whose bytes appear twice counts once."""
+    new = []
+    for chunk in chunks:
+        if chunk.seq is not None:
+            if chunk.seq < next_chunk:
+                continue
+            next_chunk = chunk.seq + 1
+        new.append(chunk)
+    return new, next_chunk
+
+
+def _apply_chunk_by_chunk(con, path, old, chunks, scan, dead, report, reason) -> tuple[int, _State]:
+    """A batch that failed on its content: keep every chunk before the one that fails."""
+    total = 0
+    state = old
+    for chunk in chunks:
+        part = journal.JournalScan(
+            end_offset=chunk.end,
+            size=scan.size,
+            chunks=[chunk],
+            damaged=[d for d in scan.damaged if state.offset <= d[0] < chunk.offset],
         )
-        _save_state(con, path.name, run_id, source, offset, next_seq, True)
-        con.execute("COMMIT")
-        return 0, (run_id, source, offset, next_seq, True)
+        try:
+            seq = None if chunk.seq is None else chunk.seq + 1
+            rows, state = _apply(con, path, state, [chunk], part, seq, False, report)
+        except _SHAPE_ERRORS as exc:
+            _rollback(con)
+            where = f"chunk at byte {chunk.offset}: {_reason(exc)}"
+            return total, _mark_unreadable(con, path, state, chunk.offset, where, report)
+        total += rows
+    if scan.error is not None:  # each chunk went in alone; the batch failed on: `reason`
+        state = _mark_unreadable(con, path, state, scan.end_offset, scan.error, report)
+    return total, state
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
+
+
+def _apply(
+    con, path: Path, old: _State, chunks: list, scan, next_chunk, dead: bool, report
+) -> tuple[int, _State]:
+    """One transaction: the chunks' rows and events, the damage skipped, the new offset."""
+    batch = journal.merge(chunks, scan.end_offset)
     con.execute("BEGIN")
-    keys = _Keys(run_id, source)
+    keys = _Keys(old.run_id, old.source)
     done = False
     entries = []
     for event in batch.events:
+        event = _clean_event(event, keys.found)
         kind = event.get("kind")
         if kind == "start":
-            keys.run_id = event["run_id"]
-            keys.source = event.get("source", RECORDED)
+            keys.run_id = str(event["run_id"])
+            keys.source = str(event.get("source", RECORDED))
         if kind == "loop":
             entries.append(event)
         else:
             done = _apply_event(con, keys, event) or done
     if keys.run_id is None:
-        raise ValueError("journal has no start event")
+        if chunks or scan.error is None:
+            raise ValueError("journal has no start event")
+        con.execute("COMMIT")  # nothing readable yet: the caller marks it unreadable
+        return 0, old
     _resolve_keys(con, keys)
     _insert_loop_entries(con, keys, entries)
     _insert_iterations(con, keys, batch.timings)
-    rows = _insert_logs(con, keys, batch.logs, next_seq)
-    new_state = (keys.run_id, keys.source, batch.end_offset, next_seq + rows, done)
-    _save_state(con, path.name, *new_state)
+    rows = _insert_logs(con, keys, batch.logs, old.next_seq)
+    if dead and not done:
+        con.execute(
+            "UPDATE runs SET status = 'killed' WHERE run_id = ? AND status = 'running'",
+            [keys.run_id],
+        )
+        done = not chunks  # the process is gone: once nothing new is left, nothing will come
+    damaged = list(scan.damaged)
+    if done and scan.error is None and scan.size > scan.end_offset:
+        damaged.append((scan.end_offset, scan.size))  # bytes after the last chunk: never one
+    warnings = []
+    for start, end in damaged:
+        keys.issues.append(("damaged", f"journal bytes {start}-{end}", end - start))
+        warnings.append(
+            f"run {keys.run_id}: journal {path.name} bytes {start}-{end} are damaged, skipped"
+        )
+    for kind, detail, n in keys.issues:
+        _add_issue(con, keys.run_id, keys.source, kind, detail, n)
+    for detail, n in keys.found.items():
+        _add_issue(con, keys.run_id, keys.source, "replaced", detail, n)
+    if keys.found:
+        n = sum(keys.found.values())
+        why = "; ".join(f"{detail} ({k})" for detail, k in keys.found.items())
+        warnings.append(f"run {keys.run_id}: {n} value(s) or name(s) kept as text: {why}")
+    new = _State(
+        keys.run_id,
+        keys.source,
+        batch.end_offset,
+        old.next_seq + rows,
+        done,
+        next_chunk if next_chunk is not None else old.next_chunk,
+        None,
+    )
+    _save_state(con, path.name, new)
     con.execute("COMMIT")
-    return rows, new_state
+    report.warnings.extend(warnings)
+    return rows, new
+
+
+def _mark_unreadable(con, path: Path, state: _State, offset: int, reason: str, report) -> _State:
+    """The journal cannot be read from `offset` on: keep what came before, say why once."""
+    run_id = state.run_id
+    source = state.source
+    con.execute("BEGIN")
+    if run_id is None:  # not even its start could be read: the run is known by its file
+        run_id = _clean_text(path.name[: -len(journal.SUFFIX)])
+        if not path.name.startswith("replay-"):
+            con.execute(
+                "INSERT OR IGNORE INTO runs (run_id, run_key, status, message) "
+                "SELECT ?, coalesce(max(run_key), 0) + 1, 'unreadable', ? FROM runs",
+                [run_id, reason],
+            )
+    if source == RECORDED:
+        con.execute(
+            "UPDATE runs SET status = 'unreadable', message = ? "
+            "WHERE run_id = ? AND status IN ('running', 'killed')",
+            [reason, run_id],
+        )
+    _add_issue(con, run_id, source, "unreadable", reason, 1)
+    new = _State(run_id, source, offset, state.next_seq, True, state.next_chunk, reason)
+    _save_state(con, path.name, new)
+    con.execute("COMMIT")
+    report.warnings.append(f"run {run_id}: journal {path.name} unreadable from here on: {reason}")
+    return new
+
+
+def _add_issue(con, run_id: str, source: str, kind: str, detail: str, n: int) -> None:
+    con.execute(
+        "INSERT INTO run_issues VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT DO UPDATE SET n = n + excluded.n",
+        [run_id, source, kind, _clean_text(detail)[:500], int(n)],
+    )
+
+
+def _clean_text(text: object) -> str:
+    """A string DuckDB accepts (valid UTF-8): lone surrogates become escapes."""
+    if type(text) is not str:
+        text = _safe_str(text)
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
+def _safe_str(value: object) -> str:
+    if type(value) is int:
+        return _int_text(value)
+    try:
+        return str(value)
+    except Exception:  # a value that cannot say what it is: its type says what it was
+        return f"<{type(value).__name__}>"
+
+
+def _int_text(value: int) -> str:
+    """Exact digits, also past Python's 4,300-digit limit on int -> str."""
+    try:
+        return str(value)
+    except ValueError:
+        return str(Decimal(value))
+
+
+def _clean_event(event: dict, found: dict[str, int]) -> dict:
+    """Event fields as DuckDB takes them: string keys, valid UTF-8 text."""
+    clean = {}
+    for key, value in event.items():
+        if type(value) is str and not value.isascii():
+            text = _clean_text(value)
+            if text != value:
+                why = f"{event.get('kind')} event text with lone surrogates"
+                found[why] = found.get(why, 0) + 1
+            value = text
+        elif key == "names" and isinstance(value, (list, tuple)):
+            value = tuple(_clean_text(v) for v in value)
+        clean[key if type(key) is str else _clean_text(key)] = value
+    return clean
+
+
+def _save_state(con, file: str, state: _State) -> None:
+    con.execute(
+        "INSERT OR REPLACE INTO journals VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            file,
+            state.run_id,
+            state.source,
+            state.offset,
+            state.next_seq,
+            state.done,
+            state.next_chunk,
+            state.error,
+        ],
+    )
 
 
 def _resolve_keys(con, keys: _Keys) -> None:
@@ -145,13 +364,6 @@ def _resolve_keys(con, keys: _Keys) -> None:
             [keys.source],
         )
     keys.source_key = found[0]
-
-
-def _save_state(con, file, run_id, source, offset, next_seq, done) -> None:
-    con.execute(
-        "INSERT OR REPLACE INTO journals VALUES (?, ?, ?, ?, ?, ?)",
-        [file, run_id, source, offset, next_seq, done],
-    )
 
 
 def _ts(seconds: float | None) -> datetime | None:
@@ -195,8 +407,11 @@ def _apply_event(con, keys: _Keys, e: dict) -> bool:
         value, text, vtype = _one_value(e.get("value"))
         con.execute(
             "INSERT OR REPLACE INTO args VALUES (?, ?, ?, ?, ?)",
-            [run_id, e["name"], value, text, vtype],
+            [run_id, _clean_text(e["name"]), value, text, vtype],
         )
+    elif kind == "issues":  # what the recording process replaced, dropped or could not write
+        for issue_kind, detail, n in e.get("counts", ()):
+            keys.issues.append((_clean_text(issue_kind), _clean_text(detail), int(n)))
     elif kind == "checkpoint":
         con.execute(
             "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -224,13 +439,25 @@ def _apply_event(con, keys: _Keys, e: dict) -> bool:
 
 
 def _one_value(v) -> tuple[float | None, str | None, str]:
-    if type(v) is tuple:
-        return None, v[1], v[0]
+    if type(v) is tuple and len(v) == 2 and v[0] in _VTYPE_CODE and type(v[1]) is str:
+        return None, _clean_text(v[1]), v[0]
     if type(v) in _NUMERIC:
-        return float(v), None, VTYPES[_TYPE_CODE[type(v)]]
+        try:
+            return float(v), None, VTYPES[_TYPE_CODE[type(v)]]
+        except OverflowError:  # an int beyond float range keeps its digits
+            return None, _int_text(v), "int"
     if type(v) is str:
-        return None, v, "str"
-    return None, None, "none"
+        return None, _clean_text(v), "str"
+    if v is None:
+        return None, None, "none"
+    return None, _object_text(v), "object"
+
+
+def _object_text(v: object) -> str:
+    """What a value of a type the store has no column for looks like, with its type."""
+    text = _clean_text(repr(v) if type(v) is not int else _int_text(v))
+    text = text if len(text) <= 1000 else text[:997] + "..."
+    return f"{type(v).__name__}: {text}"
 
 
 def _is_dead(con, run_id: str) -> bool:
@@ -323,11 +550,16 @@ def _insert_iterations(con, keys: _Keys, blocks: list) -> None:
     con.unregister("florwb_iterations")
 
 
-def split_values(values: list) -> tuple[np.ndarray, list | None, np.ndarray]:
+def split_values(
+    values: list, found: dict[str, int] | None = None
+) -> tuple[np.ndarray, list | None, np.ndarray]:
     """(numbers, texts or None, vtype codes) for one block of logged values.
 
     All-float blocks (the usual case) convert in C; strings, None and JSON need a pass in
-    Python. Ints beyond float range keep their exact digits as text.
+    Python. Ints beyond float range keep their exact digits as text. A value the store
+    cannot hold exactly (a string with lone surrogates, a complex number, anything a
+    journal from elsewhere holds) is stored as text with its type, and counted in `found`
+    by reason: one odd value never keeps the others out.
     """
     types = set(map(type, values))
     if types <= _FLOATS:
@@ -337,39 +569,49 @@ def split_values(values: list) -> tuple[np.ndarray, list | None, np.ndarray]:
             number = np.array(values, dtype=np.float64)
             codes = np.fromiter(map(_TYPE_CODE.__getitem__, map(type, values)), np.uint8)
             return number, None, codes
-    number = np.array([_as_float(v) for v in values], dtype=np.float64)
-    text = [_as_text(v) for v in values]
-    codes = np.fromiter(
-        (_TYPE_CODE[type(v)] if type(v) is not tuple else _VTYPE_CODE[v[0]] for v in values),
-        np.uint8,
-        len(values),
-    )
+    found = {} if found is None else found
+    n = len(values)
+    number = np.full(n, np.nan)
+    text: list = [None] * n
+    codes = np.zeros(n, np.uint8)
+    for i, v in enumerate(values):
+        t = type(v)
+        if t in _NUMERIC:
+            codes[i] = _TYPE_CODE[t]
+            try:
+                number[i] = v
+            except OverflowError:  # an int beyond float range: its exact digits as text
+                text[i] = _int_text(v)
+                continue
+            if t is int and not -(2**63) <= v < 2**63:
+                text[i] = _int_text(v)
+            continue
+        if t is str:
+            codes[i] = _TYPE_CODE[str]
+            clean = _clean_text(v)
+            if clean != v:
+                codes[i] = _VTYPE_CODE["object"]
+                clean = f"str: {clean}"
+                why = "string with lone surrogates"
+                found[why] = found.get(why, 0) + 1
+            text[i] = clean
+        elif v is None:
+            codes[i] = _TYPE_CODE[t]
+        elif t is tuple and len(v) == 2 and v[0] in _VTYPE_CODE and type(v[1]) is str:
+            codes[i] = _VTYPE_CODE[v[0]]
+            text[i] = _clean_text(v[1])
+        else:
+            codes[i] = _VTYPE_CODE["object"]
+            text[i] = _object_text(v)
+            why = f"{t.__name__} value"
+            found[why] = found.get(why, 0) + 1
     return number, text, codes
 
 
-def _as_float(v) -> float | None:
-    if type(v) in _NUMERIC:
-        try:
-            return float(v)
-        except OverflowError:
-            return None
-    return None
-
-
-def _as_text(v) -> str | None:
-    if type(v) is str:
-        return v
-    if type(v) is tuple:
-        return v[1]
-    if type(v) is int and not -(2**63) <= v < 2**63:
-        return str(v)
-    return None
-
-
-def _log_columns(values_blocks: list[list]) -> dict:
+def _log_columns(values_blocks: list[list], found: dict[str, int]) -> dict:
     values, texts, vtypes = [], [], []
     for block in values_blocks:
-        number, text, code = split_values(block)
+        number, text, code = split_values(block, found)
         values.append(number)
         texts.append(text)
         vtypes.append(code)
@@ -384,6 +626,22 @@ def _log_columns(values_blocks: list[list]) -> dict:
         )
     nan = np.isnan(value) & (vtype <= 2)
     return {"value": value, "vtype": vtype, "text": text, "nan": nan if nan.any() else None}
+
+
+def _clean_names(names: list, found: dict[str, int]) -> list[str]:
+    """Log names as strings DuckDB takes; a name of another type becomes its str()."""
+    if set(map(type, names)) == {str} and all(n.isascii() for n in set(names)):
+        return names
+    clean = []
+    for name in names:
+        text = _clean_text(name)
+        if text != name:
+            why = f"log name of type {type(name).__name__}"
+            if type(name) is str:
+                why = "log name with lone surrogates"
+            found[why] = found.get(why, 0) + 1
+        clean.append(text)
+    return clean
 
 
 def _name_keys(con, names: set[str]) -> dict[str, int]:
@@ -408,8 +666,11 @@ def _insert_logs(con, keys: _Keys, blocks: list, first_seq: int) -> int:
     unpacked = [journal.unpack_logs(b) for b in blocks]
     names = list(chain.from_iterable(u[0] for u in unpacked))
     n = len(names)
+    if any(len(u[0]) != len(u[1]) or len(u[0]) != len(u[2]) for u in unpacked):
+        raise ValueError("log columns of different lengths")
+    names = _clean_names(names, keys.found)
     index = _name_keys(con, set(names))
-    cols = _log_columns([u[1] for u in unpacked])
+    cols = _log_columns([u[1] for u in unpacked], keys.found)
     frame = {
         "seq": np.arange(first_seq, first_seq + n, dtype=np.int64),
         "name_key": np.fromiter(map(index.__getitem__, names), dtype=np.int32, count=n),

@@ -99,10 +99,11 @@ def delete_rows(con: duckdb.DuckDBPyConnection, replay_id: str, run_id: str | No
             params.append(run_id)
         for table in ("log_rows", "iteration_rows", "loop_entries", "name_stats"):
             con.execute(f"DELETE FROM {table} WHERE source_key = ?{run_filter}", params)
-    if run_id is None:
-        con.execute("DELETE FROM journals WHERE source = ?", [replay_id])
-    else:
-        con.execute("DELETE FROM journals WHERE source = ? AND run_id = ?", [replay_id, run_id])
+    for table in ("journals", "run_issues"):
+        if run_id is None:
+            con.execute(f"DELETE FROM {table} WHERE source = ?", [replay_id])
+        else:
+            con.execute(f"DELETE FROM {table} WHERE source = ? AND run_id = ?", [replay_id, run_id])
     con.execute("COMMIT")
 
 

@@ -40,6 +40,7 @@ class RunRow:
     git_branch: str | None
     git_dirty: bool | None
     args: dict[str, Any]
+    issues: list[dict[str, Any]]  # what could not be kept exactly (store/issues.py)
     n_logs: int
     n_checkpoints: int
     replays: list[str]  # replay ids that filled in values for this run
@@ -70,6 +71,7 @@ class RunRow:
             "git_branch": self.git_branch,
             "git_dirty": self.git_dirty,
             "args": self.args,
+            "issues": self.issues,
             "n_logs": self.n_logs,
             "n_checkpoints": self.n_checkpoints,
             "data_wait_s": self.data_wait_s,
@@ -110,6 +112,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
         params,
     ).fetchall()
     args = run_args(con, run_id)
+    issues = run_issues(con)
     out = []
     for r in rows:
         wait_s, loop_s = r[16], r[17]
@@ -129,6 +132,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                 git_branch=r[11],
                 git_dirty=r[12],
                 args=args.get(r[0], {}),
+                issues=issues.get(r[0], []),
                 n_logs=int(r[13]),
                 n_checkpoints=int(r[14]),
                 replays=list(r[15]),
@@ -149,3 +153,15 @@ def run_args(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> dict[
     ).fetchall():
         args.setdefault(rid, {})[name] = decode_value(value, text, vtype)
     return args
+
+
+def run_issues(con: duckdb.DuckDBPyConnection) -> dict[str, list[dict]]:
+    """Per run, what could not be kept exactly (see ingest): kind, detail, count."""
+    issues: dict[str, list[dict]] = {}
+    for run_id, source, kind, detail, n in con.execute(
+        "SELECT run_id, source, kind, detail, n FROM run_issues ORDER BY run_id, kind, detail"
+    ).fetchall():
+        issues.setdefault(run_id, []).append(
+            {"source": source, "kind": kind, "detail": detail, "n": int(n)}
+        )
+    return issues

@@ -17,7 +17,7 @@ import duckdb
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 RECORDED = "record"
 
 TABLES = {
@@ -55,7 +55,13 @@ TABLES = {
         names VARCHAR, detail VARCHAR""",
     "journals": """
         file VARCHAR PRIMARY KEY, run_id VARCHAR, source VARCHAR, "offset" BIGINT,
-        next_seq BIGINT, done BOOLEAN""",
+        next_seq BIGINT, done BOOLEAN, next_chunk BIGINT, error VARCHAR""",
+    # What ingestion or the recording could not keep exactly, per run: values stored as
+    # text, calls dropped, values lost to a full disk, damaged journal bytes, unreadable
+    # chunks. `n` counts values (bytes for damage); `detail` says why.
+    "run_issues": """
+        run_id VARCHAR, source VARCHAR, kind VARCHAR, detail VARCHAR, n BIGINT,
+        PRIMARY KEY (run_id, source, kind, detail)""",
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
 }
 
@@ -90,7 +96,9 @@ def literal(text: str) -> str:
 
 def loop_column(loop_name: str) -> str:
     name = loop_name.lower()
-    return f"loop_{name}" if name in FIXED_COLUMNS or name.startswith("loop_") else name
+    if not name or name in FIXED_COLUMNS or name.startswith("loop_"):
+        return f"loop_{name}"  # "" is no identifier: `flor.loop("", ...)` becomes loop_
+    return name
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
@@ -119,6 +127,10 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
     if version < 3:  # values repeated within an iteration: NULL (unknown) for rows there
         con.execute("ALTER TABLE name_stats ADD COLUMN IF NOT EXISTS n_repeat BIGINT")
         con.execute("ALTER TABLE name_stats ADD COLUMN IF NOT EXISTS last_ctx BIGINT")
+    if version < 4:  # chunk sequence numbers, unreadable journals, per-run issues
+        con.execute("ALTER TABLE journals ADD COLUMN IF NOT EXISTS next_chunk BIGINT")
+        con.execute("ALTER TABLE journals ADD COLUMN IF NOT EXISTS error VARCHAR")
+        con.execute(f"CREATE TABLE IF NOT EXISTS run_issues ({TABLES['run_issues']})")
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
 
