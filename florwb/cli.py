@@ -16,7 +16,7 @@ from pathlib import Path
 from florwb.cli_instrument import add_parser as add_instrument_parser
 from florwb.cli_replay import ReplayCommandError
 from florwb.cli_replay import add_parsers as add_replay_parsers
-from florwb.output import json_safe, write_frame, write_table
+from florwb.output import json_safe, write_chunks, write_frame, write_table
 
 FORMATS = ("table", "csv", "json")
 
@@ -75,7 +75,15 @@ def _short(value) -> str:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    write_frame(_store(args).query(args.sql), args.format)
+    """Rows stream from DuckDB to the output: a table fetches only the rows it shows, CSV
+    and JSON write chunk by chunk, so no result is held whole in memory."""
+    from florwb_engine.store import user_sql
+
+    with user_sql.user_result(_store(args), args.sql) as result:
+        if result is None:
+            write_table([], [], sys.stdout)
+            return 0
+        write_chunks(user_sql.fetch_chunks(result), args.format)
     return 0
 
 
@@ -165,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CommandError, ReplayCommandError) as exc:
         print(f"florwb: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `| head` stopped reading: stop quietly, as Unix tools do
+        _silence_stdout()
+        return 0
     except Exception as exc:
         if not _is_store_error(exc):
             raise
@@ -173,8 +184,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("florwb: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the final flush of what is still buffered for the
+    closed pipe cannot raise again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _is_store_error(exc: Exception) -> bool:

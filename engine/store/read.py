@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from florwb_engine import project as projects
+from florwb_engine.store import user_sql
 from florwb_engine.store.db import StoreError, connect
 from florwb_engine.store.ingest import IngestReport, ingest_pending
 from florwb_engine.store.replays import clear_abandoned
+from florwb_engine.store.user_sql import check_read_only, first_line
 
 if TYPE_CHECKING:  # pandas loads only when a DataFrame is made: it slows every start-up
     import pandas as pd
@@ -33,7 +35,6 @@ from florwb_engine.store.schema import (
 )
 
 _INGEST_LOCK = threading.Lock()
-READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
 # Recorded values win over replayed ones at the same coordinates; then the latest logged.
 _RECORDED_FIRST = "(CASE WHEN source_key = 0 THEN 4611686018427387904 ELSE 0 END + seq)"
 
@@ -62,18 +63,9 @@ class Store:
             return self.last_ingest
 
     def query(self, sql: str) -> pd.DataFrame:
-        """Run read-only SQL; bad SQL raises StoreError with DuckDB's one-line reason."""
-        check_read_only(sql)
-        with self.session() as con:
-            try:
-                result = con.execute(sql)
-                if result.description:
-                    return result.df()
-                import pandas as pd
-
-                return pd.DataFrame()
-            except duckdb.Error as exc:
-                raise StoreError(first_line(exc)) from None
+        """Run read-only SQL on a connection that cannot write (see user_sql); bad SQL
+        raises StoreError with DuckDB's one-line reason."""
+        return user_sql.query_frame(self, sql)
 
     def runs(self) -> list[dict]:
         with self.session() as con:
@@ -308,20 +300,4 @@ def _typed(value, text, vtype):
     return text
 
 
-def check_read_only(sql: str) -> list[str]:
-    """The statements of `sql`, or StoreError for empty, unparsable or writing SQL."""
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise StoreError(first_line(exc)) from None
-    if not statements:
-        raise StoreError("empty query")
-    for statement in statements:
-        kind = statement.type.name
-        if kind not in READ_ONLY_STATEMENTS:
-            raise StoreError(f"queries are read-only: {kind} statements are not allowed")
-    return [s.query for s in statements]
-
-
-def first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+__all__ = ["Store", "check_read_only", "first_line"]
