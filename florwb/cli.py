@@ -116,6 +116,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check the project's store; repair what the journals allow; exit 1 if still wrong."""
+    from florwb_engine.store.doctor import check_project
+
+    report = check_project(_project(args))
+    for line in report.found:
+        print(f"ok: {line}")
+    for line in report.repaired:
+        print(f"repaired: {line}")
+    for line in report.problems[1:]:
+        print(f"problem: {line}")
+    if report.problems:
+        raise CommandError(report.problems[0])
+    print("healthy" if not report.repaired else "healthy after repairs")
+    return 0
+
+
 def _args_text(values: dict) -> str:
     return " ".join(f"{k}={_short(v)}" for k, v in values.items())
 
@@ -143,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(func=cmd_dataframe)
 
+    p = sub.add_parser("doctor", help="check the store; rebuild a damaged catalog from journals")
+    p.set_defaults(func=cmd_doctor)
+
     add_replay_parsers(sub)
     add_instrument_parser(sub)
 
@@ -156,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
-    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr, arg-type]
     if not argv or (argv[0] not in commands and not argv[0].startswith("-")):
         if len(argv) > 1:
             parser.error(f"unknown command {argv[0]!r}")
@@ -169,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         return open_workbench(path)
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        return _run_command(args)
     except (CommandError, ReplayCommandError) as exc:
         print(f"florwb: {exc}", file=sys.stderr)
         return 1
@@ -184,6 +204,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("florwb: interrupted", file=sys.stderr)
         return 130
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """The command, run once more when it found the catalog damaged: the damaged file was
+    moved aside, and the second run rebuilds it from the journals."""
+    try:
+        return args.func(args)
+    except Exception as exc:
+        if type(exc).__name__ != "CatalogRebuilt":
+            raise
+    return args.func(args)
 
 
 def _silence_stdout() -> None:

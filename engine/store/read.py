@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from florwb_engine import project as projects
-from florwb_engine.store import user_sql
-from florwb_engine.store.db import StoreError, connect
+from florwb_engine.store import repair, user_sql
+from florwb_engine.store.db import StoreError
 from florwb_engine.store.ingest import IngestReport, ingest_pending
 from florwb_engine.store.replays import clear_abandoned
 from florwb_engine.store.user_sql import check_read_only, first_line
@@ -46,17 +46,26 @@ class Store:
         self.project = Path(project)
         self.dir = projects.store_dir(self.project)
         self.last_ingest = IngestReport()
+        self.leftovers: list[str] = []
+        self._cleaned = False
 
     @contextmanager
     def session(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection with the schema in place and every journal ingested; what killed
         replays left is removed first, so no reader sees their partial results."""
-        with connect(self.dir) as con:
-            with _INGEST_LOCK:  # threads of one process share one DuckDB instance
-                ensure_schema(con)
-                clear_abandoned(con, self.project)
-                self.last_ingest = ingest_pending(con, projects.journal_dir(self.project))
+        with repair.guarded(self.dir), repair.opened(self.dir, self._prepare) as con:
             yield con
+
+    def _prepare(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Schema, abandoned replays, journals; once per Store, leftovers of killed runs
+        and replays (engine/store/repair.py)."""
+        with _INGEST_LOCK:  # threads of one process share one DuckDB instance
+            ensure_schema(con)
+            clear_abandoned(con, self.project)
+            self.last_ingest = ingest_pending(con, projects.journal_dir(self.project))
+            if not self._cleaned:
+                self.leftovers = repair.remove_leftovers(self.dir, repair.running_replays(con))
+                self._cleaned = True
 
     def ingest(self) -> IngestReport:
         with self.session():

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from florwb_engine.store import repair
 from florwb_engine.store.db import StoreError, connect
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def read_only_connection(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection to the catalog that cannot write anything anywhere; journals are
     ingested first (a short write session of its own)."""
     store.ingest()
-    with _READ_ONLY_OPENING:
+    with _READ_ONLY_OPENING, repair.guarded(store.dir):
         with connect(store.dir, read_only=True, config=READ_ONLY_CONFIG) as con:
             con.execute("SET lock_configuration = true")
             yield con
