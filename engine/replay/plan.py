@@ -188,6 +188,7 @@ class _Facts:
     inner_s: dict[int, float]  # main-loop iteration -> seconds spent in nested loops
     wall_s: float
     present: set[str]
+    status: str | None = None  # the run's: 'running' while it still records
 
 
 def _facts(con: duckdb.DuckDBPyConnection, run_id: str) -> _Facts:
@@ -229,11 +230,11 @@ def _facts(con: duckdb.DuckDBPyConnection, run_id: str) -> _Facts:
             ).fetchall():
                 if iteration is not None:
                     inner_s[int(iteration)] = float(seconds or 0.0)
-    wall = con.execute(
-        "SELECT epoch(coalesce(end_time, now()::TIMESTAMP) - start_time) FROM runs "
+    wall, status = con.execute(
+        "SELECT epoch(coalesce(end_time, now()::TIMESTAMP) - start_time), status FROM runs "
         "WHERE run_id = ?",
         [run_id],
-    ).fetchall()[0][0]
+    ).fetchall()[0]
     present = {
         r[0]
         for r in con.execute(
@@ -250,6 +251,7 @@ def _facts(con: duckdb.DuckDBPyConnection, run_id: str) -> _Facts:
         inner_s=inner_s,
         wall_s=float(wall or 0.0),
         present=present,
+        status=status,
     )
 
 
@@ -450,7 +452,11 @@ def _work(plan: RunPlan, facts: _Facts) -> _Work:
         return _Work([], {}, set(), prefix_s)
     epochs = sorted(facts.epoch_s) or sorted(facts.checkpoints)
     if not epochs:
-        plan.status, plan.reason = SKIP, "the run finished no iteration of its main loop"
+        if facts.status == "running":
+            reason = "the run is still recording (no iteration of its main loop done yet)"
+        else:
+            reason = "the run finished no iteration of its main loop"
+        plan.status, plan.reason = SKIP, reason
         return _Work([], {}, set(), prefix_s)
     ckpt = facts.checkpoints
     load_s = {i: size / _LOAD_BYTES_PER_S for i, (_path, size) in ckpt.items()}

@@ -298,8 +298,8 @@ def _frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 
 def _typed(value, text, vtype):
-    if vtype == "int":
-        return int(value)
+    if vtype == "int":  # exact digits as text where a float could not hold them
+        return int(text) if text is not None else int(value)
     if vtype == "bool":
         return bool(value)
     if vtype == "float":

@@ -380,6 +380,8 @@ def _nan(value: float | None) -> float:
 
 
 def typed_value(value: float | None, text: str | None, vtype: str | None) -> Any:
+    if vtype == "int" and text is not None:  # exact digits of an int a float cannot hold
+        return int(text)
     if vtype == "int" and value is not None:
         return int(value)
     if vtype == "bool" and value is not None:
