@@ -543,7 +543,9 @@ def _schedule(costs: list[float], workers: int) -> float:
 
 
 def _ranges(values: list[int]) -> str:
-    parts, start, prev = [], None, None
+    parts: list[str] = []
+    start: int | None = None
+    prev = 0
     for v in values:
         if start is None:
             start = prev = v
