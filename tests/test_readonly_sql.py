@@ -289,3 +289,36 @@ def test_small_results_say_their_size(recorded):
     assert out == "[]\n"
     out = florwb(project, "query", "SELECT * FROM range(3)", "--format", "json").stdout
     assert out == '[\n {\n  "range": 0\n },\n {\n  "range": 1\n },\n {\n  "range": 2\n }\n]\n'
+
+
+def test_read_only_and_write_sessions_of_one_process_take_turns(recorded):
+    """DuckDB refuses a read-only and a read-write connection to one file in one process;
+    each waits for the other instead of failing (the workbench runs both from threads)."""
+    import threading
+
+    from florwb_engine.store import Store
+    from florwb_engine.store.workbench import query_page
+
+    project, _home = recorded
+    holding, release = threading.Event(), threading.Event()
+    results: list = []
+
+    def writer():
+        with Store(project).session():
+            holding.set()
+            release.wait(timeout=60)
+
+    def reader():
+        results.append(query_page(Store(project), "SELECT count(*) FROM runs").rows)
+
+    w = threading.Thread(target=writer)
+    w.start()
+    assert holding.wait(timeout=60)
+    r = threading.Thread(target=reader)
+    r.start()
+    r.join(timeout=0.5)
+    assert r.is_alive() and results == []  # it cannot open read-only while the session lives
+    release.set()
+    w.join(timeout=60)
+    r.join(timeout=120)
+    assert results == [[(1,)]]

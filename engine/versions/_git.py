@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -104,7 +105,7 @@ def reset_private_config(git_dir: Path) -> None:
     except FileNotFoundError:
         if not (git_dir / "HEAD").is_file():
             return  # not created yet: `git init` writes it
-    tmp = git_dir / "config.florwb-tmp"
+    tmp = git_dir / f"config.florwb-{os.getpid()}-{threading.get_ident()}.tmp"
     tmp.write_bytes(PRIVATE_CONFIG)
     os.replace(tmp, config)
 
