@@ -1,54 +1,79 @@
 """The florwb workbench: a Textual app over one project's catalog.
 
 Four tabs (version history, log-statement diff, replay, query) and a run-detail screen.
-All store reads and engine calls happen in thread workers that post typed messages
-(florwb.workbench.messages); the event loop only draws. A watchdog observer notices new
-log statements in the training scripts, and a cheap poll of the journal folder notices
-runs recording in another terminal. Those live parts, the replay controls and the command
-palette are mixins in florwb.workbench (live, replay_control, palette).
+The app composes components that own their state and routes their messages:
+
+- `LiveMonitor` (florwb.components) loads the history, polls the journals and watches
+  the training scripts; `ReplayRunner` runs a confirmed replay; `PendingBanner`
+  (florwb.widgets) holds the statements that no run recorded yet.
+- The panes (florwb.panes) are built with the store and the project, are handed data
+  (`show`, `set_history`, ...) and post requests upward (`VersionSelected`,
+  `ReplayRequested`, `CancelRequested`, ...). Nothing imports this module but the CLI.
+
+All store reads and engine calls run in thread workers started through
+florwb.ui.workers; a worker that raises ends in this app's one `Worker.StateChanged`
+handler, which shows the error modal. The event loop only draws.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
-from textual import on, work
-from textual.app import App, ComposeResult
+from textual import on
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
 from textual.lazy import Lazy
+from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Header, TabbedContent, TabPane
+from textual.worker import Worker, WorkerState
 
+from florwb.components.live_monitor import LiveMonitor
+from florwb.components.replay_runner import ReplayRunner
+from florwb.panes.history import HistoryPane
+from florwb.panes.query import QueryPane
+from florwb.panes.replay import ReplayPane
+from florwb.panes.statements import StatementsPane
 from florwb.screens.error import ErrorScreen
 from florwb.screens.help import HelpScreen
-from florwb.screens.history import HistoryPane
-from florwb.screens.query import QueryPane
-from florwb.screens.replay import ReplayPane
+from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.screens.run_detail import RunDetailScreen
-from florwb.screens.statements import StatementsPane
-from florwb.widgets.history_list import HistoryList
-from florwb.workbench import format as fmt
-from florwb.workbench import keys
-from florwb.workbench.live import LiveWatch
-from florwb.workbench.messages import (
+from florwb.ui import format as fmt
+from florwb.ui import keys
+from florwb.ui.messages import (
+    CancelRequested,
+    ErrorReported,
     HistoryLoaded,
-    ReplaysLoaded,
-    SeriesLoaded,
-    WorkFailed,
+    LiveUpdated,
+    MetricChanged,
+    PaneReady,
+    PendingChanged,
+    ReplayEnded,
+    ReplayProgressed,
+    ReplayRequested,
+    ScriptSaved,
+    VersionSelected,
 )
-from florwb.workbench.palette import PaletteCommands
-from florwb.workbench.replay_control import ReplayControl
+from florwb.ui.palette import palette_entries
+from florwb.widgets.history_list import HistoryList
+from florwb.widgets.pending_banner import PendingBanner
 from florwb_engine.store import Store
-from florwb_engine.store.workbench import History, load_history, load_replays, load_series
-from florwb_engine.watch import JournalTail, PendingStatements, ScriptWatcher
+from florwb_engine.store.queries import History, LiveRun
+from florwb_engine.watch import PendingStatements
 
-W = TypeVar("W", bound=Widget)
+TAB_FOCUS = {
+    "history": "#history-list",
+    "statements": "#matrix",
+    "replay": "#replay-runs",
+    "query": "#sql",
+}
 
 
-class WorkbenchApp(PaletteCommands, LiveWatch, ReplayControl, App[int]):
+class WorkbenchApp(App[int]):
     """`WorkbenchApp(project).run()`; returns the exit code."""
 
     CSS_PATH = "app.tcss"
@@ -66,149 +91,173 @@ class WorkbenchApp(PaletteCommands, LiveWatch, ReplayControl, App[int]):
         super().__init__()
         self.project = Path(project)
         self.store = Store(self.project)
-        self.watch_scripts = watch
-        self.poll_s = poll_s
         self.on_ready = on_ready
-        self.history: History | None = None
-        self.pending: list[PendingStatements] = []
-        self.selected_version: str | None = None
-        self.replay_cancel: threading.Event | None = None
-        self.replay_running = False
+        self.keymap: dict[str, str] = {}  # binding id -> keys, as set_keymap was given
         self.workers_default = max(1, min(4, (os.cpu_count() or 2)))
-        self._tail = JournalTail(self.project)
-        self._watcher: ScriptWatcher | None = None
-        self._watched: set[Path] = set()
-        self._polls = 0
-        self._ready_sent = False
-        self._statements_stale = True
-        self._offered: set[str] = set()
-        self._pending_seen = False
-        self.replays: list = []
-        self.live: list = []
+        self._history: History | None = None
+        self._live: list[LiveRun] = []
+        self._first_frame = False
+        # The components and panes, built here with what they need; compose places them.
+        self._monitor = LiveMonitor(
+            self.project, self.store, poll_s=poll_s, watch_scripts=watch, id="live-monitor"
+        )
+        self._runner = ReplayRunner(id="replay-runner")
+        self._banner = PendingBanner(id="pending-banner")
+        self._history_pane = HistoryPane(self.store, id="history-pane")
+        self._statements = StatementsPane(self.project, self.store, id="statements-pane")
+        self._replay = ReplayPane(self.store, id="replay-pane")
+        self._query = QueryPane(self.project, self.store, id="query-pane")
 
-    def _pane(self, kind: type[W]) -> W | None:
-        """A tab's pane, or None in the moment before it is mounted (tabs mount lazily)."""
-        found = self.query(kind)
-        return found.first() if found else None
+    # --- what tests, benchmarks and screenshots read ----------------------------------------
+
+    @property
+    def history(self) -> History | None:
+        """The history shown now (None until the first load)."""
+        return self._history
+
+    @property
+    def pending(self) -> list[PendingStatements]:
+        return self._banner.pending
+
+    @property
+    def replay_running(self) -> bool:
+        return self._runner.running
+
+    @property
+    def marked_versions(self) -> set[str]:
+        return self._history_pane.history_list.marked_versions
+
+    @property
+    def marked_runs(self) -> set[str]:
+        return self._history_pane.history_list.marked_runs
 
     # --- layout ---------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(id="pending-banner")
+        yield self._monitor
+        yield self._runner
+        yield self._banner
         with TabbedContent(initial="history", id="tabs"):
             with TabPane("1 History", id="history"):
-                yield HistoryPane(id="history-pane")
+                yield self._history_pane
             # Hidden tabs mount after the first refresh, while the history is still loading
             with TabPane("2 Statements", id="statements"):
-                yield Lazy(StatementsPane(id="statements-pane"))
+                yield Lazy(self._statements)
             with TabPane("3 Replay", id="replay"):
-                yield Lazy(ReplayPane(id="replay-pane"))
+                yield Lazy(self._replay)
             with TabPane("4 Query", id="query"):
-                yield Lazy(QueryPane(id="query-pane"))
+                yield Lazy(self._query)
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.title = "florwb"
         self.sub_title = str(self.project)
         self.query_one(HistoryList).focus()
-        self.load_history(initial=True)
-        if self.poll_s > 0:
-            self.set_interval(self.poll_s, self.poll)
+        self._monitor.reload(initial=True)
 
-    def on_unmount(self) -> None:
-        if self.replay_cancel is not None:
-            self.replay_cancel.set()
-        if self._watcher is not None:
-            self._watcher.stop()
+    # --- failures: the one place ------------------------------------------------------------
 
-    # --- loading --------------------------------------------------------------------------
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        """Every worker of the workbench runs on the app (florwb.ui.workers), so a failing
+        one ends here: shown in the error modal, the app goes on."""
+        if event.state is WorkerState.ERROR:
+            error = event.worker.error
+            text = fmt.one_line(error) if error is not None else "unknown error"
+            self.show_error(f"Error while {event.worker.description}", text)
 
-    @work(thread=True, exclusive=True, group="history")
-    def load_history(self, initial: bool = False) -> None:
-        metric = self.history.metric if self.history else None
-        try:
-            if initial:
-                self._tail.changed()  # the poll then reports only what is new after this
-            history = load_history(self.store, metric)
-        except Exception as exc:
-            self.post_message(WorkFailed("loading the history", fmt.one_line(exc)))
-            return
-        self.post_message(HistoryLoaded(history))
+    @on(ErrorReported)
+    def _error_reported(self, message: ErrorReported) -> None:
+        self.show_error(message.title, message.error)
+
+    def show_error(self, title: str, text: str) -> None:
+        top = self.screen
+        if isinstance(top, ErrorScreen) and (top.title_text, top.message) == (title, text):
+            return  # a poll failing again: one modal says it
+        self.push_screen(ErrorScreen(title, text))
+
+    # --- the history ----------------------------------------------------------------------
 
     @on(HistoryLoaded)
     def _history_loaded(self, message: HistoryLoaded) -> None:
         history = message.history
-        pane = self._pane(HistoryPane)
-        if pane is None:  # the app is closing
+        if not self._history_pane.is_attached:  # the app is closing
             return
-        self.history = history
-        pane.show(history)
+        self._history = history
+        self._history_pane.show(history)
         self.sub_title = (
             f"{self.project.name} · {fmt.plural(len(history.runs), 'run')} · "
             f"{fmt.plural(len(history.versions), 'version')}"
         )
-        self._statements_stale = True
-        if self._active_tab() == "statements":
-            self._load_statements()
-        if self._ready_sent:
-            self._update_watch(history)
-            self.check_pending()
-        else:
-            self._ready_sent = True
+        self._statements.set_history(history)
+        self._refresh_statements()
+        if not self._first_frame:
+            self._first_frame = True
             self.call_after_refresh(self._first_frame_shown)
 
     def _first_frame_shown(self) -> None:
         """Work that would compete with the first frame for the GIL starts only now:
-        the pending-statement check (imports libcst), the watcher, past replays."""
+        the watcher and the pending-statement check (imports libcst), past replays."""
         if self.on_ready is not None:
             self.on_ready()
-        if self.history is not None:
-            self._update_watch(self.history)
-        self.check_pending()
-        self.load_replays()
+        self._monitor.start_watching()
+        if self._replay.is_attached:
+            self._replay.reload_replays()
 
-    @work(thread=True, exclusive=True, group="series")
-    def load_metric(self, metric: str) -> None:
-        try:
-            series, last = load_series(self.store, metric)
-        except Exception as exc:
-            self.post_message(WorkFailed("loading a metric", fmt.one_line(exc)))
-            return
-        self.post_message(SeriesLoaded(metric, series, last))
+    @on(LiveUpdated)
+    def _live_updated(self, message: LiveUpdated) -> None:
+        self._live = message.live
+        labels = {}
+        for run in message.live:
+            total = run.total if run.total is not None else "?"
+            labels[run.run_id] = f"{run.done}/{total} {run.loop or ''}".strip()
+        if self._history_pane.is_attached:
+            self._history_pane.set_live(labels)
+        if self._replay.is_attached:
+            self._replay.show_live(message.live)
 
-    @on(SeriesLoaded)
-    def _series_loaded(self, message: SeriesLoaded) -> None:
-        if pane := self._pane(HistoryPane):
-            pane.show_series(message.metric, message.series, message.last)
+    @on(PendingChanged)
+    def _pending_changed(self, message: PendingChanged) -> None:
+        if self._history_pane.is_attached:
+            self._banner.show(message.pending)
+            self._history_pane.set_pending(message.pending)
 
-    @on(HistoryList.MetricStep)
-    def _metric_step(self, message: HistoryList.MetricStep) -> None:
-        history = self.history
-        if history is None:
-            return
-        numeric = [m.name for m in history.metrics if m.numeric]
-        if not numeric:
-            self.notify("No numeric metrics logged yet.")
-            return
-        index = numeric.index(history.metric) if history.metric in numeric else -1
-        metric = numeric[(index + message.step) % len(numeric)]
-        self.load_metric(metric)
+    @on(ScriptSaved)
+    def _script_saved(self) -> None:
+        self._invalidate_statements()
 
-    @work(thread=True, exclusive=True, group="replays")
-    def load_replays(self) -> None:
-        try:
-            replays = load_replays(self.store)
-        except Exception as exc:
-            self.post_message(WorkFailed("loading replays", fmt.one_line(exc)))
-            return
-        self.post_message(ReplaysLoaded(replays))
+    @on(MetricChanged)
+    def _metric_changed(self, message: MetricChanged) -> None:
+        self._monitor.metric = message.metric
 
-    @on(ReplaysLoaded)
-    def _replays_loaded(self, message: ReplaysLoaded) -> None:
-        self.replays = message.replays
-        if pane := self._pane(ReplayPane):
-            pane.show_replays(message.replays)
+    @on(VersionSelected)
+    def _version_selected(self, message: VersionSelected) -> None:
+        self._statements.select_version(message.version)
+
+    @on(HistoryList.Opened)
+    def _opened(self, message: HistoryList.Opened) -> None:
+        row = message.row
+        if row.run is not None:
+            self.push_screen(RunDetailScreen(self.store, row.run.run_id))
+        else:
+            self._statements.select_version(row.version)
+            self._invalidate_statements()
+            self.action_show_tab("statements")
+
+    @on(HistoryList.MarksChanged)
+    def _marks_changed(self, message: HistoryList.MarksChanged) -> None:
+        self._statements.set_marked_versions(set(message.versions))
+
+    @on(PaneReady)
+    def _pane_ready(self, message: PaneReady) -> None:
+        """A lazily mounted pane: hand it what arrived before it existed."""
+        if message.pane is self._statements:
+            self._refresh_statements()
+        elif message.pane is self._replay:
+            self._replay.show_live(self._live)
+            if self._first_frame:
+                self._replay.reload_replays()
 
     # --- tabs -----------------------------------------------------------------------------
 
@@ -224,70 +273,143 @@ class WorkbenchApp(PaletteCommands, LiveWatch, ReplayControl, App[int]):
     @on(TabbedContent.TabActivated, "#tabs")
     def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
         tab = event.pane.id or ""
-        if tab == "statements" and self._statements_stale:
-            self._load_statements()
+        if tab == "statements":
+            self._refresh_statements()
         self._focus_tab(tab)
 
     def _focus_tab(self, tab: str) -> None:
-        target = {
-            "history": "#history-list",
-            "statements": "#matrix",
-            "replay": "#replay-runs",
-            "query": "#sql",
-        }.get(tab)
+        target = TAB_FOCUS.get(tab)
         if target:
-            found = self.query(target)
+            found = self.screen_stack[0].query(target)
             if found:
                 found.first().focus()
 
-    def _load_statements(self) -> None:
-        self._statements_stale = False
-        if pane := self._pane(StatementsPane):
-            pane.load()
+    def _invalidate_statements(self) -> None:
+        self._statements.invalidate()
+        self._refresh_statements()
+
+    def _refresh_statements(self) -> None:
+        """The diff rebuilds only while its tab is shown; otherwise when it is next shown."""
+        if self._statements.is_attached and self._active_tab() == "statements":
+            self._statements.refresh_if_stale()
+
+    # --- replay ---------------------------------------------------------------------------
+
+    def action_replay(self) -> None:
+        self._plan_replay(None)
+
+    @on(ReplayRequested)
+    def _replay_requested(self, message: ReplayRequested) -> None:
+        self._plan_replay(message.run_ids)
+
+    def _plan_replay(self, run_ids: Iterable[str] | None) -> None:
+        if self.replay_running:
+            self.notify("A replay is running; see the Replay tab (c cancels it).")
+            self.action_show_tab("replay")
+            return
+        names = self._banner.names
+        if not names:
+            self.notify(
+                "No new log statements: add a flor.log line to the training script and save.",
+                title="Nothing to replay",
+            )
+            return
+        chosen = list(run_ids) if run_ids else sorted(self.marked_runs)
+        screen = ReplayPlanScreen(self.project, names, chosen or None, self.workers_default)
+        self.push_screen(screen, self._plan_confirmed)
+
+    def _plan_confirmed(self, confirmed: Any) -> None:
+        if confirmed is None:
+            return
+        plan, server = confirmed
+        if len(self.screen_stack) > 1:
+            self.pop_screen()
+        if self._replay.is_attached:
+            self._replay.start(plan)
+        self.action_show_tab("replay")
+        self._runner.start(plan, server)
+
+    @on(ReplayProgressed)
+    def _replay_progressed(self, message: ReplayProgressed) -> None:
+        if self._replay.is_attached:
+            self._replay.progress(message.progress)
+
+    @on(ReplayEnded)
+    def _replay_ended(self, message: ReplayEnded) -> None:
+        if self._replay.is_attached:
+            self._replay.ended(message.result)
+            self._replay.reload_replays()
+        status = message.result.status if message.result else "failed"
+        if status == "finished":
+            self.notify(f"Replay {message.replay_id}: {status}")
         else:
-            self._statements_stale = True
+            self.notify(f"Replay {message.replay_id}: {status}", severity="warning")
+        self._monitor.reload()
+        self._invalidate_statements()
 
-    @property
-    def marked_versions(self) -> set[str]:
-        return self.query_one(HistoryList).marked_versions
-
-    @property
-    def marked_runs(self) -> set[str]:
-        return self.query_one(HistoryList).marked_runs
-
-    @on(HistoryList.Opened)
-    def _opened(self, message: HistoryList.Opened) -> None:
-        row = message.row
-        if row.run is not None:
-            self.push_screen(RunDetailScreen(row.run.run_id))
+    @on(CancelRequested)
+    def _cancel_requested(self) -> None:
+        if self._runner.cancel():
+            self.notify("Cancelling: stopping the workers and removing the replay's rows…")
         else:
-            self.selected_version = row.version
-            self._statements_stale = True
-            self.action_show_tab("statements")
-
-    @on(HistoryList.MarksChanged)
-    def _marks_changed(self) -> None:
-        if self._active_tab() == "statements":
-            if pane := self._pane(StatementsPane):
-                pane.show_diff()
+            self.notify("No replay is running.")
 
     # --- app actions ----------------------------------------------------------------------
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(self.keymap))
 
     def action_reload(self) -> None:
-        self.load_history()
-        self.load_replays()
-        self.check_pending()
-        self._statements_stale = True
-        if self._active_tab() == "statements":
-            self._load_statements()
+        monitor = self._monitor
+        monitor.reload()
+        monitor.check_pending()
+        if self._replay.is_attached:
+            self._replay.reload_replays()
+        self._invalidate_statements()
 
-    @on(WorkFailed)
-    def _work_failed(self, message: WorkFailed) -> None:
-        self.push_screen(ErrorScreen(f"Error while {message.what}", message.error))
+    # --- keys: the keymap in force, the palette -------------------------------------------
+
+    def set_keymap(self, keymap: Mapping[str, str]) -> None:
+        """Textual's, and kept so that help and the palette show the keys in force."""
+        self.keymap = dict(keymap)
+        super().set_keymap(dict(keymap))
+
+    def update_keymap(self, keymap: Mapping[str, str]) -> None:
+        self.keymap = {**self.keymap, **keymap}
+        super().update_keymap(dict(keymap))
+
+    def get_key_display(self, binding: Binding) -> str:
+        """`enter` reads `⏎` wherever it is bound, also after a keymap rebinds it."""
+        return keys.KEY_DISPLAY.get(binding.key) or super().get_key_display(binding)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Every action of the key table with its key in force, then Textual's own."""
+        on_main = screen is self.screen_stack[0]
+
+        def display(name: str) -> str:
+            return self.get_key_display(Binding(name, ""))
+
+        for entry in palette_entries(type(screen).__name__, on_main, self.keymap, display):
+            run = partial(self._palette_run, entry.scope, entry.key.action)
+            yield SystemCommand(entry.title, entry.help, run)
+        yield from super().get_system_commands(screen)
+
+    async def _palette_run(self, scope: str, action: str) -> None:
+        _title, selector, tab = keys.SCOPES[scope]
+        if tab is not None:
+            self.query_one("#tabs", TabbedContent).active = tab
+            self._focus_tab(tab)
+        target: App[int] | Screen[Any] | Widget = self
+        if selector:
+            matches = self.screen.query(selector)
+            if not matches and type(self.screen).__name__ == selector:
+                target = self.screen
+            elif matches:
+                target = matches.first()
+            else:
+                return
+        await self.run_action(action, target)
 
 
 __all__ = ["WorkbenchApp"]

@@ -12,11 +12,15 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from florwb.cli_instrument import add_parser as add_instrument_parser
 from florwb.cli_replay import ReplayCommandError
 from florwb.cli_replay import add_parsers as add_replay_parsers
 from florwb.output import json_safe, write_chunks, write_frame, write_table
+
+if TYPE_CHECKING:  # the store loads DuckDB: only commands that read it import it
+    from florwb_engine.store import Store
 
 FORMATS = ("table", "csv", "json")
 
@@ -31,32 +35,32 @@ def _project(args: argparse.Namespace) -> Path:
     return find_project(getattr(args, "project", None))
 
 
-def _store(args: argparse.Namespace):
+def _store(args: argparse.Namespace) -> Store:
     from florwb_engine.store import Store
 
     return Store(_project(args))
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    runs = _store(args).runs()
+    runs = _store(args).run_rows()
     if args.json:
-        json.dump(json_safe(runs), sys.stdout, indent=1)
+        json.dump(json_safe([r.to_json() for r in runs]), sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
     rows = []
     for r in runs:
-        stall = r["data_wait_share"]
+        stall = r.data_wait_share
         rows.append(
             [
-                r["run_id"],
-                (r["start_time"] or "")[:19].replace("T", " "),
-                r["status"] + (f" ({r['exception']})" if r["exception"] else ""),
-                (r["version"] or "")[:8],
-                r["script"],
-                f"{r['duration_s']:.1f}s" if r["duration_s"] is not None else "",
-                r["n_logs"],
+                r.run_id,
+                r.start_time.isoformat(sep=" ")[:19] if r.start_time else "",
+                r.status + (f" ({r.exception})" if r.exception else ""),
+                (r.version or "")[:8],
+                r.script,
+                f"{r.duration_s:.1f}s" if r.duration_s is not None else "",
+                r.n_logs,
                 f"{stall:.0%}" if stall is not None else "",
-                _args_text(r["args"]),
+                _args_text(r.args),
             ]
         )
     columns = ["run", "started", "status", "version", "script", "time", "logs", "stall", "args"]
@@ -64,8 +68,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from florwb_engine.store.hints import data_wait_hint
 
     for r in runs:
-        if hint := data_wait_hint(r["data_wait_share"]):
-            print(f"hint: run {r['run_id']} {hint}")
+        if hint := data_wait_hint(r.data_wait_share):
+            print(f"hint: run {r.run_id} {hint}")
     return 0
 
 
@@ -107,10 +111,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return open_workbench(folder)
     from florwb_engine.store import Store
 
-    runs = Store(folder).runs()
+    runs = Store(folder).run_rows()
     write_table(
         ["run", "status", "version", "args"],
-        [[r["run_id"], r["status"], (r["version"] or "")[:8], _args_text(r["args"])] for r in runs],
+        [[r.run_id, r.status, (r.version or "")[:8], _args_text(r.args)] for r in runs],
         sys.stdout,
     )
     return 0
@@ -176,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
-    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr, arg-type]
+    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr,arg-type]
     if not argv or (argv[0] not in commands and not argv[0].startswith("-")):
         if len(argv) > 1:
             parser.error(f"unknown command {argv[0]!r}")

@@ -7,8 +7,14 @@ import json
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from florwb.output import json_safe, write_table
+
+if TYPE_CHECKING:  # the engine loads on first use: `florwb --help` must stay instant
+    from florwb_engine.replay.executor import ReplayResult
+    from florwb_engine.replay.forkserver import ForkServer
+    from florwb_engine.replay.plan import Plan
 
 
 class ReplayCommandError(Exception):
@@ -52,10 +58,23 @@ def cmd_propagate(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     elif not args.output:
         sys.stdout.write(result.code)
-    for p in result.unplaced:
-        if not args.json:
-            print(f"florwb: {p.name} (line {p.new_line}) not placed: {p.reason}", file=sys.stderr)
+    if not args.json:
+        for p in result.placements:
+            print(f"florwb: {_placement_text(p)}", file=sys.stderr)
     return 0
+
+
+def _placement_text(p) -> str:
+    """One line per statement: where it went and how sure the place is (its anchor)."""
+    head = f"{p.name} (line {p.new_line})"
+    if p.status == "unplaced":
+        return f"{head} not placed: {p.reason}"
+    if p.status == "present":
+        return f"{head} already present at line {p.old_line}" + (
+            f" ({p.reason})" if p.reason else ""
+        )
+    text = f"{head} inserted at line {p.old_line}, anchored {p.anchor}"
+    return text + (f" ({p.reason})" if p.reason else "")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -66,15 +85,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise ReplayCommandError("--workers must be at least 1")
     names = [n for n in args.names.split(",") if n.strip()]
     project = find_project(None)
-    workers = warm_workers(project, names)  # imports what the scripts need while we plan
+    server = warm_workers(project, names)  # imports what the scripts need while we plan
     try:
-        return _replay(args, project, names, workers)
+        return _replay(args, project, names, server)
     finally:
-        workers.close()
+        server.close()
 
 
-def _replay(args: argparse.Namespace, project: Path, names: list[str], workers) -> int:
+def _replay(args: argparse.Namespace, project: Path, names: list[str], server: ForkServer) -> int:
     from florwb_engine.replay import PlanError, execute, plan_replay
+    from florwb_engine.replay.plan import DONE
 
     try:
         plan = plan_replay(project, names, where=args.where, workers=args.workers)
@@ -91,7 +111,7 @@ def _replay(args: argparse.Namespace, project: Path, names: list[str], workers) 
             print("nothing to replay")
         else:
             _dump({"plan": plan.to_json(), "result": None})
-        return 0 if any(r.status == "done" for r in plan.runs) else 1
+        return 0 if any(r.status == DONE for r in plan.runs) else 1
     if not args.yes:
         if not sys.stdin.isatty():
             raise ReplayCommandError("confirmation needed: run in a terminal or pass --yes")
@@ -101,7 +121,7 @@ def _replay(args: argparse.Namespace, project: Path, names: list[str], workers) 
             return 0
     cancel = threading.Event()
     progress = None if args.json else _progress_printer()
-    result = execute(plan, on_progress=progress, cancel=cancel, workers=workers)
+    result = execute(plan, on_progress=progress, cancel=cancel, server=server)
     if args.json:
         _dump({"plan": plan.to_json(), "result": result.to_json()})
     else:
@@ -116,7 +136,9 @@ def _dump(obj) -> None:
     sys.stdout.write("\n")
 
 
-def _print_plan(plan) -> None:
+def _print_plan(plan: Plan) -> None:
+    from florwb_engine.replay.plan import READY
+
     ready = plan.ready()
     print(
         f"Replay {', '.join(plan.names)}: {len(ready)} of {len(plan.runs)} run(s), "
@@ -124,7 +146,7 @@ def _print_plan(plan) -> None:
     )
     rows = []
     for run in plan.runs:
-        if run.status == "ready":
+        if run.status == READY:
             spans = ", ".join(
                 f"{s.first}-{s.last}" if s.last > s.first else str(s.first)
                 for s in run.segments
@@ -155,7 +177,7 @@ def _progress_printer():
     return show
 
 
-def _print_result(result) -> None:
+def _print_result(result: ReplayResult) -> None:
     rows = []
     for r in result.runs:
         detail = f"{r.rows} values, {r.compared} checked against the run"

@@ -46,6 +46,10 @@ def _text(widget) -> str:
 
 async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]:
     from florwb.app import WorkbenchApp
+    from florwb.panes.query import QueryPane
+    from florwb.panes.replay import ReplayPane
+    from florwb.panes.statements import StatementsPane
+    from florwb.widgets.history_list import HistoryList
 
     saved: list[Path] = []
     app = WorkbenchApp(project, poll_s=0.5)
@@ -75,7 +79,8 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         await shot("04-run-detail")
         await pilot.press("escape")
         await pilot.press("2")
-        await _until(pilot, lambda: app.query_one("#statements-pane").data is not None)
+        statements = app.query_one("#statements-pane", StatementsPane)
+        await _until(pilot, lambda: statements.data is not None)
         await pilot.pause(0.3)
         await shot("05-statements")
 
@@ -84,7 +89,7 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         await pilot.pause(0.2)
         await shot("06-replay-plan")
         await pilot.press("enter")
-        pane = app.query_one("#replay-pane")
+        pane = app.query_one("#replay-pane", ReplayPane)
         await _until(
             pilot, lambda: any(s == "running" for _d, _t, s in pane.segments.values()), 120
         )
@@ -111,7 +116,7 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         (project / "slow.py").write_text(SLOW_RUN)
         proc = subprocess.Popen([sys.executable, "slow.py"], cwd=project)
         try:
-            await _until(pilot, lambda: bool(app.query_one("#history-list").live), 60)
+            await _until(pilot, lambda: bool(app.query_one("#history-list", HistoryList).live), 60)
             await pilot.pause(1.5)
             await shot("11-live-recording-history")
             await pilot.press("3")
@@ -121,7 +126,7 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
             proc.wait(timeout=120)
 
         await pilot.press("4")
-        query = app.query_one("#query-pane")
+        query = app.query_one("#query-pane", QueryPane)
         status = app.query_one("#query-status")
         query.run_sql(
             "SELECT run_id, list(value ORDER BY epoch, step) AS loss\n"

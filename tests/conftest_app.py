@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
+import html
 import re
 import shutil
 import tempfile
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rich.console import Console
+from rich.cells import cell_len
 from textual.app import App
 from textual.pilot import Pilot
 
@@ -37,7 +37,9 @@ RECORDING_CODE = (
     "engine/versions/*.py",
     "engine/store/db.py",
     "engine/store/ingest.py",
-    "engine/store/read.py",
+    "engine/store/catalog.py",
+    "engine/store/runs.py",
+    "engine/store/values.py",
     "engine/store/schema.py",
 )
 RUN_LINE = re.compile(r"^  [ *]\S \d\d-\d\d \d\d:\d\d ")
@@ -80,23 +82,38 @@ def copy_demo(tmp_path: Path) -> Path:
     return target
 
 
+# One <text> element of Rich's SVG export: a run of characters at column x/char_width of
+# line N (its clip path); runs of spaces are left out (their background is a <rect>).
+SVG_TEXT = re.compile(
+    r'<text class="[^"]*" x="([0-9.]+)" y="[0-9.]+" textLength="[0-9.]+" '
+    r'clip-path="url\(#[^"]*-line-(\d+)\)">(.*?)</text>'
+)
+SVG_CHAR_WIDTH = 20 * 0.61  # Rich's export_svg: char_height 20, font_aspect_ratio 0.61
+
+
 def screen_text(app: App) -> str:
-    """What the terminal shows now, as plain text (the compositor's full frame)."""
+    """What the terminal shows now, as plain text: every line `width` cells long.
+
+    Read from `App.export_screenshot()` (public API: the SVG Textual's own snapshot tests
+    compare), so it needs no private attribute of Textual; a wide character fills two
+    cells and is written once."""
     width, height = app.size
-    console = Console(
-        width=width,
-        height=height,
-        file=io.StringIO(),
-        force_terminal=True,
-        color_system=None,
-        record=True,
-        legacy_windows=False,
-    )
-    update = app.screen._compositor.render_update(
-        full=True, screen_stack=app._background_screens, simplify=True
-    )
-    console.print(update)
-    return console.export_text()
+    cells = [[" "] * width for _ in range(height)]
+    for x, line, content in SVG_TEXT.findall(app.export_screenshot(simplify=True)):
+        row = int(line)
+        if row >= height:
+            continue
+        column = round(float(x) / SVG_CHAR_WIDTH)
+        for char in html.unescape(content).replace("\xa0", " "):
+            if column >= width:
+                break
+            cells[row][column] = char
+            wide = cell_len(char)
+            for extra in range(1, wide):
+                if column + extra < width:
+                    cells[row][column + extra] = ""
+            column += max(wide, 1)
+    return "\n".join("".join(row) for row in cells)
 
 
 async def wait_for(
@@ -106,24 +123,28 @@ async def wait_for(
     what: str = "condition",
 ) -> str:
     """Pause until `condition(screen text)` holds; fail with the last screen otherwise.
-    Generous timeouts: the machine running CI may be busy; a passing wait returns at once."""
+    Generous timeouts: the machine running CI may be busy; a passing wait returns at once.
+    Checked every 0.1 s: reading the screen (an SVG export) costs the app's loop ~25 ms."""
     deadline = time.monotonic() + timeout
     text = ""
     while time.monotonic() < deadline:
-        await pilot.pause(0.05)
+        await pilot.pause(0.1)
         text = screen_text(pilot.app)
         if condition(text):
             return text
     raise AssertionError(f"timed out waiting for {what}; screen was:\n{text}")
 
 
-async def wait_until(pilot: Pilot, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+async def wait_until(
+    pilot: Pilot, predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition"
+) -> None:
+    """Pause until `predicate()` holds (checked between frames); fail after `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         await pilot.pause(0.05)
         if predicate():
             return
-    raise AssertionError(f"timed out; screen was:\n{screen_text(pilot.app)}")
+    raise AssertionError(f"timed out waiting for {what}; screen was:\n{screen_text(pilot.app)}")
 
 
 def run_lines(text: str) -> list[str]:

@@ -18,7 +18,7 @@ from conftest_app import (
 )
 
 from florwb.cli_app import open_workbench
-from florwb.workbench.format import short_run, short_version
+from florwb.ui.format import short_run, short_version
 from florwb_engine.store import Store
 
 
@@ -68,8 +68,14 @@ async def test_keys_move_the_selection_and_the_summary_follows(demo: Path):
         assert run_ids <= set(shown)  # j visits every run
         await pilot.press("k", "k")
         await pilot.press("g")
-        text = await wait_for(pilot, lambda t: " version 5b4bd146" in t or "version " in t)
-        assert "⏎ log-statement diff" in text  # the first row is a version header
+        # the first row is the newest version's header: the summary names it in full
+        runs = _runs(demo)
+        newest = max(runs, key=lambda r: r["start_time"])["version"]
+        text = await wait_for(
+            pilot, lambda t: f" version {newest}" in t, what="the newest version's summary"
+        )
+        assert "⏎ log-statement diff" in text
+        assert not any(line.startswith(" run 2") for line in text.splitlines())
         await pilot.press("down")
         text = screen_text(app)
         assert any(line.startswith(" run 2") for line in text.splitlines())
@@ -185,3 +191,23 @@ async def test_mouse_selects_rows_opens_detail_and_switches_tabs(demo: Path):
 async def test_open_workbench_refuses_a_folder_without_runs(tmp_path: Path, capsys):
     assert open_workbench(tmp_path) == 1
     assert "no recorded runs" in capsys.readouterr().err
+
+
+async def test_a_failing_worker_shows_one_error_and_the_app_goes_on(demo: Path):
+    """Workers have no error handling of their own: the app's one Worker.StateChanged
+    handler shows the failure in the error modal, and esc returns to a working app."""
+    from florwb.screens.error import ErrorScreen
+    from florwb.screens.run_detail import RunDetailScreen
+
+    app = make_app(demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        app.push_screen(RunDetailScreen(app.store, "no-such-run"))
+        text = await wait_for(
+            pilot, lambda t: "Error while loading the run detail" in t, what="error modal"
+        )
+        assert "unknown run 'no-such-run'" in text
+        assert isinstance(app.screen, ErrorScreen)
+        await pilot.press("escape", "escape")  # the error, then the empty detail screen
+        text = await loaded(pilot)
+        assert len(run_lines(text)) == len(_runs(demo))

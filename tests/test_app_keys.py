@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pytest
 import textual.constants
-from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for
+from conftest_app import copy_demo, loaded, make_app, run_lines, screen_text, wait_for, wait_until
 from textual.binding import Binding
 
 from florwb.app import WorkbenchApp
-from florwb.screens.query import QueryPane
-from florwb.screens.replay import ReplayPane
+from florwb.panes.history import HistoryPane
+from florwb.panes.query import QueryPane
+from florwb.panes.replay import ReplayPane
+from florwb.panes.statements import StatementsPane
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.screens.run_detail import RunDetailScreen
-from florwb.screens.statements import StatementsPane
+from florwb.ui import keys
 from florwb.widgets.history_list import HistoryList
-from florwb.workbench import keys
 
 BOUND = {
     "app": WorkbenchApp,
@@ -94,12 +95,10 @@ async def test_command_palette_reaches_every_action(demo: Path):
 
 
 async def wait_until_marked(pilot, app) -> None:
-    for _ in range(100):
-        await pilot.pause(0.05)
-        if app.marked_runs or app.marked_versions:
-            assert app.query_one("#tabs").active == "history"
-            return
-    raise AssertionError("the palette's mark action did not mark anything")
+    await wait_until(
+        pilot, lambda: bool(app.marked_runs or app.marked_versions), what="the palette's mark"
+    )
+    assert app.query_one("#tabs").active == "history"
 
 
 async def test_themes_change_and_the_screen_stays_readable(demo: Path):
@@ -108,7 +107,7 @@ async def test_themes_change_and_the_screen_stays_readable(demo: Path):
         await loaded(pilot)
         await pilot.press("ctrl+t")
         await pilot.press(*"textual-light")
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda t: "textual-light" in t, what="the theme in the list")
         await pilot.press("enter")
         await wait_for(pilot, lambda t: "version " in t)
         assert app.theme == "textual-light"
@@ -117,17 +116,68 @@ async def test_themes_change_and_the_screen_stays_readable(demo: Path):
 
 
 async def test_readable_at_80x24_with_256_colors(demo: Path, monkeypatch):
+    """At 80x24 every tab shows its own content uncut: the tab row, the footer's keys, the
+    history's whole run line, the diff's columns, the replay's sections, the query's help."""
     monkeypatch.setattr(textual.constants, "COLOR_SYSTEM", "256")
     app = make_app(demo)
     async with app.run_test(size=(80, 24)) as pilot:
         text = await loaded(pilot)
         assert app.console.color_system == "256"
         lines = text.splitlines()
-        assert len(lines) == 24 and max(len(line) for line in lines) <= 80
+        tabs = next(line for line in lines if "1 History" in line)
+        for label in ("2 Statements", "3 Replay", "4 Query"):
+            assert label in tabs, label
+        footer = lines[-1]
+        for key in ("? help", "r replay", "q quit"):
+            assert key in footer, footer
         # every column of a run line fits: status, run, args that differ, sparkline, value
         run_line = next(line for line in lines if "finished" in line)
         assert "lr=" in run_line and run_line.rstrip()[-1].isdigit()
-        for tab in "234":
-            await pilot.press(tab)
-            await pilot.pause(0.3)
-            assert len(screen_text(app).splitlines()) == 24
+        assert any(ch in run_line for ch in "▁▂▃▄▅▆▇█")
+        await pilot.press("2")
+        text = await wait_for(
+            pilot, lambda t: "working tree" in t and "→ L" in t, what="the diff's columns"
+        )
+        assert "✗ cannot place" in text  # the legend's last entry: the title is not cut
+        row = next(line for line in text.splitlines() if line.strip().startswith("weight_norm"))
+        assert row.count("→ L") == 2 and "● L" in row  # both versions and the tree fit
+        await pilot.press("3")
+        text = await wait_for(pilot, lambda t: "Past replays" in t, what="the replay tab")
+        assert "Press r to plan one for the pending log statements." in text
+        assert "Recording now: none" in text
+        await pilot.press("4")
+        text = await wait_for(pilot, lambda t: "SQL" in t, what="the query tab")
+        assert "^⏎ / ^j / F5 run · ^↑ ^↓ history · F8 list · esc leaves the editor" in text
+
+
+async def test_help_and_palette_follow_the_active_keymap(demo: Path):
+    """Rebinding `history.filter` to `f`: f opens the filter, and the help and the palette
+    say f, not /."""
+    app = make_app(demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        app.set_keymap({"history.filter": "f"})
+        await pilot.press("question_mark")
+        seen = await wait_for(pilot, lambda t: "Keys (esc closes" in t, what="help")
+        while "history.filter" not in seen:
+            await pilot.press("pagedown")
+            seen = screen_text(app)
+        line = next(line for line in seen.splitlines() if "history.filter" in line)
+        assert line.split()[1] == "f", line  # the help's key column (after the border)
+        assert "/" not in line, line
+        await pilot.press("escape")
+        await wait_for(pilot, lambda t: "Keys (esc closes" not in t, what="help closed")
+        commands = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert "key f · history.filter" in commands["Filter runs"]
+        footer = screen_text(app).splitlines()[-1]
+        assert "f filter" in footer and "/ filter" not in footer
+        await pilot.press("f", *"lr=0.05")
+        text = await wait_for(pilot, lambda t: len(run_lines(t)) == 1, what="one run left")
+        assert "lr=0.05" in text
+        assert app.query_one(HistoryPane).text_filter == "lr=0.05"
+        await pilot.press("enter")  # keep the filter, back to the list
+        assert app.query_one("#history-list").has_focus
+        await pilot.press("slash")  # no longer bound: the filter box stays closed
+        await pilot.pause()
+        assert app.query_one("#history-list").has_focus
+        assert app.query_one(HistoryPane).text_filter == "lr=0.05"

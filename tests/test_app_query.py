@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for
 
-from florwb.screens.query import history_path
+from florwb.panes.query import history_path
 from florwb_engine.store import Store
 
 

@@ -17,7 +17,7 @@ from conftest_app import (
     wait_until,
 )
 
-from florwb.workbench.format import short_run
+from florwb.ui.format import short_run
 from florwb_engine import project as projects
 from florwb_engine.store import Store
 
@@ -104,18 +104,22 @@ async def test_cancel_stops_the_workers_and_leaves_nothing_half_written(demo: Pa
 
 
 async def test_a_run_recording_in_another_terminal_shows_live_progress(demo: Path):
+    """The run holds at epoch 3 of 8 until the test has seen it live (a file releases it),
+    so what is checked while it records cannot race its end."""
     script = demo / "slow.py"
     script.write_text(
         textwrap.dedent(
             """
-            import sys, time
+            import pathlib, time
             import florwb as flor
 
+            release = pathlib.Path("release")
             for epoch in flor.loop("epoch", range(8)):
-                time.sleep(0.4)
                 flor.log("metric", epoch * 0.5)
-                if epoch == 1:
-                    print("started", flush=True)
+                if epoch == 2:
+                    deadline = time.monotonic() + 120  # never left running by a failed test
+                    while not release.exists() and time.monotonic() < deadline:
+                        time.sleep(0.05)
             flor.commit()
             """
         )
@@ -123,12 +127,10 @@ async def test_a_run_recording_in_another_terminal_shows_live_progress(demo: Pat
     app = make_app(demo)
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
-        proc = subprocess.Popen(
-            [sys.executable, "slow.py"], cwd=demo, stdout=subprocess.PIPE, text=True
-        )
+        proc = subprocess.Popen([sys.executable, "slow.py"], cwd=demo)
         try:
             text = await wait_for(
-                pilot, lambda t: "epoch" in t and "/8" in t, timeout=30, what="live run"
+                pilot, lambda t: "epoch" in t and "/8" in t, timeout=60, what="live run"
             )
             line = next(line for line in text.splitlines() if "/8" in line)
             assert "●" in line  # running
@@ -136,6 +138,7 @@ async def test_a_run_recording_in_another_terminal_shows_live_progress(demo: Pat
             text = await wait_for(pilot, lambda t: "Recording now: 1" in t, what="live bar")
             assert "/8" in text
         finally:
+            (demo / "release").touch()
             proc.wait(timeout=60)
         await pilot.press("1")
         text = await wait_for(

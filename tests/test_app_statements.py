@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for
+from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for, wait_until
 
-from florwb.workbench.format import short_version
+from florwb.components.live_monitor import LiveMonitor
+from florwb.ui.format import short_version
 from florwb_engine import versions
 from florwb_engine.propagate import statement_matrix
 from florwb_engine.store import Store
@@ -27,6 +28,10 @@ def _matrix_line(text: str, name: str) -> str:
     return next(line for line in text.splitlines() if line.strip().startswith(name + " "))
 
 
+def _has_row(text: str, name: str) -> bool:
+    return any(line.strip().startswith(name + " ") for line in text.splitlines())
+
+
 async def test_matrix_of_statements_by_version_and_code_diff(demo: Path):
     old, new = _versions(demo)
     sources = {v: versions.read_file(demo / ".florwb", v, "train.py").decode() for v in (old, new)}
@@ -36,7 +41,9 @@ async def test_matrix_of_statements_by_version_and_code_diff(demo: Path):
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
         await pilot.press("2")
-        text = await wait_for(pilot, lambda t: "weight_norm" in t and "diff" in t, what="matrix")
+        text = await wait_for(
+            pilot, lambda t: _has_row(t, "weight_norm") and "diff version" in t, what="matrix"
+        )
         assert f"{short_version(old)} (2)" in text and f"{short_version(new)} (2)" in text
         assert "working tree" in text
         row = _matrix_line(text, "weight_norm")
@@ -74,7 +81,8 @@ async def test_cannot_place_shows_the_reason_and_marked_version_is_the_base(demo
         await pilot.press("space")
         assert app.marked_versions == {old}
         await pilot.press("2")
-        text = await wait_for(pilot, lambda t: "momentum_used" in t, what="matrix")
+        # the banner names the new statement too: wait for its row in the matrix
+        text = await wait_for(pilot, lambda t: _has_row(t, "momentum_used"), what="matrix")
         row = _matrix_line(text, "momentum_used")
         assert "✗ no" in row  # v1 has no momentum: cannot place
         table = app.query_one("#matrix")
@@ -96,7 +104,9 @@ async def test_saving_a_new_log_statement_is_noticed_and_offers_a_replay(demo: P
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
         await wait_for(pilot, lambda t: "weight_norm" in t, what="first pending statement")
-        await pilot.pause(0.3)  # the observer is running
+        # the watcher says when it watches (inotify watches are in place): no sleep
+        monitor = app.query_one(LiveMonitor)
+        await wait_until(pilot, lambda: monitor.watcher_ready, what="the script watcher")
         script = demo / "train.py"
         code = script.read_text().replace(
             '            flor.log("loss", loss.item())',

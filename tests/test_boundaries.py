@@ -2,33 +2,30 @@
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
+import tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
-    return found
-
-
-def test_engine_never_imports_textual_or_florwb():
-    offenders = {
-        str(path.relative_to(ROOT)): sorted(_imports(path) & {"textual", "florwb"})
-        for path in (ROOT / "engine").rglob("*.py")
+def test_import_contracts_hold():
+    """The boundaries are import-linter contracts in pyproject.toml (engine/ knows no screen,
+    panes never reach into the App); this runs the same check .ci/run does."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    forbidden = {
+        module
+        for contract in contracts["contracts"]
+        if "florwb_engine" in contract["source_modules"]
+        for module in contract["forbidden_modules"]
     }
-    offenders = {k: v for k, v in offenders.items() if v}
-    assert offenders == {}
-    assert len(list((ROOT / "engine").rglob("*.py"))) > 10
+    assert {"textual", "florwb"} <= forbidden
+    lint = Path(sys.executable).parent / "lint-imports"
+    done = subprocess.run([lint], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert f"Contracts: {len(contracts['contracts'])} kept, 0 broken." in done.stdout
 
 
 def test_import_florwb_is_cheap():

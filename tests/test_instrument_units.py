@@ -130,6 +130,10 @@ def test_no_optimizer_means_loops_and_args_but_no_checkpointing() -> None:
             "import flordb as flor\nfor e in flor.loop('e', range(2)):\n    loss.backward()\n",
             "change it to `import florwb as flor`",
         ),
+        (  # the 2021 package: recognised like flordb (florwb_engine.flor_calls)
+            "import flor\nfor e in flor.loop('e', range(2)):\n    loss.backward()\n",
+            "the script imports flor as `flor`",
+        ),
         (
             "flor = 3\nfor e in range(2):\n    loss.backward()\n",
             "the name `flor` is already used at line 1",

@@ -425,7 +425,15 @@ def test_to_json_has_stable_keys() -> None:
     data = result.to_json()
     assert list(data) == ["statements"]
     for row in data["statements"]:
-        assert list(row) == ["name", "line_new", "line_old", "status", "reason", "loop_path"]
+        assert list(row) == [
+            "name",
+            "line_new",
+            "line_old",
+            "status",
+            "reason",
+            "loop_path",
+            "anchor",
+        ]
         assert isinstance(row["loop_path"], list)
     json.dumps(data)
     assert data["statements"][0]["loop_path"] == ["epoch", "step"]
@@ -536,3 +544,113 @@ def test_engine_does_not_import_the_ui() -> None:
                 continue
             for name in names:
                 assert name.split(".")[0] not in ("textual", "florwb"), (path, name)
+
+
+def test_cli_reports_how_each_placement_was_anchored() -> None:
+    """`florwb propagate` says per statement how sure its place is, in text and JSON."""
+    import subprocess
+    import sys
+
+    case = ROOT / "tests" / "propagation_corpus" / "55_positional_fallback"
+    cli = [sys.executable, "-m", "florwb.cli", "propagate", str(case / "new.py")]
+    text = subprocess.run([*cli, str(case / "old.py")], capture_output=True, text=True, check=True)
+    assert text.stdout == (case / "expected.py").read_text()
+    assert "n_metrics (line 10) inserted at line 9, anchored positional" in text.stderr
+    assert "placed by position" in text.stderr
+    report = subprocess.run(
+        [*cli, str(case / "old.py"), "--json"], capture_output=True, text=True, check=True
+    )
+    (row,) = json.loads(report.stdout)["statements"]
+    assert row["anchor"] == "positional" and row["status"] == "inserted"
+    exact = ROOT / "tests" / "propagation_corpus" / "50_moved_siblings_nearest"
+    report = subprocess.run(
+        [*cli[:-1], str(exact / "new.py"), str(exact / "old.py"), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert [r["anchor"] for r in json.loads(report.stdout)["statements"]] == ["exact"]
+
+
+def test_results_and_parsed_versions_are_reused_across_calls() -> None:
+    """The planner and the matrix ask for the same pairs again: nothing is parsed twice."""
+    from florwb_engine.propagate import finder
+
+    new, old = "".join(NEW), "".join(OLD)  # equal text, other string objects
+    first = propagate(NEW, OLD)
+    assert propagate(new, old) is first
+    assert propagate(NEW, OLD, names=["grad"]) is propagate(new, old, names=("grad",))
+    assert finder.analyze(old) is finder.analyze(OLD)
+    assert finder.analyze(OLD).bindings is finder.analyze(old).bindings
+    before = finder._analyze.cache_info().misses
+    propagate(NEW, OLD, names=["avg"])  # another statement into the same version
+    assert finder._analyze.cache_info().misses == before
+
+
+def _one(new: str, old: str):
+    result = propagate(new, old)
+    ast.parse(result.code)
+    (placement,) = result.placements
+    return result, placement
+
+
+def test_name_bound_in_try_body_is_unbound_after_a_handler_that_goes_on() -> None:
+    head = "import florwb as flor\n\ndef f(load):\n"
+    new = head + (
+        "    try:\n        data = load()\n    except OSError:\n        data = None\n"
+        '    flor.log("n", len(data))\n    return data\n'
+    )
+    old_pass = head + (
+        "    try:\n        data = load()\n    except OSError:\n        print('no data')\n"
+        "    return data\n"
+    )
+    result, placement = _one(new, old_pass)
+    assert placement.status == "unplaced" and "may be unbound" in placement.reason
+    assert result.code == old_pass
+    old_exit = old_pass.replace("print('no data')", "sys.exit(1)")
+    result, placement = _one(new, old_exit)
+    assert placement.status == "inserted" and placement.anchor in ("exact", "similar")
+    assert '    flor.log("n", len(data))\n    return data\n' in result.code
+
+
+def test_no_placement_after_if_elif_else_that_all_end_or_endless_while() -> None:
+    new = (
+        "import florwb as flor\n\ndef f(x):\n    if x > 1:\n        y = 1\n"
+        "    elif x < 0:\n        y = 2\n    else:\n        y = 3\n"
+        '    flor.log("y", y)\n    return y\n'
+    )
+    old = (
+        "import florwb as flor\n\ndef f(x):\n    if x > 1:\n        y = 1\n        return y\n"
+        "    elif x < 0:\n        raise ValueError(x)\n    else:\n        y = 3\n"
+        "        return y\n"
+    )
+    result, placement = _one(new, old)
+    assert placement.status == "unplaced" and "never run" in placement.reason
+    assert result.code == old
+    new = (
+        "import florwb as flor\n\ndef serve(q):\n    while True:\n        q.get()\n"
+        '    flor.log("done", 1)\n'
+    )
+    old = "import florwb as flor\n\ndef serve(q):\n    while True:\n        q.get()\n"
+    assert _one(new, old)[1].status == "unplaced"
+    with_break = old.replace("q.get()\n", "if q.get() is None:\n            break\n")
+    new_break = new.replace("q.get()\n", "if q.get() is None:\n            break\n")
+    assert _one(new_break, with_break)[1].status == "inserted"
+
+
+def test_trailing_lines_of_nested_blocks_move_below_the_inserted_statement() -> None:
+    old = (
+        "import florwb as flor\n\nfor epoch in flor.loop('epoch', range(3)):\n"
+        "    if epoch:\n        for step in range(2):\n            s = step\n\n"
+        "            # inner note\n        # middle note\n\n"
+        "print('done')\n"
+    )
+    new = (
+        "import florwb as flor\n\nfor epoch in flor.loop('epoch', range(3)):\n"
+        "    if epoch:\n        for step in range(2):\n            s = step\n"
+        '    flor.log("e", epoch)\n'
+        "print('done')\n"
+    )
+    result, placement = _one(new, old)
+    assert placement.status == "inserted" and placement.old_line == 7
+    assert result.code == old.replace("s = step\n\n", 's = step\n    flor.log("e", epoch)\n\n')

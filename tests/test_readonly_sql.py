@@ -134,7 +134,7 @@ def _surfaces(project: Path, sql: str) -> list[str]:
     import florwb as flor
     from florwb.cli import main
     from florwb_engine.store import Store
-    from florwb_engine.store.workbench import count_rows, query_page
+    from florwb_engine.store.queries import count_rows, query_page
 
     outcomes = []
     out, err = io.StringIO(), io.StringIO()
@@ -220,7 +220,7 @@ def test_reads_still_work_on_the_read_only_connection(recorded):
     project, _home = recorded
     import florwb as flor
     from florwb_engine.store import Store
-    from florwb_engine.store.workbench import count_rows, query_page
+    from florwb_engine.store.queries import count_rows, query_page
 
     frame = flor.query("SELECT count(*) AS n FROM logs WHERE name = 'loss'")
     assert int(frame["n"][0]) == 12
@@ -270,7 +270,7 @@ def test_huge_results_stream_in_bounded_memory(recorded):
     # the Query tab's page and the notebook API under the same memory cap
     page = _limited(
         "from florwb_engine.store import Store\n"
-        "from florwb_engine.store.workbench import query_page\n"
+        "from florwb_engine.store.queries import query_page\n"
         f"p = query_page(Store('.'), {huge!r}, 1000)\n"
         "print(len(p.rows), p.total, p.truncated)\n",
         project,
@@ -297,7 +297,7 @@ def test_read_only_and_write_sessions_of_one_process_take_turns(recorded):
     import threading
 
     from florwb_engine.store import Store
-    from florwb_engine.store.workbench import query_page
+    from florwb_engine.store.queries import query_page
 
     project, _home = recorded
     holding, release = threading.Event(), threading.Event()

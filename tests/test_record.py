@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -138,6 +140,28 @@ def test_cli_runs_query_and_dataframe(recorded):
     assert len(rows) == 15 and {"loss", "acc", "epoch", "step"} <= set(rows[0])
     csv = florwb(recorded, "query", "SELECT count(*) AS n FROM logs", "--format", "csv").stdout
     assert csv.split() == ["n", "16"]  # 12 loss + 3 acc + 1 final
+
+
+def test_cli_and_workbench_list_runs_through_one_listing(recorded):
+    """`florwb runs --json`, Store.runs() and the workbench's history read the same runs
+    through one query and one value decoder, and the JSON keys are the documented ones."""
+    from florwb_engine.store.queries import load_history, load_run_detail
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    documented = re.search(
+        r"`florwb runs --json` prints a list of objects with the keys `([^`]+)`", readme
+    )
+    assert documented is not None
+    keys = [k.strip() for k in documented.group(1).split(",")]
+    printed = json.loads(florwb(recorded, "runs", "--json").stdout)
+    assert [list(run) for run in printed] == [keys]
+    store = Store(recorded)
+    assert printed == json.loads(json.dumps(store.runs()))
+    (row,) = load_history(store).runs
+    assert row == store.run_rows()[0] == load_run_detail(store, row.run_id).run
+    assert row.to_json()["args"] == printed[0]["args"] == {"lr": 0.05, "epochs": 3}
+    assert isinstance(row.args["epochs"], int) and row.n_checkpoints == 3 and row.n_logs == 16
+    assert printed[0]["start_time"] == row.start_time.isoformat()
 
 
 def test_flor_dataframe_and_query_from_python(recorded):

@@ -9,7 +9,7 @@ contents of multi-line strings alone, so the code means what it meant.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import libcst as cst
 
@@ -22,7 +22,7 @@ class Editor(cst.CSTTransformer):
         super().__init__()
         self.edits = edits
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+    def on_leave(self, original_node, updated_node):
         result = super().on_leave(original_node, updated_node)
         for edit in self.edits.get(id(original_node), ()):
             result = edit(result)
@@ -82,7 +82,7 @@ class Builder:
             text = f"with {self.alias}.checkpointing(\n{lines}):\n    pass\n"
         template = cst.parse_statement(text)
         assert isinstance(template, cst.With)
-        moved = loop.with_changes(leading_lines=())  # type: ignore[call-arg]
+        moved = loop.with_changes(leading_lines=())
         return template.with_changes(
             body=cst.IndentedBlock(body=[moved]),
             leading_lines=loop.leading_lines,  # type: ignore[attr-defined]
@@ -119,7 +119,7 @@ def _quote_style(module: cst.Module) -> str:
     return "'" if counts["'"] > counts['"'] else '"'
 
 
-def insert_after(extra: list[cst.BaseStatement]) -> Edit:
+def insert_after(extra: Sequence[cst.BaseStatement]) -> Edit:
     def edit(node: cst.CSTNode) -> cst.CSTNode:
         return cst.FlattenSentinel([node, *extra])  # type: ignore[return-value]
 

@@ -84,7 +84,7 @@ class HyperparameterFinder:
                 continue
             out.append(stmt)
             if is_main_guard(stmt):
-                out.extend(stmt.body.body)  # type: ignore[attr-defined]
+                out.extend(stmt.body.body)  # type: ignore[union-attr]
         return out
 
     def _binding_lines(self) -> dict[str, list[int]]:
@@ -194,7 +194,7 @@ class HyperparameterFinder:
     def _namespace_target(assign: cst.Assign, call: cst.Call) -> str | None:
         if len(assign.targets) != 1:
             return None
-        target = assign.targets[0].target
+        target: cst.BaseExpression = assign.targets[0].target
         if method_name(call) == "parse_known_args":
             if isinstance(target, (cst.Tuple, cst.List)) and target.elements:
                 target = target.elements[0].value

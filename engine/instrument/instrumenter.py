@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from florwb_engine.flor_calls import top_level_imports
 from florwb_engine.instrument.edits import Builder, Edit, Editor, insert_after
 from florwb_engine.instrument.hyperparams import HyperparameterFinder, Hyperparameters
 from florwb_engine.instrument.loops import Loop, LoopFinder, TrainingLoops
@@ -24,7 +25,7 @@ from florwb_engine.instrument.result import (
 from florwb_engine.instrument.scopes import Scopes
 from florwb_engine.instrument.state import StateFinder
 from florwb_engine.instrument.syntax import call_name
-from florwb_engine.instrument.tree import Tree, florwb_alias
+from florwb_engine.instrument.tree import Tree
 
 DEFAULT_ALIAS = "flor"
 
@@ -49,11 +50,14 @@ class _Instrumenter:
 
     def run(self) -> InstrumentResult:
         tree = self.tree
-        alias, flordb = florwb_alias(tree.module)
-        if flordb and not alias:
+        imports = top_level_imports(tree.module)
+        alias = imports.alias_of("florwb")
+        other = imports.alias_of("flordb", "flor")
+        if other and not alias:
+            package = imports.modules[other]
             return self.refused(
-                f"the script imports flordb as `{flordb}`: florwb is a drop-in replacement, "
-                f"change it to `import florwb as {flordb}` and run florwb instrument again"
+                f"the script imports {package} as `{other}`: florwb is a drop-in replacement, "
+                f"change it to `import florwb as {other}` and run florwb instrument again"
             )
         if alias is None:
             clash = next(

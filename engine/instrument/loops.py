@@ -280,7 +280,7 @@ class LoopFinder:
     @staticmethod
     def _variable_name(node: cst.For) -> str | None:
         """`for epoch in ...` -> "epoch"; `for step, (x, y) in enumerate(...)` -> "step"."""
-        target = node.target
+        target: cst.BaseExpression = node.target
         if (
             isinstance(target, cst.Tuple)
             and call_name(node.iter) == "enumerate"

@@ -113,7 +113,7 @@ def _small_bindings(small: cst.CSTNode, scope: Scope, stmt: cst.CSTNode) -> Iter
                     Binding(n, scope, stmt, OTHER) for n in assigned_names(alias.asname.name)
                 )
             else:
-                node = alias.name
+                node: cst.BaseExpression = alias.name
                 while isinstance(node, cst.Attribute):
                     node = node.value
                 if isinstance(node, cst.Name):

@@ -241,7 +241,7 @@ class StateFinder:
 
     def _trained_models(self, optimizer: Origin) -> list[tuple[int, int | None]]:
         """Keys of the objects whose `.parameters()` an optimizer constructor is given."""
-        keys = []
+        keys: list[tuple[int, int | None]] = []
         expr = strip_passthrough(optimizer.expr)
         if not isinstance(expr, cst.Call):
             return keys
@@ -262,7 +262,7 @@ class StateFinder:
         calls: dict[str, set[str]] = {}
         for node in self.tree.walk(loop):
             method = method_name(node)
-            if method is None:
+            if method is None or not isinstance(node, cst.Call):
                 continue
             receiver = node.func.value  # type: ignore[attr-defined]
             if isinstance(receiver, cst.Name):

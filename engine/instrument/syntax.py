@@ -40,7 +40,7 @@ def dotted(node: cst.CSTNode | None) -> str | None:
     return None
 
 
-def call_name(node: cst.CSTNode) -> str | None:
+def call_name(node: cst.CSTNode | None) -> str | None:
     """The dotted name a call calls (`torch.optim.SGD` for `torch.optim.SGD(...)`)."""
     return dotted(node.func) if isinstance(node, cst.Call) else None
 

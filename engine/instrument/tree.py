@@ -14,7 +14,6 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from florwb_engine.instrument.errors import InstrumentError
-from florwb_engine.instrument.syntax import dotted
 
 
 @dataclass
@@ -186,22 +185,3 @@ class Tree:
             if isinstance(current, cst.ClassDef) and current is not node:
                 continue
             stack.extend(reversed(self.children(current)))
-
-
-def florwb_alias(module: cst.Module) -> tuple[str | None, str | None]:
-    """(name bound to florwb at module level, name bound to flordb) by top-level imports."""
-    florwb = flordb = None
-    for stmt in module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
-        for small in stmt.body:
-            if not isinstance(small, cst.Import):
-                continue
-            for alias in small.names:
-                name = dotted(alias.name)
-                bound = alias.asname.name.value if alias.asname else name  # type: ignore[union-attr]
-                if name == "florwb":
-                    florwb = bound
-                elif name == "flordb":
-                    flordb = bound
-    return florwb, flordb

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import libcst as cst
 
@@ -47,19 +48,19 @@ def apply_edits(tree: Tree, plan: EditPlan) -> cst.Module:
         while tn is not None and tn.idx not in on_path:
             on_path.add(tn.idx)
             tn = tn.parent
-    module = _rebuild(tree.root, plan, on_path)
+    module = _rebuild(tree.root, plan, on_path, tree.module.default_indent)
     assert isinstance(module, cst.Module)
     return module
 
 
-def _rebuild(tn: TNode, plan: EditPlan, on_path: set[int]) -> cst.CSTNode:
+def _rebuild(tn: TNode, plan: EditPlan, on_path: set[int], default_indent: str) -> cst.CSTNode:
     node = tn.node
     changes: dict[str, object] = {}
     sequences: dict[str, list[cst.CSTNode]] = {}
     for child in tn.children:
         if child.idx not in on_path:
             continue
-        new_child = _rebuild(child, plan, on_path)
+        new_child = _rebuild(child, plan, on_path, default_indent)
         assert child.field is not None
         if child.key is None:
             changes[child.field] = new_child
@@ -73,8 +74,21 @@ def _rebuild(tn: TNode, plan: EditPlan, on_path: set[int]) -> cst.CSTNode:
         body = sequences.get("body")
         if body is None:
             body = sequences["body"] = list(node.body)  # type: ignore[attr-defined]
+        level = _indent_of(tn, default_indent)
         for index in sorted(insertions, reverse=True):
+            moved: list[cst.EmptyLine] = []
+            if index > 0:
+                body[index - 1], moved = _strip(body[index - 1], level, default_indent)
             body[index:index] = insertions[index]
+            if moved:
+                after = index + len(insertions[index])
+                if after < len(body):
+                    following: Any = body[after]
+                    body[after] = following.with_changes(
+                        leading_lines=(*moved, *following.leading_lines)
+                    )
+                else:
+                    changes["footer"] = (*moved, *getattr(node, "footer", ()))
     for name, seq in sequences.items():
         changes[name] = tuple(seq)
     new_node = node.with_changes(**changes) if changes else node
@@ -83,6 +97,82 @@ def _rebuild(tn: TNode, plan: EditPlan, on_path: set[int]) -> cst.CSTNode:
         assert isinstance(new_node, cst.BaseExpression)
         new_node = wrap(new_node)
     return new_node
+
+
+def _indent_of(tn: TNode, default_indent: str) -> str:
+    """The indentation of the statements of a block (the module's is empty)."""
+    parts: list[str] = []
+    node: TNode | None = tn
+    while node is not None:
+        if type(node.node) is cst.IndentedBlock:
+            indent = node.node.indent  # type: ignore[attr-defined]
+            parts.append(default_indent if indent is None else indent)
+        node = node.parent
+    return "".join(reversed(parts))
+
+
+def _last_clause(node: cst.CSTNode) -> str | None:
+    """The field holding the part of a compound statement that is written last."""
+    tp = type(node)
+    if tp in (cst.If, cst.For, cst.While):
+        return "orelse" if node.orelse is not None else "body"  # type: ignore[attr-defined]
+    if tp in (cst.Try, cst.TryStar):
+        if node.finalbody is not None:  # type: ignore[attr-defined]
+            return "finalbody"
+        if node.orelse is not None:  # type: ignore[attr-defined]
+            return "orelse"
+        return "handlers" if node.handlers else "body"  # type: ignore[attr-defined]
+    if tp is cst.Match:
+        return "cases"
+    if isinstance(node, (cst.BaseCompoundStatement, cst.Else, cst.Finally)) or tp in (
+        cst.ExceptHandler,
+        cst.ExceptStarHandler,
+        cst.MatchCase,
+    ):
+        return "body"
+    return None
+
+
+def _absolute(line: cst.EmptyLine, indent: str) -> cst.EmptyLine:
+    """The same line with its indentation written out (it is moved to another block)."""
+    if not line.indent:
+        return line
+    whitespace = cst.SimpleWhitespace(indent + line.whitespace.value)
+    return line.with_changes(indent=False, whitespace=whitespace)
+
+
+def _strip(node: cst.CSTNode, indent: str, default_indent: str) -> tuple[Any, list[cst.EmptyLine]]:
+    """A compound statement without the blank/comment lines that trail its last block,
+    and those lines (in order, indentation written out).
+
+    A statement inserted after an `if` block goes right after the block's last
+    statement; the blank and comment lines that followed the block move below it.
+    """
+    if type(node) is cst.IndentedBlock:
+        inner = indent + (default_indent if node.indent is None else node.indent)
+        body = list(node.body)
+        lines: list[cst.EmptyLine] = []
+        if body:
+            body[-1], lines = _strip(body[-1], inner, default_indent)
+        lines = lines + [_absolute(line, inner) for line in node.footer]
+        if not lines:
+            return node, []
+        return node.with_changes(body=tuple(body), footer=()), lines
+    field = _last_clause(node)
+    if field is None:
+        return node, []
+    value = getattr(node, field)
+    if isinstance(value, tuple):
+        if not value:
+            return node, []
+        last, lines = _strip(value[-1], indent, default_indent)
+        if not lines:
+            return node, []
+        return node.with_changes(**{field: (*value[:-1], last)}), lines
+    child, lines = _strip(value, indent, default_indent)
+    if not lines:
+        return node, []
+    return node.with_changes(**{field: child}), lines
 
 
 def replace_nodes(node: cst.CSTNode, replacements: dict[int, cst.CSTNode]) -> cst.CSTNode:

@@ -22,7 +22,7 @@ from florwb_engine.propagate.aliases import (
 )
 from florwb_engine.propagate.errors import PropagationError
 from florwb_engine.propagate.model import STANDALONE, WRAPPED, LogStatement
-from florwb_engine.propagate.names import free_names
+from florwb_engine.propagate.names import Bindings, free_names
 from florwb_engine.propagate.source import gc_paused, parse_source
 from florwb_engine.propagate.tree import TNode, Tree
 
@@ -85,6 +85,15 @@ class Analysis:
         }
         self._calls, self._escapes = self._function_references()
         self.sites: list[LogSite] = self._find_sites()
+        self._bindings: Bindings | None = None
+
+    @property
+    def bindings(self) -> Bindings:
+        """Name bindings of this version (built once: propagating several statements, or
+        from several versions, into this one reuses them)."""
+        if self._bindings is None:
+            self._bindings = Bindings(self.tree)
+        return self._bindings
 
     # -- helpers used by propagation ------------------------------------------------------
     def code(self, node: cst.CSTNode) -> str:
@@ -319,7 +328,7 @@ def header(node: cst.CSTNode, code) -> str:
     return code(node).strip()
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=32)
 def _analyze(source: str) -> Analysis:
     return Analysis(source)
 

@@ -70,7 +70,7 @@ def _statement_matrix(sources: Mapping[str, str], reference: str) -> StatementMa
             for name in names:
                 cells[(name, version)] = MatrixCell(MATRIX_CANNOT_PLACE, None, str(analysis))
             continue
-        lines = {}
+        lines: dict[str, int] = {}
         for site in analysis.sites:
             lines.setdefault(site.name, site.line)
         todo: dict[str, list[str]] = {}

@@ -7,6 +7,7 @@ workbench's log-statement diff, so they hold only built-in types and never libcs
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 STANDALONE = "standalone"
@@ -15,6 +16,11 @@ WRAPPED = "wrapped"
 INSERTED = "inserted"
 PRESENT = "present"
 UNPLACED = "unplaced"
+
+# how an inserted statement's place was found (Placement.anchor)
+EXACT = "exact"  # next to a statement whose old counterpart is the same code
+SIMILAR = "similar"  # next to a statement matched by similarity (it was edited)
+POSITIONAL = "positional"  # same position in a block of the same length, nothing matched
 
 MATRIX_PRESENT = "present"
 MATRIX_PROPAGATABLE = "propagatable"
@@ -51,7 +57,11 @@ class Placement:
     where it was inserted or wrapped, or where it already was; None when unplaced.
     `status` is "inserted", "present" or "unplaced"; `reason` says why it was not placed
     (or notes something about a present statement), else None. `loop_path` is the loop path
-    in the output code (the new source's, when unplaced).
+    in the output code (the new source's, when unplaced). `anchor` says how sure an
+    inserted (or wrapped) statement's place is: "exact" (next to a statement that is the
+    same code in both versions), "similar" (next to one matched by similarity, i.e.
+    edited) or "positional" (same position in a block of the same length where nothing
+    matched; `reason` then says so); None for present and unplaced statements.
     """
 
     name: str
@@ -60,6 +70,7 @@ class Placement:
     status: str
     reason: str | None
     loop_path: tuple[str, ...]
+    anchor: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,7 +80,35 @@ class Placement:
             "status": self.status,
             "reason": self.reason,
             "loop_path": list(self.loop_path),
+            "anchor": self.anchor,
         }
+
+
+@dataclass(frozen=True)
+class FlorLoop:
+    """One `for ... in flor.loop("<name>", ...)` of a source (see propagate/loops.py).
+
+    `path` names the flor.loops around it lexically and itself, outermost first; lines are
+    1-based and inclusive. `binds` holds every name the loop assigns or deletes (its target
+    and anything in its body, nested loops included); `reads` the names its body reads
+    outside the flor.loops nested in it.
+    """
+
+    name: str
+    path: tuple[str, ...]
+    first_line: int
+    last_line: int
+    binds: frozenset[str]
+    reads: frozenset[str]
+
+    def contains(self, other: FlorLoop) -> bool:
+        """Whether `other` is nested (at any depth) inside this loop."""
+        return (
+            other is not self
+            and len(other.path) > len(self.path)
+            and self.first_line <= other.first_line
+            and other.last_line <= self.last_line
+        )
 
 
 @dataclass(frozen=True)
@@ -82,6 +121,15 @@ class PropagationResult:
     code: str
     placements: tuple[Placement, ...]
 
+    @cached_property
+    def loops(self) -> tuple[FlorLoop, ...]:
+        """The flor.loops of `code`, in source order: where the placed statements sit
+        relative to them and what they read (replay planning's mode). Computed on first
+        use: the statement matrix, which propagates many versions, never asks."""
+        from florwb_engine.propagate.loops import flor_loops
+
+        return flor_loops(self.code)
+
     @property
     def inserted(self) -> tuple[Placement, ...]:
         return tuple(p for p in self.placements if p.status == INSERTED)
@@ -91,7 +139,8 @@ class PropagationResult:
         return tuple(p for p in self.placements if p.status == UNPLACED)
 
     def to_json(self) -> dict[str, Any]:
-        """`{"statements": [{"name", "line_new", "line_old", "status", "reason", "loop_path"}]}`."""
+        """`{"statements": [{"name", "line_new", "line_old", "status", "reason", "loop_path",
+        "anchor"}]}`."""
         return {"statements": [p.to_json() for p in self.placements]}
 
 

@@ -3,19 +3,23 @@
 A statement may only go where everything it reads already exists; an insertion that reads
 an undefined name would crash the replay or, worse, read a different variable. The analysis
 follows Python's scoping (function locals, closures, globals, builtins; comprehension and
-lambda scopes do not leak) and is positional: at an insertion point a local name counts as
-defined only if some binding of it comes earlier in the source. Bindings in branches count
-(a conditional definition usually holds at run time); a binding only *later* in the same
-function, even inside an enclosing loop, does not.
+lambda scopes do not leak) and follows the flow of the scope (flow.py): at an insertion
+point a local name counts as defined only if it is bound on every path that reaches it. A
+name bound in only one branch of an `if` (or only in a `try` body, not its handlers) may
+be unbound there and does not count; bindings in a loop body count after the loop (loops
+are assumed to run); a binding only *later* in the same function, even inside an enclosing
+loop, does not.
 """
 
 from __future__ import annotations
 
+import bisect
 import builtins
 from collections.abc import Iterable
 
 import libcst as cst
 
+from florwb_engine.propagate.flow import DefiniteNames
 from florwb_engine.propagate.tree import TNode, Tree, iter_children
 
 BUILTIN_NAMES = frozenset(dir(builtins)) | frozenset(
@@ -125,24 +129,50 @@ def _all_params(params: cst.Parameters) -> Iterable[cst.Param]:
 class Scope:
     """One Python scope of the old version: where each name is bound (preorder positions)."""
 
-    __slots__ = ("kind", "parent", "bindings", "globals", "star")
+    __slots__ = ("kind", "parent", "bindings", "globals", "star", "root", "_by_pos", "_definite")
 
-    def __init__(self, kind: str, parent: Scope | None) -> None:
+    def __init__(self, kind: str, parent: Scope | None, root: TNode | None = None) -> None:
         self.kind = kind
         self.parent = parent
+        self.root = root  # the scope's body block (the module itself for the module scope)
         self.bindings: dict[str, list[int]] = {}
         self.globals: set[str] = set()
         self.star = False
+        self._by_pos: tuple[list[int], list[str]] | None = None
+        self._definite: DefiniteNames | None = None
 
     def bind(self, name: str, pos: int) -> None:
         self.bindings.setdefault(name, []).append(pos)
+
+    def names_in(self, tn: TNode) -> set[str]:
+        """Names this scope binds inside a subtree."""
+        if self._by_pos is None:
+            pairs = sorted((p, n) for n, ps in self.bindings.items() for p in ps)
+            self._by_pos = ([p for p, _ in pairs], [n for _, n in pairs])
+        positions, names = self._by_pos
+        lo = bisect.bisect_left(positions, tn.idx)
+        hi = bisect.bisect_right(positions, tn.end)
+        return set(names[lo:hi])
+
+    def surely_bound(self, name: str, block: TNode, index: int) -> bool:
+        """`name` (bound in this scope) is bound on every path to statement `index` of
+        `block`, a block of this scope."""
+        positions = self.bindings[name]
+        root = self.root
+        if root is None or not root.contains(block):
+            return True
+        if any(not root.contains_idx(p) for p in positions):
+            return True  # a parameter
+        if self._definite is None:
+            self._definite = DefiniteNames(root, self.names_in)
+        return name in self._definite.at(block, index)
 
 
 class Bindings:
     """Name bindings of a whole module, queried as "is `x` defined at this position"."""
 
     def __init__(self, tree: Tree) -> None:
-        self.module_scope = Scope("module", None)
+        self.module_scope = Scope("module", None, tree.root)
         self.block_scope: dict[int, Scope] = {}
         self._collect(tree.root)
 
@@ -152,15 +182,23 @@ class Bindings:
     def module_binds(self, name: str) -> bool:
         return name in self.module_scope.bindings
 
-    def is_defined(self, name: str, scope: Scope, pos: int) -> bool:
-        """True if `name` can be read at preorder position `pos` inside `scope`."""
+    def is_defined(
+        self, name: str, scope: Scope, pos: int, at: tuple[TNode, int] | None = None
+    ) -> bool:
+        """True if `name` can be read at preorder position `pos` inside `scope`.
+
+        With `at` = (block, index), the statement position `pos` stands for, a name of
+        the scope itself must also be bound on every path to it (not in one branch only).
+        """
         if name in BUILTIN_NAMES:
             return True
         module = self.module_scope
         if name in scope.globals:
             return name in module.bindings or module.star
         if name in scope.bindings:
-            return any(p < pos for p in scope.bindings[name])
+            if not any(p < pos for p in scope.bindings[name]):
+                return False
+            return at is None or scope.surely_bound(name, *at)
         outer = scope.parent
         while outer is not None:
             if outer.kind != "class" and name in outer.bindings:
@@ -187,7 +225,7 @@ class Bindings:
                 stack.extend((c, scope, False) for c in tn.children)
             elif tp is cst.FunctionDef:
                 scope.bind(node.name.value, tn.idx)
-                inner = Scope("function", scope)
+                inner = Scope("function", scope, _body(tn))
                 for c in tn.children:
                     if c.field in ("params", "body", "type_parameters"):
                         stack.append((c, inner, False))
@@ -195,7 +233,7 @@ class Bindings:
                         stack.append((c, scope, False))
             elif tp is cst.ClassDef:
                 scope.bind(node.name.value, tn.idx)
-                inner = Scope("class", scope)
+                inner = Scope("class", scope, _body(tn))
                 for c in tn.children:
                     if c.field == "body":
                         stack.append((c, inner, False))
@@ -234,6 +272,10 @@ class Bindings:
                 stack.extend((c, scope, False) for c in tn.children if c.field != "name")
             else:
                 stack.extend((c, scope, False) for c in tn.children)
+
+
+def _body(tn: TNode) -> TNode | None:
+    return next((c for c in tn.children if c.field == "body"), None)
 
 
 _BLOCK_TYPES = frozenset({cst.Module, cst.IndentedBlock})

@@ -5,23 +5,36 @@ matched (see matching.py) with the missing statements taken out of the new tree 
 calls are replaced by the expression they wrap), so that the new tree describes the old
 code plus unrelated edits. Then:
 
-* standalone `flor.log(...)`: it goes right after the old statement matched to the last
-  of its matched predecessors in its block (or, with none, before the first matched
-  follower, or at the start of the matched block when it came first);
+* standalone `flor.log(...)`: it goes right after the old counterpart of the *nearest*
+  preceding statement that has one (walking back only past unmatched ones), or, with
+  none, right before the counterpart of the nearest following statement, or at the start
+  of the matched block when it came first. The old block is the one holding that anchor's
+  counterpart unless the block matched by content similarity holds more of the new
+  block's statements (code wrapped into or out of an if/try). When no statement of either
+  block matches and both blocks have as many statements, it goes to the same position
+  (anchor "positional", said in the reason). It goes right after a compound statement's
+  last line: blank and comment lines that trailed the block move below it;
 * wrapped `x = flor.log("x", e)`: the old statement matched to its statement is walked to
   the same place (same field, same keyword argument) and the *old* expression there is
   wrapped, because the old value is what the old run computed.
 
+Every placement says how it was anchored: "exact" (the anchor is the same code in both
+versions), "similar" (matched by similarity) or "positional".
+
 A placement is refused, with a reason, when its block has no match, the match is
 ambiguous, the place found lies in a different loop or function than in the new version,
-or the statement reads a name the old version does not define at that point (renamed
-variables are rewritten when the matching shows the rename). The output is checked with
-Python's parser; nothing that does not parse is ever returned.
+the place can never run (after a statement, or an if/else or try, whose every branch
+returns, raises, breaks or continues: see flow.py), the statement reads a name the old
+version does not define on every path to that point (renamed variables are rewritten when
+the matching shows the rename), or its nearest anchor moved above earlier statements that
+touch what it reads. The output is checked with Python's parser; nothing that does not
+parse is ever returned.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -36,17 +49,21 @@ from florwb_engine.propagate.edits import (
     replace_nodes,
 )
 from florwb_engine.propagate.errors import PropagationError
-from florwb_engine.propagate.finder import Analysis, LogSite, analyze
+from florwb_engine.propagate.finder import Analysis, LogSite, _analyze, analyze
+from florwb_engine.propagate.flow import ends_flow
 from florwb_engine.propagate.matching import Matching
 from florwb_engine.propagate.model import (
+    EXACT,
     INSERTED,
+    POSITIONAL,
     PRESENT,
+    SIMILAR,
     STANDALONE,
     UNPLACED,
     Placement,
     PropagationResult,
 )
-from florwb_engine.propagate.names import Bindings, Scope, self_attributes
+from florwb_engine.propagate.names import BUILTIN_NAMES, Bindings, Scope, self_attributes
 from florwb_engine.propagate.source import code_and_lines, gc_paused, render_edits
 from florwb_engine.propagate.tree import TNode, Tree, iter_children, subtree_hash
 
@@ -68,6 +85,30 @@ class _Planned:
     site: LogSite
     loop_path: tuple[str, ...]
     call: cst.Call | None = None  # the log call as it appears in the output (for its line)
+    anchor: str = SIMILAR  # how the place was found: exact / similar / positional
+    note: str | None = None  # said in the placement's reason (e.g. placed by position)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where a standalone statement goes: before statement `index` of old `block`."""
+
+    block: TNode
+    index: int
+    kind: str
+    note: str | None
+
+
+def _nearest_first(
+    before: list[TNode], placed_before: list[tuple[int, int, int, str]]
+) -> list[TNode | tuple[int, int, int, str]]:
+    """Preceding statements and already placed new statements, nearest first."""
+    items: list[tuple[int, int, TNode | tuple[int, int, int, str]]] = [
+        (c.key if c.key is not None else -1, 0, c) for c in before
+    ]
+    items += [(p[0], 1, p) for p in placed_before]
+    items.sort(key=lambda x: (x[0], x[1]), reverse=True)
+    return [item for _, _, item in items]
 
 
 def propagate(
@@ -80,6 +121,18 @@ def propagate(
     and one Placement per considered new statement, in new-source order.
     Raises PropagationError when a source does not parse or a requested name is unknown.
     """
+    key = None if names is None else tuple(sorted(set(names)))
+    return _propagate_cached(new_source, old_source, key)
+
+
+@functools.lru_cache(maxsize=64)
+def _propagate_cached(
+    new_source: str, old_source: str, names: tuple[str, ...] | None
+) -> PropagationResult:
+    """Results by source text: the replay planner and the workbench's statement matrix
+    ask for the same (today, old version) pairs again on every plan and refresh; a
+    result is immutable, so it is shared. Parsed versions are cached too (finder.py), so
+    a version propagated into for several statements is parsed once."""
     with gc_paused():
         new = analyze(new_source, "new version")
         old = analyze(old_source, "old version")
@@ -90,6 +143,12 @@ def propagate(
                 listed = ", ".join(repr(n) for n in unknown)
                 raise PropagationError(f"no log statement named {listed} in the new version")
         return _Propagation(new, old, wanted).run()
+
+
+def clear_caches() -> None:
+    """Forget cached results and parsed versions (benchmarks measure cold runs)."""
+    _propagate_cached.cache_clear()
+    _analyze.cache_clear()
 
 
 class _Propagation:
@@ -108,7 +167,7 @@ class _Propagation:
         self._import_pos: int | None = None
         self._old_self_attributes: frozenset[str] | None = None
         # new log statement -> (old block idx, index after it) once placed, as an anchor
-        self._placed: dict[int, tuple[int, int]] = {}
+        self._placed: dict[int, tuple[int, int, str]] = {}
         self._all_planned: dict[int, _Planned] = {}
 
     # -- lazily built analysis -------------------------------------------------------------
@@ -141,7 +200,7 @@ class _Propagation:
     @property
     def bindings(self) -> Bindings:
         if self._bindings is None:
-            self._bindings = Bindings(self.old.tree)
+            self._bindings = self.old.bindings
         return self._bindings
 
     @property
@@ -172,7 +231,7 @@ class _Propagation:
                 reasons[id(site)] = f"it is nested inside `{name}`, which could not be placed"
             else:
                 host = self._all_planned[id(outer)]
-                planned[id(site)] = _Planned(site, host.loop_path, host.call)
+                planned[id(site)] = _Planned(site, host.loop_path, host.call, host.anchor)
         code, lines = self._output(planned, reasons)
         placements = []
         for site in considered:
@@ -195,7 +254,15 @@ class _Propagation:
                 plan = planned[id(site)]
                 line = lines.get(id(plan.call)) if plan.call is not None else None
                 placements.append(
-                    Placement(site.name, site.line, line, INSERTED, None, plan.loop_path)
+                    Placement(
+                        site.name,
+                        site.line,
+                        line,
+                        INSERTED,
+                        plan.note,
+                        plan.loop_path,
+                        anchor=plan.anchor,
+                    )
                 )
             else:
                 placements.append(
@@ -268,7 +335,9 @@ class _Propagation:
         assert block is not None
         before, after = self._neighbours(site, block)
         placed_before = [
-            self._placed[id(s)] for s in site.block.body[: site.index] if id(s) in self._placed
+            (i, *self._placed[id(s)])
+            for i, s in enumerate(site.block.body[: site.index])
+            if id(s) in self._placed
         ]
         if before and self._ambiguous(before[-1]) and not placed_before:
             raise _Unplaced(
@@ -278,19 +347,19 @@ class _Propagation:
         old_block = m.old_of(block)
         if old_block is not None and not isinstance(old_block.node, _BLOCKS):
             old_block = None
-        target: tuple[TNode, int] | None = None
+        near = self._nearest_block(before, after, placed_before)
+        if near is not None and near is not old_block:
+            if old_block is None or self._holds_more(near, old_block, block):
+                old_block = near
+        target: _Target | None = None
         if old_block is not None:
-            target = self._anchor(before, after, old_block, placed_before)
+            target = self._anchor(before, after, old_block, placed_before, site)
             if target is None and not before:
-                target = (old_block, 0)
+                target = _Target(old_block, 0, self._kind(block.parent or block), None)
+            if target is None:
+                target = self._positional(block, old_block, before, after)
         else:
-            candidates = [m.old_of(c) for c in (*reversed(before), *after)]
-            blocks = [c.parent for c in candidates if c is not None and c.parent is not None]
-            blocks += [self.old.tree.nodes[idx] for idx, _ in reversed(placed_before)]
-            for candidate in blocks:
-                if isinstance(candidate.node, _BLOCKS):
-                    target = self._anchor(before, after, candidate, placed_before)
-                    break
+            target = self._positional(block, self._owner_block(block), before, after)
         if target is None:
             owner = block.parent
             if old_block is None and owner is not None and self._ambiguous(owner):
@@ -303,29 +372,38 @@ class _Propagation:
                     f"its block (`{new.describe(owner.node)}`) has no match in the old version"
                 )
             raise _Unplaced("no statement next to it has a match in the old version")
-        target_block, index = target
+        target_block, index = target.block, target.index
         index = _skip_docstring(target_block, index)
         self._check_enclosing(site, block, target_block)
         for earlier in target_block.children[:index]:
-            if _ends_flow(earlier.node):
+            if ends_flow(earlier):
                 raise _Unplaced(
                     f"the matching place in the old version comes after "
                     f"`{self.old.describe(earlier.node)}`, so it would never run"
                 )
+        unreachable = _unreachable_from(target_block)
+        if unreachable is not None:
+            raise _Unplaced(
+                f"the matching place in the old version comes after "
+                f"`{self.old.describe(unreachable.node)}`, so it would never run"
+            )
         absorbed = self._absorbed_call(site, target_block)
         if absorbed is not None:
             statement = _statement_of(absorbed)
             if statement.key is not None:
-                self._placed[id(site.statement)] = (target_block.idx, statement.key + 1)
-            return self._wrap_old(site, absorbed)
+                self._placed[id(site.statement)] = (target_block.idx, statement.key + 1, EXACT)
+            planned = self._wrap_old(site, absorbed)
+            planned.anchor = EXACT
+            return planned
         pos = (
             target_block.children[index].idx
             if index < len(target_block.children)
             else target_block.end + 1
         )
+        at = (target_block, index)
         scope = self.bindings.scope_of_block(target_block)
-        log_ref = self._log_ref(scope, pos)
-        substitutions = self._substitutions(site, scope, pos)
+        log_ref = self._log_ref(scope, pos, at)
+        substitutions = self._substitutions(site, scope, pos, at)
         replacements: dict[int, cst.CSTNode] = {
             id(n): n.with_changes(value=substitutions[n.value])
             for n in site.read_nodes
@@ -348,8 +426,109 @@ class _Propagation:
         )
         line = cst.SimpleStatementLine(body=[small], trailing_whitespace=trailing)
         self.plan.insert(target_block, index, line)
-        self._placed[id(site.statement)] = (target_block.idx, index)
-        return _Planned(site, self.old.context_of(target_block)[0], call)
+        self._placed[id(site.statement)] = (target_block.idx, index, target.kind)
+        return _Planned(site, self.old.context_of(target_block)[0], call, target.kind, target.note)
+
+    def _check_crossing(
+        self,
+        site: LogSite,
+        farther: list[TNode | tuple[int, int, int, str]],
+        old_block: TNode,
+        index: int,
+    ) -> None:
+        """Refuse when the place lies above the old counterpart of a farther predecessor
+        that touches what the statement reads: it would log a value from before it."""
+        reads = _touched(site.value_arg.value) - {"self"}
+        if not reads:
+            return
+        for item in farther:
+            if not isinstance(item, TNode):
+                continue
+            mapped = self.matching.old_of(item)
+            if mapped is None or mapped.parent is not old_block or mapped.key is None:
+                continue
+            if mapped.key >= index and _touched(item.node) & reads:
+                raise _Unplaced(
+                    f"the statements before it moved in the old version: its place "
+                    f"(after the counterpart of the statement just before it) comes before "
+                    f"`{self.old.describe(mapped.node)}`, which uses what it reads"
+                )
+
+    def _nearest_block(
+        self,
+        before: list[TNode],
+        after: list[TNode],
+        placed_before: list[tuple[int, int, int, str]],
+    ) -> TNode | None:
+        """The old block holding the counterpart of the nearest matched neighbour."""
+        nodes = self.old.tree.nodes
+        for item in _nearest_first(before, placed_before):
+            if isinstance(item, TNode):
+                mapped = self.matching.old_of(item)
+                if mapped is not None and mapped.parent is not None:
+                    if isinstance(mapped.parent.node, _BLOCKS):
+                        return mapped.parent
+            else:
+                return nodes[item[1]]
+        for c in after:
+            mapped = self.matching.old_of(c)
+            if mapped is not None and mapped.parent is not None:
+                if isinstance(mapped.parent.node, _BLOCKS):
+                    return mapped.parent
+        return None
+
+    def _holds_more(self, near: TNode, matched: TNode, block: TNode) -> bool:
+        """Prefer the anchor's block over the block matched by content similarity unless
+        the latter holds more counterparts of the new block's statements (code wrapped
+        into or out of an if/try moves the statements, not the similarity of the blocks)."""
+        if not isinstance(matched.node, _BLOCKS):
+            return True
+        counts = {near.idx: 0, matched.idx: 0}
+        for c in block.children:
+            mapped = self.matching.old_of(c)
+            if mapped is not None and mapped.parent is not None and mapped.parent.idx in counts:
+                counts[mapped.parent.idx] += 1
+        return counts[near.idx] >= counts[matched.idx]
+
+    def _owner_block(self, block: TNode) -> TNode | None:
+        """The old block in the same slot of the old counterpart of the block's owner."""
+        owner = block.parent
+        if owner is None:
+            return None
+        mapped = self.matching.old_of(owner)
+        if mapped is None:
+            return None
+        for c in mapped.children:
+            if c.field == block.field and isinstance(c.node, _BLOCKS):
+                return c
+        return None
+
+    def _positional(
+        self, block: TNode, old_block: TNode | None, before: list[TNode], after: list[TNode]
+    ) -> _Target | None:
+        """Same position in a block of the same length when no statement of either matches."""
+        if old_block is None or not before:
+            return None
+        m = self.matching
+        if len(block.children) != len(old_block.children):
+            return None
+        if any(m.old_of(c) is not None for c in block.children):
+            return None
+        if any(m.new_of(c) is not None for c in old_block.children):
+            return None
+        index = len(before)
+        anchor = old_block.children[index - 1]
+        note = (
+            f"placed by position: no statement next to it matches; it goes after "
+            f"`{self.old.describe(anchor.node)}`, statement {index} of {len(block.children)} "
+            "in both versions"
+        )
+        return _Target(old_block, index, POSITIONAL, note)
+
+    def _kind(self, new_node: TNode) -> str:
+        """ "exact" when the anchor's old counterpart is the same code, else "similar"."""
+        mapped = self.matching.old_of(new_node)
+        return EXACT if mapped is not None and mapped.hash == new_node.hash else SIMILAR
 
     def _absorbed_call(self, site: LogSite, block: TNode) -> TNode | None:
         """An old computation of exactly the logged call, which the new version dropped.
@@ -366,7 +545,8 @@ class _Propagation:
         wanted = subtree_hash(value)
         found: list[TNode] = []
         nodes = self.old.tree.nodes
-        for statement in block.children:
+        conditional = False
+        for statement, only_sometimes in _statements_run_with(block):
             if type(statement.node) is not cst.SimpleStatementLine:
                 continue
             if self.matching.new_of(statement) is not None:
@@ -374,6 +554,12 @@ class _Propagation:
             for tn in nodes[statement.idx + 1 : statement.end + 1]:
                 if tn.hash == wanted and _always_evaluated(tn, statement, self.old.imports):
                     found.append(tn)
+                    conditional = conditional or only_sometimes
+        if found and conditional:
+            raise _Unplaced(
+                "the old version computes the logged value only in some branches; "
+                "logging it anew would compute it twice"
+            )
         if len(found) > 1:
             raise _Unplaced("the old version computes the logged value in several places")
         return found[0] if found else None
@@ -397,30 +583,31 @@ class _Propagation:
         before: list[TNode],
         after: list[TNode],
         old_block: TNode,
-        placed_before: list[tuple[int, int]] = (),
-    ) -> tuple[TNode, int] | None:
-        """Insertion index in `old_block`: after the last matched predecessor (or a new
-        statement already placed there), else before the first matched successor."""
+        placed_before: list[tuple[int, int, int, str]],
+        site: LogSite | None = None,
+    ) -> _Target | None:
+        """Insertion index in `old_block`: right after the counterpart of the *nearest*
+        preceding statement (or new statement already placed) that has one there, else
+        right before the counterpart of the nearest following statement.
+
+        The nearest neighbour, not the one whose counterpart sits furthest down: when
+        siblings moved between versions, the furthest one would pull the statement down.
+        """
         m = self.matching
-        indices = [
-            mapped.key + 1
-            for c in before
-            if (mapped := m.old_of(c)) is not None
-            and mapped.parent is old_block
-            and mapped.key is not None
-        ]
-        indices += [index for block_idx, index in placed_before if block_idx == old_block.idx]
-        if indices:
-            return old_block, max(indices)
-        indices = [
-            mapped.key
-            for c in after
-            if (mapped := m.old_of(c)) is not None
-            and mapped.parent is old_block
-            and mapped.key is not None
-        ]
-        if indices:
-            return old_block, min(indices)
+        order = _nearest_first(before, placed_before)
+        for i, item in enumerate(order):
+            if isinstance(item, TNode):
+                mapped = m.old_of(item)
+                if mapped is not None and mapped.parent is old_block and mapped.key is not None:
+                    if site is not None:
+                        self._check_crossing(site, order[i + 1 :], old_block, mapped.key + 1)
+                    return _Target(old_block, mapped.key + 1, self._kind(item), None)
+            elif item[1] == old_block.idx:
+                return _Target(old_block, item[2], item[3], None)
+        for c in after:
+            mapped = m.old_of(c)
+            if mapped is not None and mapped.parent is old_block and mapped.key is not None:
+                return _Target(old_block, mapped.key, self._kind(c), None)
         return None
 
     def _ambiguous(self, tn: TNode) -> bool:
@@ -460,14 +647,16 @@ class _Propagation:
                     f"`{old.describe(anc.node)}`, a loop it does not run in"
                 )
 
-    def _log_ref(self, scope: Scope, pos: int) -> cst.BaseExpression:
+    def _log_ref(
+        self, scope: Scope, pos: int, at: tuple[TNode, int] | None = None
+    ) -> cst.BaseExpression:
         """How the old version calls `log` at this point (adding an import if it has none)."""
         imports, bindings = self.old.imports, self.bindings
         ref = imports.log_ref()
         if ref is not None:
             local = imports.module_alias or imports.local_for("log")
             assert local is not None
-            if not bindings.is_defined(local, scope, pos):
+            if not bindings.is_defined(local, scope, pos, at):
                 raise _Unplaced(f"the old version has not imported `{local}` at that point")
             return ref
         module_name = self.new.imports.module_name or "florwb"
@@ -487,7 +676,9 @@ class _Propagation:
         index = _import_index(self.old.module)
         return root.children[index].idx if index < len(root.children) else root.end + 1
 
-    def _substitutions(self, site: LogSite, scope: Scope, pos: int) -> dict[str, str]:
+    def _substitutions(
+        self, site: LogSite, scope: Scope, pos: int, at: tuple[TNode, int] | None = None
+    ) -> dict[str, str]:
         """Renames that make the statement read the old version's names; raises if none can."""
         bindings = self.bindings
         new_aliases = set(self.new.imports.modules)
@@ -498,16 +689,21 @@ class _Propagation:
                 if name != old_alias:
                     substitutions[name] = old_alias
                 continue
-            if bindings.is_defined(name, scope, pos):
+            if bindings.is_defined(name, scope, pos, at):
                 continue
             renamed = self.renames.get(name)
             if (
                 renamed is not None
                 and renamed not in site.reads
-                and bindings.is_defined(renamed, scope, pos)
+                and bindings.is_defined(renamed, scope, pos, at)
             ):
                 substitutions[name] = renamed
                 continue
+            if bindings.is_defined(name, scope, pos):
+                raise _Unplaced(
+                    f"it reads `{name}`, which may be unbound at that point in the old "
+                    "version (it is bound in only some branches before it)"
+                )
             if self.bindings.module_binds(name) or _binds_anywhere(bindings, name):
                 raise _Unplaced(
                     f"it reads `{name}`, which the old version does not define at that point"
@@ -581,7 +777,9 @@ class _Propagation:
         new_block = tree.of(site.block)
         if new_block is not None:
             self._check_enclosing(site, new_block, _block_of(current))
-        return self._wrap_old(site, current)
+        planned = self._wrap_old(site, current)
+        planned.anchor = self._kind(anchor)
+        return planned
 
     def _wrap_old(self, site: LogSite, target: TNode) -> _Planned:
         """Plan `<log>("<name>", <old expression>)` around an old expression."""
@@ -593,7 +791,9 @@ class _Propagation:
             raise _Unplaced("another statement already wraps the same old expression")
         block = _block_of(target)
         scope = self.bindings.scope_of_block(block)
-        log_ref = self._log_ref(scope, target.idx)
+        statement = _statement_of(target)
+        at = (block, statement.key) if statement.key is not None else None
+        log_ref = self._log_ref(scope, target.idx, at)
         name_literal = site.name_arg.value
         planned = _Planned(site, self.old.context_of(target)[0])
 
@@ -701,11 +901,73 @@ def _walk(node: cst.CSTNode):
         stack.extend(child for child, _, _ in iter_children(current))
 
 
-def _ends_flow(statement: cst.CSTNode) -> bool:
-    """`return`, `raise`, `continue` or `break`: nothing after it in the block runs."""
-    return type(statement) is cst.SimpleStatementLine and any(
-        type(small) in (cst.Return, cst.Raise, cst.Continue, cst.Break) for small in statement.body
-    )
+def _statements_run_with(block: TNode) -> list[tuple[TNode, bool]]:
+    """Statements of a block and those nested in its if/with/try statements (not in nested
+    loops or definitions), each with whether it runs only on some paths (an if branch
+    other than `if True:`, an except handler)."""
+    found: list[tuple[TNode, bool]] = []
+
+    def visit(body: TNode, conditional: bool) -> None:
+        for statement in body.children:
+            found.append((statement, conditional))
+            node = statement.node
+            if isinstance(node, cst.If):
+                expand(statement, conditional or not _if_true(node))
+            elif isinstance(node, (cst.With, cst.Try, cst.TryStar)):
+                expand(statement, conditional)
+
+    def expand(owner: TNode, conditional: bool) -> None:
+        for part in owner.children:
+            node = part.node
+            if isinstance(node, cst.IndentedBlock):
+                visit(part, conditional)
+            elif isinstance(node, (cst.If, cst.Else)) and isinstance(owner.node, cst.If):
+                expand(part, True)  # elif / else of an if
+            elif isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)):
+                expand(part, True)
+            elif isinstance(node, (cst.Else, cst.Finally)):
+                expand(part, conditional)
+
+    visit(block, False)
+    return found
+
+
+def _if_true(node: cst.If) -> bool:
+    return type(node.test) is cst.Name and node.test.value == "True"
+
+
+def _touched(node: cst.CSTNode) -> set[str]:
+    """Variables and `self.` attributes (as ".attr") a piece of code mentions."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        tp = type(n)
+        if tp is cst.Name:
+            if n.value not in BUILTIN_NAMES:  # type: ignore[attr-defined]
+                found.add(n.value)  # type: ignore[attr-defined]
+            continue
+        if tp is cst.Attribute:
+            base = n.value  # type: ignore[attr-defined]
+            if type(base) is cst.Name and base.value == "self":
+                found.add("." + n.attr.value)  # type: ignore[attr-defined]
+            stack.append(base)
+            continue
+        stack.extend(child for child, _, _ in iter_children(n))
+    return found
+
+
+def _unreachable_from(block: TNode) -> TNode | None:
+    """A statement that ends the flow before one of the statements enclosing `block`."""
+    node = block
+    while node.parent is not None:
+        parent = node.parent
+        if isinstance(parent.node, _BLOCKS) and node.key is not None:
+            for earlier in parent.children[: node.key]:
+                if ends_flow(earlier):
+                    return earlier
+        node = parent
+    return None
 
 
 def _positional(node: cst.CSTNode) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import libcst as cst
 
@@ -125,7 +126,7 @@ def _kind(tp: type) -> int:
 def iter_children(node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, str, int | None]]:
     """Non-trivia children of a libcst node in source order, as (child, field, index)."""
     for name in _fields(type(node)):
-        value = getattr(node, name, None)
+        value: Any = getattr(node, name, None)
         tp = type(value)
         if tp is tuple or tp is list:
             for i, child in enumerate(value):
@@ -196,6 +197,10 @@ class TNode:
         """True when `other` is this node or one of its descendants."""
         return self.idx <= other.idx <= self.end
 
+    def contains_idx(self, idx: int) -> bool:
+        """True when preorder position `idx` lies in this subtree."""
+        return self.idx <= idx <= self.end
+
     def ancestors(self) -> Iterator[TNode]:
         node = self.parent
         while node is not None:
@@ -217,7 +222,8 @@ def _label(node: cst.CSTNode, skip: frozenset[int] | set[int]) -> str:
         return static
     name = tp.__name__
     if tp is cst.SimpleStatementLine:
-        kinds = ",".join(type(s).__name__ for s in node.body if id(s) not in skip)
+        body = node.body  # type: ignore[attr-defined]
+        kinds = ",".join(type(s).__name__ for s in body if id(s) not in skip)
         return f"SimpleStatementLine[{kinds}]"
     dynamic = False
     operator = getattr(node, "operator", None)
@@ -236,8 +242,9 @@ def _label(node: cst.CSTNode, skip: frozenset[int] | set[int]) -> str:
             return f"async {name}"
     if tp is cst.ImportFrom:
         dynamic = True
-        if node.relative:
-            return f"{name}{'.' * len(node.relative)}"
+        relative = node.relative  # type: ignore[attr-defined]
+        if relative:
+            return f"{name}{'.' * len(relative)}"
     if not dynamic:
         _static_labels[tp] = name
     return name
@@ -273,10 +280,10 @@ class Tree:
             if tn.value is not None:
                 continue
             # inlined iter_children (this loop runs once per node of every source)
-            kids = []
+            kids: list[tuple[cst.CSTNode, TNode | None, str | None, int | None]] = []
             names = _fields_cache.get(tp) or _fields(tp)
             for name in names:
-                value = getattr(node, name, None)
+                value: Any = getattr(node, name, None)
                 vt = type(value)
                 if vt is tuple or vt is list:
                     for i, child in enumerate(value):
@@ -320,8 +327,10 @@ class Tree:
         replaced by the subtree of its mapped node (the value it wraps)."""
         tree = Tree.__new__(Tree)
         tree.module = self.module
-        tree.nodes = nodes = []
-        tree.by_cst = by_cst = {}
+        nodes: list[TNode] = []
+        by_cst: dict[int, TNode] = {}
+        tree.nodes = nodes
+        tree.by_cst = by_cst
         tree._bags = {}
         source = self.by_cst
         stack: list[tuple[TNode, TNode | None, str | None, int | None]] = [

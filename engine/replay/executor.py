@@ -17,9 +17,10 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from florwb_engine import versions
 from florwb_engine.journal import replay_journal_name
@@ -29,6 +30,7 @@ from florwb_engine.replay.plan import Plan, RunPlan, Segment
 from florwb_engine.replay.spec import ENV, ReplaySpec
 from florwb_engine.store import Store, StoreBusy
 from florwb_engine.store.replays import (
+    ReplayStatus,
     compare_with_recorded,
     delete_rows,
     finish_replay,
@@ -37,6 +39,11 @@ from florwb_engine.store.replays import (
 )
 
 POLL_S = 0.2
+
+# A segment's process: queued, forked, or ended (`cancelled` when the replay was).
+SegmentState = Literal["waiting", "running", "finished", "failed", "cancelled"]
+# One run's outcome: `diverged` when recomputed values differ from what the run recorded.
+RunReplayStatus = Literal["finished", "diverged", "failed", "cancelled"]
 _SKIP_LINKS = {".florwb", ".git", "__pycache__"}
 
 
@@ -46,13 +53,13 @@ class Progress:
     segment: int
     done: int
     total: int
-    state: str  # "running", "finished", "failed", "cancelled"
+    state: SegmentState
 
 
 @dataclass
 class RunResult:
     run_id: str
-    status: str  # "finished", "diverged", "failed", "cancelled"
+    status: RunReplayStatus
     error: str | None = None
     divergence: str | None = None
     compared: int = 0
@@ -62,7 +69,7 @@ class RunResult:
 @dataclass
 class ReplayResult:
     replay_id: str
-    status: str
+    status: ReplayStatus
     runs: list[RunResult] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -90,15 +97,16 @@ def execute(
     *,
     on_progress: Callable[[Progress], None] | None = None,
     cancel: threading.Event | None = None,
-    workers: ForkServer | None = None,
+    server: ForkServer | None = None,
 ) -> ReplayResult:
-    """Run the plan; `workers` (from warm_workers) is used and closed, or one is started."""
+    """Run the plan on `plan.workers` processes forked by `server` (from warm_workers),
+    which is used and closed; without one, one is started."""
     started = time.perf_counter()
     cancel = cancel or threading.Event()
     project = plan.project
     store = Store(project)
     workdir = store_dir(project) / "replays" / plan.replay_id
-    server = workers or warm_workers(project)
+    server = server or warm_workers(project)
     result = ReplayResult(plan.replay_id, "finished")
     try:
         with store.session() as con:
@@ -216,7 +224,7 @@ def _run_all(
     cancel: threading.Event,
 ) -> None:
     notify = on_progress or (lambda _p: None)
-    waiting, active = list(tasks), []  # changed in place: fill() sees them
+    waiting, active = list(tasks), list[_Task]()  # changed in place: fill() sees them
     last_seen: dict[int, tuple] = {}
     stopping: dict[int, float] = {}  # request -> when its worker was asked to stop
 
@@ -229,23 +237,40 @@ def _run_all(
             task.request = server.start(task.argv, task.cwd, env, task.log_path)
             active.append(task)
 
-    while waiting or active:
-        try:
-            fill()
-            server.poll(POLL_S)
-            for task in active:
-                _update(task, server)
-                if cancel.is_set():
-                    _stop(task, stopping, server)
-            ended = [t for t in active if t.returncode is not None]
-            active[:] = [t for t in active if t.returncode is None]
-            _report(tasks, last_seen, notify, cancel.is_set())
-            if any(t.returncode == 0 for t in ended) and (waiting or active):
+    with _sigint_sets(cancel):
+        while waiting or active:
+            try:
                 fill()
-                _ingest_early(store)
-        except KeyboardInterrupt:  # Ctrl-C: the workers are in their own sessions
-            cancel.set()
+                server.poll(POLL_S)
+                for task in active:
+                    _update(task, server)
+                    if cancel.is_set():
+                        _stop(task, stopping, server)
+                ended = [t for t in active if t.returncode is not None]
+                active[:] = [t for t in active if t.returncode is None]
+                _report(tasks, last_seen, notify, cancel.is_set())
+                if any(t.returncode == 0 for t in ended) and (waiting or active):
+                    fill()
+                    _ingest_early(store)
+            except KeyboardInterrupt:  # Ctrl-C where the handler above is not installed
+                cancel.set()
     _report(tasks, last_seen, notify, cancel.is_set())
+
+
+@contextlib.contextmanager
+def _sigint_sets(cancel: threading.Event) -> Iterator[None]:
+    """Ctrl-C sets `cancel` instead of raising KeyboardInterrupt wherever the loop happens
+    to be (half way through starting a worker, or ingesting), so a cancel always ends as a
+    clean cancel. Only the main thread can install a signal handler: the workbench runs
+    replays in a thread worker and cancels through the event itself."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: cancel.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _ingest_early(store: Store) -> None:
@@ -292,7 +317,7 @@ def _report(tasks: list[_Task], seen: dict[int, tuple], notify, cancelled: bool)
             data = json.loads(task.progress_path.read_text())
             done, total = data["done"], data["total"]
         if task.returncode is None:
-            state = "running" if task.request is not None else "waiting"
+            state: SegmentState = "running" if task.request is not None else "waiting"
         elif cancelled:
             state = "cancelled"
         else:
@@ -334,9 +359,9 @@ def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> R
                 "JOIN runs r ON r.run_key = l.run_key WHERE s.source = ? AND r.run_id = ?",
                 [plan.replay_id, run.run_id],
             ).fetchall()[0][0]
-            status = "diverged" if mismatch else "finished"
+            status: RunReplayStatus = "diverged" if mismatch else "finished"
             results.append(RunResult(run.run_id, status, None, mismatch, compared, int(rows)))
-        overall = (
+        overall: ReplayStatus = (
             "failed"
             if results and all(r.status == "failed" for r in results)
             else "diverged"

@@ -9,12 +9,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Final, Literal
 
 ENV = "FLORWB_REPLAY"
 
-PREFIX = "prefix"  # statements before the main loop: run the script up to it, then stop
-OUTER = "outer"  # statements in the main loop's body: skip inner loops where checkpoints allow
-INNER = "inner"  # statements inside a nested loop: re-execute the iterations needed
+ReplayMode = Literal["prefix", "outer", "inner"]
+PREFIX: Final = "prefix"  # statements before the main loop: run the script up to it, then stop
+OUTER: Final = (
+    "outer"  # statements in the main loop's body: skip inner loops where checkpoints allow
+)
+INNER: Final = "inner"  # statements inside a nested loop: re-execute the iterations needed
 
 
 @dataclass
@@ -22,7 +26,7 @@ class ReplaySpec:
     replay_id: str
     run_id: str
     segment: int
-    mode: str
+    mode: ReplayMode
     main_loop: str | None  # name of the checkpointed outer flor.loop
     first: int = 0  # outer iterations [first, last] are executed
     last: int = -1

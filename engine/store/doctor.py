@@ -16,8 +16,8 @@ import duckdb
 
 from florwb_engine import project as projects
 from florwb_engine.store import repair
+from florwb_engine.store.catalog import Store
 from florwb_engine.store.db import DB_FILENAME, StoreError
-from florwb_engine.store.read import Store
 from florwb_engine.versions._git import VersionError, git, private_env
 
 VERSIONS_DIRNAME = "versions.git"

@@ -10,6 +10,7 @@ import shutil
 import socket
 from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
 import duckdb
 
@@ -18,6 +19,12 @@ from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.store.db import fetch_one
 from florwb_engine.store.schema import loop_columns, quote
+
+# What `replays.status` holds: `running` until the replay ends; `partial` when some runs
+# failed and others finished; `interrupted` when its process was killed.
+ReplayStatus = Literal[
+    "running", "finished", "diverged", "partial", "failed", "cancelled", "interrupted"
+]
 
 REL_TOLERANCE = 1e-6
 ABS_TOLERANCE = 1e-9
@@ -72,7 +79,9 @@ def remove_results(con: duckdb.DuckDBPyConnection, project: Path, replay_id: str
     shutil.rmtree(store_dir(project) / "replays" / replay_id, ignore_errors=True)
 
 
-def finish_replay(con: duckdb.DuckDBPyConnection, replay_id: str, status: str, detail) -> None:
+def finish_replay(
+    con: duckdb.DuckDBPyConnection, replay_id: str, status: ReplayStatus, detail
+) -> None:
     con.execute(
         "UPDATE replays SET ended = ?, status = ?, detail = ? WHERE replay_id = ?",
         [datetime.now(), status, json.dumps(detail), replay_id],

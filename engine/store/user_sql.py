@@ -35,7 +35,7 @@ from florwb_engine.store.db import StoreError, connect
 if TYPE_CHECKING:
     import pandas as pd
 
-    from florwb_engine.store.read import Store
+    from florwb_engine.store.catalog import Store
 
 READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
 # What a read-only connection is opened with; settings DuckDB takes only at start-up.

@@ -8,9 +8,9 @@ a scratch folder for replay. The only write ever made to the user's ``.git/`` is
 """
 
 from ._git import VersionError
+from .object_store import list_files, materialize, read_file
 from .select import SkippedFile
 from .snapshot import Snapshot, snapshot
-from .store import list_files, materialize, read_file
 from .userrepo import ensure_excluded, find_git_toplevel
 
 __all__ = [

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._git import VersionError
+from .object_store import changed_paths, write_tree
 from .select import (
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_MAX_FILES,
@@ -20,7 +21,6 @@ from .select import (
     select_files,
     walk_candidates,
 )
-from .store import changed_paths, write_tree
 from .userrepo import STORE_DIRNAME, read_user_repo
 
 __all__ = ["Snapshot", "snapshot"]

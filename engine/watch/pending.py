@@ -39,7 +39,7 @@ def pending_statements(project: Path, script: str, version: str | None) -> Pendi
     except PropagationError as exc:
         return PendingStatements(script, version, (), error=str(exc))
     names = tuple(dict.fromkeys(s.name for s in statements))
-    lines = {}
+    lines: dict[str, int] = {}
     for s in statements:
         lines.setdefault(s.name, s.line)
     recorded: set[str] = set()

@@ -30,7 +30,11 @@ class _Handler(FileSystemEventHandler):
 
 
 class ScriptWatcher:
-    """Calls `on_change(path)` after a watched file is saved."""
+    """Calls `on_change(path)` after a watched file is saved.
+
+    `ready` is set once the observer watches every folder: a save after that is reported
+    (inotify watches are added synchronously by `start`), so callers and tests wait on it
+    instead of sleeping."""
 
     def __init__(
         self,
@@ -49,9 +53,11 @@ class ScriptWatcher:
             if folder.is_dir():
                 self._observer.schedule(handler, str(folder), recursive=False)
         self._observer.daemon = True
+        self.ready = threading.Event()
 
     def start(self) -> ScriptWatcher:
         self._observer.start()
+        self.ready.set()
         return self
 
     def stop(self) -> None:

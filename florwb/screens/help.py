@@ -1,38 +1,40 @@
-"""`?`: every key of the workbench, generated from the key table (florwb.workbench.keys),
-so the help can never list a key that does not work or miss one that does."""
+"""`?`: every key of the workbench, generated from the key table (florwb.ui.keys) with
+the app's active keymap applied, so a key rebound with `App.set_keymap` is listed under
+its new key: the help lists the keys that work, and only those."""
 
 from __future__ import annotations
 
-from rich.console import Group
+from collections.abc import Mapping
+
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from florwb.workbench import keys
+from florwb.ui import keys
 
 
-def key_label(app, key: keys.Key) -> str:
-    """How the keys of one entry read, e.g. `j / ↓`."""
-    shown = []
-    for name in key.keys.split(","):
-        name = name.strip()
-        shown.append(app.get_key_display(Binding(name if len(name) > 1 else name, key.action)))
+def key_label(app: App, key: keys.Key, keymap: Mapping[str, str]) -> str:
+    """How the active keys of one entry read, e.g. `j / ↓`."""
+    shown = [
+        app.get_key_display(Binding(name, key.action)) for name in keys.active_keys(key, keymap)
+    ]
     return " / ".join(dict.fromkeys(shown))
 
 
-def help_renderable(app) -> Group:
-    parts = []
+def help_renderable(app: App, keymap: Mapping[str, str]) -> Group:
+    parts: list[RenderableType] = []
     for scope, (title, _selector, _tab) in keys.SCOPES.items():
         table = Table(box=None, padding=(0, 1), show_header=False, expand=True)
         table.add_column(style="bold cyan", width=13, no_wrap=True)
         table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
         table.add_column(style="dim", no_wrap=True, width=20)
         for key in keys.KEYS[scope]:
-            table.add_row(key_label(app, key), key.description, key.id)
+            table.add_row(key_label(app, key, keymap), key.description, key.id)
         parts.extend([Text(title, "bold underline"), table, Text("")])
     parts.append(
         Text(
@@ -45,6 +47,8 @@ def help_renderable(app) -> Group:
 
 
 class HelpScreen(ModalScreen[None]):
+    """Built with the keymap in force (binding id -> keys)."""
+
     BINDINGS = [Binding("escape,question_mark,q", "close", "Close", id="help.close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
@@ -54,11 +58,15 @@ class HelpScreen(ModalScreen[None]):
     HelpScreen VerticalScroll { padding: 0 1; }
     """
 
+    def __init__(self, keymap: Mapping[str, str] | None = None) -> None:
+        super().__init__()
+        self.keymap = dict(keymap or {})
+
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static("Keys (esc closes; j/k or wheel scroll)", id="help-title")
             with VerticalScroll(id="help-scroll"):
-                yield Static(help_renderable(self.app), id="help-body")
+                yield Static(help_renderable(self.app, self.keymap), id="help-body")
 
     def on_mount(self) -> None:
         self.query_one("#help-scroll").focus()

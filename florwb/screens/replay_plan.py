@@ -11,15 +11,16 @@ from typing import Any
 
 from rich.table import Table
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from florwb.workbench import format as fmt
-from florwb.workbench import keys
+from florwb.ui import format as fmt
+from florwb.ui import keys
+from florwb.ui.workers import run_in_thread
 
 MAX_WORKERS = 16
 
@@ -81,21 +82,20 @@ class ReplayPlanScreen(ModalScreen[Any]):
         self.query_one("#plan-start", Button).disabled = True
         self._plan(self.serial, self.n_workers)
 
-    @work(thread=True, exclusive=True, group="plan")
     def _plan(self, serial: int, workers: int) -> None:
-        from florwb_engine.replay import PlanError, plan_replay, warm_workers
+        def work() -> None:
+            from florwb_engine.replay import PlanError, plan_replay, warm_workers
 
-        if self.fork_server is None:  # imports what the scripts need while the user reads
-            self.fork_server = warm_workers(self.project, self.names)
-        try:
-            plan = plan_replay(self.project, self.names, run_ids=self.run_ids, workers=workers)
-        except PlanError as exc:
-            self.post_message(PlanReady(None, str(exc), serial))
-            return
-        except Exception as exc:
-            self.post_message(PlanReady(None, f"{type(exc).__name__}: {exc}", serial))
-            return
-        self.post_message(PlanReady(plan, None, serial))
+            if self.fork_server is None:  # imports what the scripts need while the user reads
+                self.fork_server = warm_workers(self.project, self.names)
+            try:
+                plan = plan_replay(self.project, self.names, run_ids=self.run_ids, workers=workers)
+            except PlanError as exc:  # why this replay cannot run: said in the plan
+                self.post_message(PlanReady(None, str(exc), serial))
+                return
+            self.post_message(PlanReady(plan, None, serial))
+
+        run_in_thread(self, work, group="plan", description="planning the replay")
 
     @on(PlanReady)
     def _planned(self, planned: PlanReady) -> None:
@@ -110,6 +110,7 @@ class ReplayPlanScreen(ModalScreen[Any]):
             estimate.update("")
             return
         plan = planned.plan
+        assert plan is not None  # no error: the planner returned a plan
         self.plan = plan
         table.update(plan_table(plan))
         ready = plan.ready()

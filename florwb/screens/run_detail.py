@@ -6,27 +6,24 @@ few Rich tables in one scrollable column, which reads well at 80x24.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from florwb.ui import format as fmt
+from florwb.ui import keys
+from florwb.ui.messages import ReplayRequested, RunDetailLoaded
+from florwb.ui.workers import run_in_thread
 from florwb.widgets.history_list import run_status
 from florwb.widgets.run_summary import data_wait_line
 from florwb.widgets.sparkline import sparkline
-from florwb.workbench import format as fmt
-from florwb.workbench import keys
-from florwb.workbench.messages import RunDetailLoaded, WorkFailed
-from florwb_engine.store.workbench import RunDetail, load_run_detail
-
-if TYPE_CHECKING:
-    from florwb.app import WorkbenchApp
+from florwb_engine.store import Store
+from florwb_engine.store.queries import RunDetail, load_run_detail
 
 
 def _section(title: str) -> Text:
@@ -130,14 +127,11 @@ class RunDetailScreen(Screen[None]):
     RunDetailScreen #detail-scroll { padding: 0 1; }
     """
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, store: Store, run_id: str) -> None:
         super().__init__()
+        self.store = store
         self.run_id = run_id
         self.detail: RunDetail | None = None
-
-    @property
-    def workbench(self) -> WorkbenchApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -150,14 +144,11 @@ class RunDetailScreen(Screen[None]):
         self.query_one("#detail-scroll").focus()
         self.load()
 
-    @work(thread=True, exclusive=True, group="run-detail")
     def load(self) -> None:
-        try:
-            detail = load_run_detail(self.workbench.store, self.run_id)
-        except Exception as exc:
-            self.post_message(WorkFailed("run detail", str(exc).splitlines()[0]))
-            return
-        self.post_message(RunDetailLoaded(detail))
+        def work() -> None:
+            self.post_message(RunDetailLoaded(load_run_detail(self.store, self.run_id)))
+
+        run_in_thread(self, work, group="run-detail", description="loading the run detail")
 
     @on(RunDetailLoaded)
     def _loaded(self, message: RunDetailLoaded) -> None:
@@ -174,4 +165,4 @@ class RunDetailScreen(Screen[None]):
         self.query_one("#detail-scroll", VerticalScroll).scroll_up(animate=False)
 
     def action_replay_run(self) -> None:
-        self.workbench.action_replay(run_ids=[self.run_id])
+        self.post_message(ReplayRequested(run_ids=[self.run_id]))

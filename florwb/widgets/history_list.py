@@ -20,10 +20,10 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from florwb.ui import format as fmt
+from florwb.ui import keys
 from florwb.widgets.sparkline import sparkline
-from florwb.workbench import format as fmt
-from florwb.workbench import keys
-from florwb_engine.store.workbench import History, RunRow, VersionRow
+from florwb_engine.store.queries import History, RunRow, VersionRow
 
 UNVERSIONED = "(no version)"
 

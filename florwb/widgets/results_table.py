@@ -12,9 +12,9 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
+from florwb.ui import format as fmt
 from florwb.widgets.sparkline import sparkline
-from florwb.workbench import format as fmt
-from florwb_engine.store.workbench import QueryPage
+from florwb_engine.store.queries import QueryPage
 
 CELL_WIDTH = 40
 SPARK_WIDTH = 16

@@ -10,11 +10,11 @@ from rich.console import Group
 from rich.text import Text
 from textual.widgets import Static
 
+from florwb.ui import format as fmt
 from florwb.widgets.history_list import HistoryRow, run_status
 from florwb.widgets.sparkline import sparkline
-from florwb.workbench import format as fmt
 from florwb_engine.store.hints import data_wait_hint
-from florwb_engine.store.workbench import RunRow
+from florwb_engine.store.queries import RunRow
 from florwb_engine.watch import PendingStatements
 
 

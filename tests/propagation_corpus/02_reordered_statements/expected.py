@@ -13,6 +13,7 @@ scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=200)
 with flor.checkpointing(model=model, optimizer=optimizer, scheduler=scheduler):
     for epoch in flor.loop("epoch", range(200)):
         scheduler.step()
+        flor.log("lr", scheduler.get_last_lr()[0])
         model.train()
         for inputs, targets in flor.loop("step", train_loader):
             optimizer.zero_grad()
@@ -22,4 +23,3 @@ with flor.checkpointing(model=model, optimizer=optimizer, scheduler=scheduler):
             loss.backward()
             optimizer.step()
             flor.log("loss", loss.item())
-        flor.log("lr", scheduler.get_last_lr()[0])

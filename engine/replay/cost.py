@@ -1,0 +1,151 @@
+"""Cost model and scheduling: how long each part of a replay takes, and who runs what.
+
+A run's main-loop iterations are cut into chunks that each start from a known state (the
+first iteration, or one after a checkpoint); chunks are grouped into segments of similar
+estimated time, one process each, and the replay's wall time is estimated by scheduling
+the segments longest first on the workers. Estimates come from the run's recorded
+iteration timings and checkpoint sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from florwb_engine.replay.facts import RunFacts
+from florwb_engine.replay.spec import OUTER, PREFIX, ReplayMode
+
+LOAD_BYTES_PER_S = 300e6
+PROCESS_START_S = 1.0
+
+
+@dataclass
+class Work:
+    """A run's main-loop iterations in chunks that each start from a known state."""
+
+    chunks: list[list[int]]
+    cost: dict[int, float]
+    skipped: set[int]  # iterations whose inner loops are skipped (OUTER mode)
+    prefix_s: float  # process start and the code before the main loop
+    summary: str | None = None  # what the replay re-executes, first of the run's notes
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SegmentPart:
+    """One segment's iterations [first, last] and its estimated seconds."""
+
+    first: int
+    last: int
+    skip_inner: list[int]
+    estimate_s: float
+
+
+def run_work(mode: ReplayMode, main_loop: str | None, facts: RunFacts) -> Work | str:
+    """The work of replaying one run in `mode`, or why there is none to do."""
+    prefix_s = PROCESS_START_S + max(facts.wall_s - sum(facts.epoch_s.values()), 0.0)
+    if mode == PREFIX:
+        return Work([], {}, set(), prefix_s)
+    epochs = sorted(facts.epoch_s) or sorted(facts.checkpoints)
+    if not epochs:
+        if facts.status == "running":
+            return "the run is still recording (no iteration of its main loop done yet)"
+        return "the run finished no iteration of its main loop"
+    ckpt = facts.checkpoints
+    load_s = {i: size / LOAD_BYTES_PER_S for i, (_path, size) in ckpt.items()}
+    skipped: set[int] = set()
+    cost: dict[int, float] = {}
+    for i in epochs:
+        whole = facts.epoch_s.get(i, 0.0)
+        if mode == OUTER and (i == 0 or i - 1 in ckpt) and i in ckpt:
+            skipped.add(i)
+            cost[i] = max(whole - facts.inner_s.get(i, 0.0), 0.0) + 2 * load_s.get(i, 0.0)
+        else:
+            cost[i] = whole + load_s.get(i - 1, 0.0)
+    executed = [i for i in epochs if i not in skipped]
+    notes = []
+    if mode == OUTER:
+        summary = (
+            f"outer: {len(skipped)} of {len(epochs)} {main_loop} iterations skip their inner loops"
+        )
+        if executed:
+            notes.append(f"no checkpoint around {ranges(executed)}: re-executed in full")
+    else:
+        summary = f"inner: re-executes {len(epochs)} {main_loop} iterations"
+        missing = [i for i in epochs if i > 0 and i - 1 not in ckpt]
+        if missing:
+            notes.append(
+                f"checkpoints only every {period(sorted(ckpt))} iteration(s): {ranges(missing)} "
+                "start from the iteration before them, not from a checkpoint"
+            )
+    starts = [i for i in epochs if i == epochs[0] or i - 1 in ckpt]
+    chunks = [
+        [i for i in epochs if start <= i < (starts[k + 1] if k + 1 < len(starts) else math.inf)]
+        for k, start in enumerate(starts)
+    ]
+    return Work(chunks, cost, skipped, prefix_s, summary, notes)
+
+
+def segment_parts(work: Work, per_run: int) -> list[SegmentPart]:
+    """The run's work cut into at most `per_run` segments of similar estimated time."""
+    groups = (
+        balance(work.chunks, work.cost, min(per_run, len(work.chunks))) if work.chunks else [[]]
+    )
+    return [
+        SegmentPart(
+            first=group[0] if group else 0,
+            last=group[-1] if group else -1,
+            skip_inner=[i for i in group if i in work.skipped],
+            estimate_s=work.prefix_s + sum(work.cost[i] for i in group),
+        )
+        for group in groups
+    ]
+
+
+def balance(chunks: list[list[int]], cost: dict[int, float], groups: int) -> list[list[int]]:
+    """Contiguous grouping of chunks into `groups` parts of similar total cost."""
+    sizes = [sum(cost[i] for i in chunk) for chunk in chunks]
+    target = (sum(sizes) or 1.0) / groups
+    out: list[list[int]] = [[]]
+    acc = 0.0
+    for k, (chunk, size) in enumerate(zip(chunks, sizes)):
+        groups_left = groups - len(out)
+        must_split = len(chunks) - k <= groups_left
+        if out[-1] and groups_left > 0 and (acc + size / 2 > target or must_split):
+            out.append([])
+            acc = 0.0
+        out[-1].extend(chunk)
+        acc += size
+    return out
+
+
+def schedule(costs: list[float], workers: int) -> float:
+    """Wall time of longest-first scheduling of independent tasks on `workers` processes."""
+    loads = [0.0] * max(1, workers)
+    for cost in sorted(costs, reverse=True):
+        loads[loads.index(min(loads))] += cost
+    return max(loads) if costs else 0.0
+
+
+def ranges(values: list[int]) -> str:
+    """`iterations 0-3, 7` for [0, 1, 2, 3, 7]."""
+    parts: list[str] = []
+    start: int | None = None
+    prev: int | None = None
+    for v in values:
+        if start is None or prev is None:
+            start = prev = v
+        elif v == prev + 1:
+            prev = v
+        else:
+            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = v
+    if start is not None:
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return "iterations " + ", ".join(parts)
+
+
+def period(checkpointed: list[int]) -> int:
+    """The smallest gap between checkpointed iterations."""
+    gaps = [b - a for a, b in zip(checkpointed, checkpointed[1:])]
+    return min(gaps) if gaps else 1

@@ -1,0 +1,5 @@
+"""The planner's one expected failure, shared by its modules."""
+
+
+class PlanError(Exception):
+    """A replay that cannot be planned at all (no runs match, bad --where...)."""

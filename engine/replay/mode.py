@@ -1,0 +1,72 @@
+"""Which replay mode the placed statements need (FLOR's replay cases).
+
+Before the main loop: PREFIX (run the script up to the loop). In the main loop's body:
+OUTER (per iteration restore the checkpoint and skip the inner loops), unless that body
+reads what the inner loops set, which skipping would leave stale. Inside a nested loop:
+INNER (re-execute the iterations). Where each statement sits and what the loops read come
+from the propagation result (`Placement.loop_path`, `PropagationResult.loops`); this module
+does not parse code.
+"""
+
+from __future__ import annotations
+
+from florwb_engine.propagate import FlorLoop, Placement, PropagationResult
+from florwb_engine.replay.spec import INNER, OUTER, PREFIX, ReplayMode
+
+
+def replay_mode(
+    result: PropagationResult, placed: dict[str, Placement], main_loop: str | None
+) -> tuple[ReplayMode | None, str | None]:
+    """The replay mode all placed statements need and a note, or (None, reason)."""
+    main = _main_loop(result.loops, main_loop)
+    modes: list[ReplayMode] = []
+    for name, placement in placed.items():
+        path = tuple(placement.loop_path)
+        if not path:
+            if main is not None and placement.old_line is not None:
+                if placement.old_line > main.last_line:
+                    return None, (
+                        f"{name} runs after the main loop; only statements before "
+                        "or inside it can be replayed"
+                    )
+            modes.append(PREFIX)
+        elif main_loop is not None and path[0] != main_loop:
+            return None, f"{name} sits in loop {path[0]!r}, not in the main loop {main_loop!r}"
+        elif len(path) == 1:
+            modes.append(OUTER)
+        else:
+            modes.append(INNER)
+    mode: ReplayMode = INNER if INNER in modes else OUTER if OUTER in modes else PREFIX
+    note = None
+    if mode == OUTER:
+        stale = reads_inner(result.loops, main_loop)
+        if stale:
+            mode = INNER
+            listed = ", ".join(sorted(stale)[:4])
+            note = (
+                f"the {main_loop} body reads {listed} after the inner loop sets it, "
+                "so inner loops are re-executed"
+            )
+    return mode, note
+
+
+def _main_loop(loops: tuple[FlorLoop, ...], main_loop: str | None) -> FlorLoop | None:
+    """The outermost, first loop named `main_loop`."""
+    named = [loop for loop in loops if loop.name == main_loop]
+    return min(named, key=lambda loop: (len(loop.path), loop.first_line)) if named else None
+
+
+def reads_inner(loops: tuple[FlorLoop, ...], main_loop: str | None) -> set[str]:
+    """Names the main loop's body reads outside its inner loops that the inner loops assign.
+
+    Skipping the inner loops restores registered state (model, optimizer...) from the
+    checkpoint, but not plain variables: `print(loss.item())` or a running total after the
+    step loop would read a stale or missing value. Such bodies need the inner loops run.
+    """
+    found: set[str] = set()
+    for loop in loops:
+        if loop.name != main_loop:
+            continue
+        assigned = {name for inner in loops if loop.contains(inner) for name in inner.binds}
+        found |= assigned & loop.reads
+    return found

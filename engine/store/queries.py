@@ -1,0 +1,529 @@
+"""Reads for the workbench (history, run detail, replays, live progress, query pages).
+
+Runs are listed by runs.list_runs, the one listing the CLI uses too. The workbench shows
+1,000 runs and tens of millions of log rows without waiting, so these
+queries read the integer-keyed tables (`log_rows`, `name_stats`, `iteration_rows`) instead
+of the string views, downsample metric series in DuckDB rather than in Python, and page
+query results instead of materialising them. Everything returns plain dataclasses of
+built-in types: the app never sees a DuckDB object, and this module never sees a screen.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import numpy as np
+
+from florwb_engine.journal import ENTRY_SHIFT
+from florwb_engine.store import user_sql
+from florwb_engine.store.catalog import Store, check_read_only
+from florwb_engine.store.db import StoreError
+from florwb_engine.store.runs import RunRow, list_runs
+
+if TYPE_CHECKING:  # duckdb.sqltypes is duckdb 2's home of the type; only annotations use it
+    from duckdb.sqltypes import DuckDBPyType
+
+SERIES_POINTS = 24
+DETAIL_POINTS = 40
+PAGE_ROWS = 1000
+_NUMERIC_TYPES = frozenset(
+    {
+        "TINYINT",
+        "SMALLINT",
+        "INTEGER",
+        "BIGINT",
+        "HUGEINT",
+        "UTINYINT",
+        "USMALLINT",
+        "UINTEGER",
+        "UBIGINT",
+        "UHUGEINT",
+        "FLOAT",
+        "DOUBLE",
+        "BOOLEAN",
+    }
+)
+
+
+@dataclass
+class VersionRow:
+    version: str
+    first_seen: datetime | None
+    n_files: int | None
+    n_bytes: int | None
+
+
+@dataclass
+class MetricInfo:
+    """A logged name: how many values, in how many runs, and at which loop depth."""
+
+    name: str
+    n: int
+    n_numeric: int
+    n_runs: int
+    depth: int
+
+    @property
+    def numeric(self) -> bool:
+        return self.n > 0 and self.n_numeric == self.n
+
+
+@dataclass
+class History:
+    """Everything the version history needs for its first frame, read in one session."""
+
+    runs: list[RunRow]
+    versions: list[VersionRow]
+    metrics: list[MetricInfo]
+    metric: str | None
+    series: dict[str, list[float]]
+    last: dict[str, float]
+
+
+@dataclass
+class MetricSeries:
+    name: str
+    source: str
+    n: int
+    last: float | None
+    low: float | None
+    high: float | None
+    points: list[float]
+    text: str | None = None  # the last value, for names that are not numeric
+
+
+@dataclass
+class CheckpointRow:
+    loop: str
+    iteration: int
+    path: str
+    bytes: int | None
+    time: datetime | None
+
+
+@dataclass
+class ReplayRow:
+    replay_id: str
+    started: datetime | None
+    ended: datetime | None
+    status: str | None
+    names: str | None
+    detail: dict[str, Any]
+    rows: int = 0
+
+
+@dataclass
+class RunDetail:
+    run: RunRow
+    metrics: list[MetricSeries]
+    checkpoints: list[CheckpointRow]
+    replays: list[ReplayRow]
+    loop_total: int | None
+    loop_done: int
+    loop_name: str | None
+
+
+@dataclass
+class LiveRun:
+    """Progress of a run that is still recording: its outer loop, done of total."""
+
+    run_id: str
+    loop: str | None
+    done: int
+    total: int | None
+    elapsed_s: float
+    mean_iter_s: float | None
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.total is None or self.mean_iter_s is None:
+            return None
+        return max(self.total - self.done, 0) * self.mean_iter_s
+
+
+@dataclass
+class QueryPage:
+    """The first rows of a result; `total` is None until counted (more rows than shown)."""
+
+    columns: list[str]
+    types: list[str]
+    rows: list[tuple]
+    total: int | None
+    series_columns: list[int] = field(default_factory=list)
+
+    @property
+    def truncated(self) -> bool:
+        return self.total is None or self.total > len(self.rows)
+
+
+_OPENING = threading.Lock()
+
+
+@contextmanager
+def _session(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
+    """`store.session()`, opened one thread at a time: on a catalog that does not exist yet,
+    two threads creating the schema at once hit DuckDB's write-write conflict. Queries
+    still run concurrently once the sessions are open. No progress bar (see below)."""
+    with ExitStack() as stack:
+        with _OPENING:
+            con = stack.enter_context(store.session())
+        # DuckDB draws a progress bar on stdout for queries over 2 s: on a full-screen
+        # terminal app that would scribble over the screen
+        con.execute("SET enable_progress_bar = false")
+        yield con
+
+
+# --- version history ---------------------------------------------------------------------
+
+
+def load_history(store: Store, metric: str | None = None) -> History:
+    """Runs, versions, logged names and one metric's sparkline series, in one connection."""
+    with _session(store) as con:
+        runs = list_runs(con)
+        versions = [
+            VersionRow(*row)
+            for row in con.execute(
+                "SELECT version, first_seen, n_files, n_bytes FROM versions ORDER BY first_seen"
+            ).fetchall()
+        ]
+        metrics = _metrics(con)
+        chosen = metric if any(m.name == metric for m in metrics) else default_metric(metrics)
+        series, last = _series(con, chosen) if chosen else ({}, {})
+    return History(runs, versions, metrics, chosen, series, last)
+
+
+def load_series(store: Store, metric: str) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Sparkline points and last value per run of one logged name."""
+    with _session(store) as con:
+        return _series(con, metric)
+
+
+def default_metric(metrics: list[MetricInfo]) -> str | None:
+    """The metric a history shows first: numeric, logged by the most runs, preferring the
+    outer loop (one value per epoch reads better as a sparkline than per-step noise)."""
+    numeric = [m for m in metrics if m.numeric]
+    if not numeric:
+        return None
+    return min(numeric, key=lambda m: (-m.n_runs, m.depth != 0, m.name)).name
+
+
+def _metrics(con: duckdb.DuckDBPyConnection) -> list[MetricInfo]:
+    rows = con.execute(
+        "SELECT k.name, sum(s.n), sum(s.n_numeric), count(DISTINCT s.run_key), "
+        "min(CASE WHEN s.path = '' THEN 0 ELSE length(s.path) - length(replace(s.path, '/', '')) "
+        "END) FROM name_stats s JOIN name_keys k ON k.name_key = s.name_key "
+        "WHERE s.source_key = 0 GROUP BY k.name ORDER BY k.name"
+    ).fetchall()
+    return [MetricInfo(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
+
+
+SAMPLE_ROWS = 400  # per run: enough for a smooth sparkline of SERIES_POINTS points
+
+
+def _series(
+    con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POINTS
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Per run, the recorded values of `name` averaged into at most `points` buckets, and the
+    exact last value.
+
+    A row's bucket is its place in the run's log sequence (`seq` over the run's row count in
+    name_stats), which tracks progress through the run without a pass for bounds or a sort.
+    A name logged every step (millions of rows) is averaged over a hash sample of about
+    SAMPLE_ROWS rows per run, picked in the scan itself; runs with few rows keep them all.
+    """
+    key = _name_key(con, name)
+    if key is None:
+        return {}, {}
+    stats = con.execute(
+        "SELECT run_key, sum(n) AS total, sum(n) FILTER (WHERE name_key = ?) AS mine "
+        "FROM name_stats WHERE source_key = 0 GROUP BY run_key",
+        [key],
+    ).fetchall()
+    totals = {run_key: int(total) for run_key, total, mine in stats if mine}
+    largest = max((int(mine) for _k, _t, mine in stats if mine), default=0)
+    modulus = max(largest // SAMPLE_ROWS, 1)
+    sample = ""
+    if modulus > 1:
+        small = [k for k, _t, mine in stats if mine and int(mine) < SAMPLE_ROWS * modulus]
+        keep_all = f" OR run_key IN ({', '.join(map(str, small))})" if small else ""
+        sample = f" AND (hash(seq) % {modulus} = 0{keep_all})"
+    con.register(
+        "florwb_totals",
+        {  # numpy columns: pandas would add 0.3 s to the workbench's start
+            "run_key": np.array(list(totals), dtype=np.int64),
+            "total": np.array(list(totals.values()), dtype=np.int64),
+        },
+    )
+    rows = con.execute(
+        f"""
+        SELECT s.run_key, CAST(s.seq * {int(points)} // t.total AS INTEGER) AS bucket,
+               avg(s.value) FILTER (WHERE isfinite(s.value)), arg_max(s.value, s.seq)
+        FROM (SELECT run_key, seq, value FROM log_rows
+              WHERE name_key = ? AND source_key = 0 AND vtype <= 2{sample}) s
+        JOIN florwb_totals t ON t.run_key = s.run_key
+        GROUP BY ALL
+        """,
+        [key],
+    ).fetchall()
+    con.unregister("florwb_totals")
+    run_ids = dict(con.execute("SELECT run_key, run_id FROM runs").fetchall())
+    buckets: dict[str, list[tuple[int, float]]] = {}
+    last: dict[str, float] = {}
+    tail: dict[str, int] = {}
+    for run_key, bucket, mean, final in rows:
+        run_id = run_ids.get(run_key)
+        if run_id is None:
+            continue
+        buckets.setdefault(run_id, []).append((bucket, _nan(mean)))
+        if final is not None and bucket >= tail.get(run_id, -1):
+            tail[run_id], last[run_id] = bucket, final
+    if sample:  # the sample may miss the very last row: ask for it exactly
+        last = {
+            run_ids[k]: v
+            for k, v in con.execute(
+                "SELECT run_key, arg_max(value, seq) FROM log_rows "
+                "WHERE name_key = ? AND source_key = 0 AND vtype <= 2 GROUP BY run_key",
+                [key],
+            ).fetchall()
+            if k in run_ids and v is not None
+        }
+    series = {run_id: [v for _b, v in sorted(pairs)] for run_id, pairs in buckets.items()}
+    return series, last
+
+
+def _name_key(con: duckdb.DuckDBPyConnection, name: str) -> int | None:
+    row = con.execute("SELECT name_key FROM name_keys WHERE name = ?", [name]).fetchall()
+    return row[0][0] if row else None
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+# --- run detail ----------------------------------------------------------------------------
+
+
+def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> RunDetail:
+    """Args, metrics with sparklines (recorded and replayed), checkpoints and replays."""
+    with _session(store) as con:
+        found = list_runs(con, run_id)
+        if not found:
+            raise StoreError(f"unknown run {run_id!r}")
+        run = found[0]
+        run_key = con.execute("SELECT run_key FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][
+            0
+        ]
+        metrics = _run_metrics(con, run_key, points)
+        checkpoints = [
+            CheckpointRow(*row)
+            for row in con.execute(
+                "SELECT loop, iteration, path, bytes, time FROM checkpoints WHERE run_id = ? "
+                "ORDER BY time, iteration",
+                [run_id],
+            ).fetchall()
+        ]
+        replays = _run_replays(con, run_key)
+        loop = con.execute(
+            f"""
+            SELECT e.loop, e.total,
+                   (SELECT count(*) FROM iteration_rows i WHERE i.run_key = e.run_key
+                      AND i.source_key = 0 AND i.ctx_id >> {ENTRY_SHIFT} = e.entry_id)
+            FROM loop_entries e WHERE e.run_key = ? AND e.source_key = 0 AND e.depth = 0
+            ORDER BY e.entry_id LIMIT 1
+            """,
+            [run_key],
+        ).fetchall()
+    name, total, done = loop[0] if loop else (None, None, 0)
+    return RunDetail(run, metrics, checkpoints, replays, total, int(done), name)
+
+
+def _run_metrics(con: duckdb.DuckDBPyConnection, run_key: int, points: int) -> list[MetricSeries]:
+    rows = con.execute(
+        f"""
+        WITH v AS (SELECT source_key, name_key, seq, value, text, vtype FROM log_rows
+                   WHERE run_key = ?),
+             b AS (SELECT source_key, name_key, min(seq) AS lo, max(seq) AS hi, count(*) AS n,
+                          count(*) FILTER (WHERE vtype <= 2) AS n_num,
+                          arg_max(value, seq) AS last, arg_max(text, seq) AS last_text,
+                          min(value) FILTER (WHERE isfinite(value)) AS low,
+                          max(value) FILTER (WHERE isfinite(value)) AS high
+                   FROM v GROUP BY ALL),
+             g AS (SELECT v.source_key, v.name_key,
+                          CAST((v.seq - b.lo) * least(b.n, {int(points)}) // (b.hi - b.lo + 1)
+                               AS INTEGER) AS bucket,
+                          avg(v.value) FILTER (WHERE isfinite(v.value)) AS value
+                   FROM v JOIN b USING (source_key, name_key) WHERE v.vtype <= 2 GROUP BY ALL)
+        SELECT k.name, s.source, b.n, b.n_num, b.last, b.low, b.high, b.last_text,
+               (SELECT list(g.value ORDER BY g.bucket) FROM g
+                 WHERE g.source_key = b.source_key AND g.name_key = b.name_key)
+        FROM b JOIN name_keys k ON k.name_key = b.name_key
+             JOIN sources s ON s.source_key = b.source_key
+        ORDER BY b.source_key != 0, k.name, s.source
+        """,
+        [run_key],
+    ).fetchall()
+    out = []
+    for name, source, n, n_num, last, low, high, last_text, points_ in rows:
+        numeric = n_num == n
+        out.append(
+            MetricSeries(
+                name=name,
+                source=source,
+                n=int(n),
+                last=last if numeric else None,
+                low=low if numeric else None,
+                high=high if numeric else None,
+                points=[_nan(v) for v in (points_ or [])] if numeric else [],
+                text=None if numeric else last_text,
+            )
+        )
+    return out
+
+
+def _run_replays(con: duckdb.DuckDBPyConnection, run_key: int) -> list[ReplayRow]:
+    rows = con.execute(
+        """
+        SELECT s.source, p.started, p.ended, p.status, p.names, p.detail, sum(n.n)
+        FROM name_stats n JOIN sources s ON s.source_key = n.source_key
+        LEFT JOIN replays p ON p.replay_id = s.source
+        WHERE n.run_key = ? AND n.source_key != 0
+        GROUP BY ALL ORDER BY p.started NULLS LAST, s.source
+        """,
+        [run_key],
+    ).fetchall()
+    return [
+        ReplayRow(r[0], r[1], r[2], r[3], r[4], _json_object(r[5]), int(r[6] or 0)) for r in rows
+    ]
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {"detail": value}
+
+
+# --- replays and live progress ----------------------------------------------------------
+
+
+def load_replays(store: Store, limit: int = 50) -> list[ReplayRow]:
+    """The latest replays with how many rows each produced."""
+    with _session(store) as con:
+        rows = con.execute(
+            """
+            SELECT p.replay_id, p.started, p.ended, p.status, p.names, p.detail,
+                   coalesce((SELECT sum(n.n) FROM name_stats n JOIN sources s
+                             ON s.source_key = n.source_key WHERE s.source = p.replay_id), 0)
+            FROM replays p ORDER BY p.started DESC NULLS LAST LIMIT ?
+            """,
+            [limit],
+        ).fetchall()
+    return [
+        ReplayRow(r[0], r[1], r[2], r[3], r[4], _json_object(r[5]), int(r[6] or 0)) for r in rows
+    ]
+
+
+def replayed_names(store: Store) -> dict[str, set[str]]:
+    """Per code version, the log names that replays filled in for its runs."""
+    with _session(store) as con:
+        rows = con.execute(
+            "SELECT DISTINCT r.version, k.name FROM name_stats s "
+            "JOIN runs r ON r.run_key = s.run_key JOIN name_keys k ON k.name_key = s.name_key "
+            "WHERE s.source_key != 0 AND r.version IS NOT NULL"
+        ).fetchall()
+    out: dict[str, set[str]] = {}
+    for version, name in rows:
+        out.setdefault(version, set()).add(name)
+    return out
+
+
+def load_live(store: Store) -> list[LiveRun]:
+    """Runs still recording: iterations of their outer loop done, of its total."""
+    with _session(store) as con:
+        rows = con.execute(
+            f"""
+            SELECT r.run_id, e.loop, e.total, r.start_time,
+                   (SELECT count(*) FROM iteration_rows i WHERE i.run_key = r.run_key
+                      AND i.source_key = 0 AND i.ctx_id >> {ENTRY_SHIFT} = e.entry_id),
+                   (SELECT avg(i.wait_s + i.iter_s) FROM iteration_rows i
+                     WHERE i.run_key = r.run_key AND i.source_key = 0
+                       AND i.ctx_id >> {ENTRY_SHIFT} = e.entry_id)
+            FROM runs r LEFT JOIN loop_entries e ON e.run_key = r.run_key AND e.source_key = 0
+                 AND e.depth = 0
+            WHERE r.status = 'running'
+            QUALIFY row_number() OVER (PARTITION BY r.run_id ORDER BY e.entry_id DESC) = 1
+            ORDER BY r.start_time
+            """
+        ).fetchall()
+    now = datetime.now()
+    return [
+        LiveRun(
+            run_id=r[0],
+            loop=r[1],
+            done=int(r[4] or 0),
+            total=int(r[2]) if r[2] is not None else None,
+            elapsed_s=(now - r[3]).total_seconds() if r[3] else 0.0,
+            mean_iter_s=r[5],
+        )
+        for r in rows
+    ]
+
+
+# --- ad-hoc queries -------------------------------------------------------------------------
+
+
+def query_page(store: Store, sql: str, limit: int = PAGE_ROWS) -> QueryPage:
+    """The first `limit` rows of read-only SQL without computing the rest, on a connection
+    that cannot write (engine/store/user_sql.py); `total` is exact when the result fits,
+    else None (count_rows says)."""
+    head = user_sql.query_head(store, sql, limit)
+    series = [i for i, t in enumerate(head.types) if _is_numeric_list(t)]
+    total = None if head.more else len(head.rows)
+    return QueryPage(head.columns, [str(t) for t in head.types], head.rows, total, series)
+
+
+def count_rows(store: Store, sql: str) -> int:
+    """How many rows the last statement of `sql` returns (may take as long as the query)."""
+    return user_sql.count_result(store, sql)
+
+
+def _is_numeric_list(kind: DuckDBPyType) -> bool:
+    if kind.id not in ("list", "array"):
+        return False
+    child = dict(kind.children)["child"]
+    return str(child) in _NUMERIC_TYPES or str(child).startswith("DECIMAL")
+
+
+__all__ = [
+    "CheckpointRow",
+    "History",
+    "LiveRun",
+    "MetricInfo",
+    "MetricSeries",
+    "QueryPage",
+    "ReplayRow",
+    "RunDetail",
+    "RunRow",
+    "VersionRow",
+    "check_read_only",
+    "count_rows",
+    "default_metric",
+    "load_history",
+    "load_live",
+    "load_replays",
+    "load_run_detail",
+    "load_series",
+    "query_page",
+    "replayed_names",
+]

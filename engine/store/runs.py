@@ -1,0 +1,151 @@
+"""The run listing: one query and one row type for every reader of runs.
+
+`florwb runs` (table and `--json`), the workbench's version history, run detail and
+`Store.runs()` all list runs through `list_runs`, so a run shows the same status, counts,
+args and data-wait share wherever it is read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, cast
+
+import duckdb
+
+from florwb_engine.store.schema import entry_join
+from florwb_engine.store.values import decode_value
+
+# What `runs.status` holds: set by the recording runtime at the end of a run, "running"
+# until then, "killed" once ingestion finds its process gone without an end record.
+RunStatus = Literal["running", "finished", "failed", "interrupted", "killed"]
+
+
+@dataclass
+class RunRow:
+    """One recorded run with what the CLI and the workbench show about it."""
+
+    run_id: str
+    version: str | None
+    script: str | None
+    start_time: datetime | None
+    end_time: datetime | None
+    status: RunStatus
+    exception: str | None
+    message: str | None
+    host: str | None
+    argv: list[str]
+    git_head: str | None
+    git_branch: str | None
+    git_dirty: bool | None
+    args: dict[str, Any]
+    n_logs: int
+    n_checkpoints: int
+    replays: list[str]  # replay ids that filled in values for this run
+    data_wait_s: float | None  # seconds spent waiting on data iterators (all loops)
+    data_wait_share: float | None  # of the main loop's time; None when not measured
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.start_time and self.end_time:
+            return (self.end_time - self.start_time).total_seconds()
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        """The object `florwb runs --json` prints (keys documented in the README)."""
+        return {
+            "run_id": self.run_id,
+            "version": self.version,
+            "script": self.script,
+            "start_time": self.start_time.isoformat() if self.start_time else None,
+            "end_time": self.end_time.isoformat() if self.end_time else None,
+            "duration_s": self.duration_s,
+            "status": self.status,
+            "exception": self.exception,
+            "message": self.message,
+            "host": self.host,
+            "argv": self.argv,
+            "git_head": self.git_head,
+            "git_branch": self.git_branch,
+            "git_dirty": self.git_dirty,
+            "args": self.args,
+            "n_logs": self.n_logs,
+            "n_checkpoints": self.n_checkpoints,
+            "data_wait_s": self.data_wait_s,
+            "data_wait_share": self.data_wait_share,
+        }
+
+
+def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list[RunRow]:
+    """Every run (or the one `run_id`), oldest first.
+
+    Counts come from the integer-keyed tables (`name_stats`, `iteration_rows`) joined
+    once per run, not from per-row views: the workbench lists 1,000 runs over tens of
+    millions of log rows without waiting.
+    """
+    only = "WHERE r.run_id = ?" if run_id is not None else ""
+    params = [run_id] if run_id is not None else []
+    rows = con.execute(
+        f"""
+        SELECT r.run_id, r.version, r.script, r.start_time, r.end_time, r.status,
+               r.exception, r.message, r.host, r.argv, r.git_head, r.git_branch, r.git_dirty,
+               coalesce(ns.n_logs, 0), coalesce(ck.n, 0), coalesce(rp.sources, []),
+               w.wait_s, w.loop_s
+        FROM runs r
+        LEFT JOIN (SELECT run_key, sum(n) AS n_logs FROM name_stats WHERE source_key = 0
+                   GROUP BY run_key) ns ON ns.run_key = r.run_key
+        LEFT JOIN (SELECT run_id, count(*) AS n FROM checkpoints GROUP BY run_id) ck
+               ON ck.run_id = r.run_id
+        LEFT JOIN (SELECT n.run_key, list(DISTINCT s.source ORDER BY s.source) AS sources
+                   FROM name_stats n JOIN sources s ON s.source_key = n.source_key
+                   WHERE n.source_key != 0 GROUP BY n.run_key) rp ON rp.run_key = r.run_key
+        LEFT JOIN (SELECT i.run_key, sum(i.wait_s) AS wait_s,
+                          sum(i.wait_s + i.iter_s) FILTER (WHERE e.depth = 0) AS loop_s
+                   FROM iteration_rows i {entry_join("i", "e")}
+                   WHERE i.source_key = 0 GROUP BY i.run_key) w ON w.run_key = r.run_key
+        {only}
+        ORDER BY r.start_time, r.run_key
+        """,
+        params,
+    ).fetchall()
+    args = run_args(con, run_id)
+    out = []
+    for r in rows:
+        wait_s, loop_s = r[16], r[17]
+        out.append(
+            RunRow(
+                run_id=r[0],
+                version=r[1],
+                script=r[2],
+                start_time=r[3],
+                end_time=r[4],
+                status=cast(RunStatus, r[5] or "running"),
+                exception=r[6],
+                message=r[7],
+                host=r[8],
+                argv=json.loads(r[9]) if r[9] else [],
+                git_head=r[10],
+                git_branch=r[11],
+                git_dirty=r[12],
+                args=args.get(r[0], {}),
+                n_logs=int(r[13]),
+                n_checkpoints=int(r[14]),
+                replays=list(r[15]),
+                data_wait_s=wait_s,
+                data_wait_share=(wait_s / loop_s) if wait_s is not None and loop_s else None,
+            )
+        )
+    return out
+
+
+def run_args(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> dict[str, dict]:
+    """Per run id, its recorded args by name (decoded), for every run or just `run_id`."""
+    only = "WHERE run_id = ? " if run_id is not None else ""
+    args: dict[str, dict[str, Any]] = {}
+    for rid, name, value, text, vtype in con.execute(
+        f"SELECT run_id, name, value, text, vtype FROM args {only}ORDER BY run_id, name",
+        [run_id] if run_id is not None else [],
+    ).fetchall():
+        args.setdefault(rid, {})[name] = decode_value(value, text, vtype)
+    return args

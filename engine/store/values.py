@@ -1,0 +1,34 @@
+"""Decoding a stored value back into the Python value that was recorded.
+
+Args and logged values are stored as (value DOUBLE, text VARCHAR, vtype) so numbers stay
+numbers in SQL. Every reader (the CLI's run listing, the workbench, replay planning) turns
+them back with this one function, so a value reads the same wherever it is shown.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def decode_value(value: float | None, text: str | None, vtype: str | None) -> Any:
+    """The recorded Python value of one stored (value, text, vtype) triple.
+
+    A number column that is NULL for an int or bool (never written so by florwb, but a
+    hand-edited catalog may hold it) gives None rather than an exception, and JSON that
+    does not parse gives its text: a reader shows what is there instead of failing.
+    """
+    if vtype == "int" and text is not None:  # exact digits of an int a float cannot hold
+        return int(text)
+    if vtype == "int":
+        return int(value) if value is not None else None
+    if vtype == "bool":
+        return bool(value) if value is not None else None
+    if vtype == "float":
+        return value
+    if vtype == "json" and text is not None:
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text

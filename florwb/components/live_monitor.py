@@ -1,0 +1,174 @@
+"""The live monitor: keeps the workbench up to date with the world while it is open.
+
+A component with no screen of its own (a hidden widget, so it can own timers and post
+messages that bubble to the app). Two sources of change: journals appearing or growing (a
+run recording in another terminal, a replay landing) are noticed by comparing journal
+sizes every poll (Toolong style: nothing is read unless something is new), and training
+scripts saved with new `flor.log` lines are noticed by a watchdog observer within a second.
+Both end in thread workers that post `HistoryLoaded`, `LiveUpdated` and `PendingChanged`.
+
+It owns what that needs: the journal sizes, the script watcher, the metric the history is
+loaded with and the reload pacing. It never touches other widgets.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from textual import on
+from textual.widget import Widget
+
+from florwb.ui.messages import HistoryLoaded, LiveUpdated, PendingChanged, ScriptSaved
+from florwb.ui.workers import run_in_thread
+from florwb_engine.store import Store, StoreBusy
+from florwb_engine.store.queries import History, load_history, load_live
+from florwb_engine.watch import JournalSizes, ScriptWatcher, pending_statements
+
+RUNNING_POLL_EVERY = 3  # polls: re-read running runs this often even if journals are quiet
+RELOAD_COST_FACTOR = 4  # wait this many times the last reload's duration before the next
+
+
+class LiveMonitor(Widget):
+    """Loads the history, polls the journals, watches the scripts, finds pending statements."""
+
+    DEFAULT_CSS = "LiveMonitor { display: none; }"
+
+    def __init__(
+        self,
+        project: Path,
+        store: Store,
+        *,
+        poll_s: float = 1.0,
+        watch_scripts: bool = True,
+        id: str | None = None,
+    ) -> None:
+        super().__init__(id=id)
+        self.project = project
+        self.store = store
+        self.poll_s = poll_s
+        self.watch_scripts = watch_scripts
+        self.history: History | None = None  # the newest history this monitor loaded
+        self.metric: str | None = None  # the sparkline metric reloads keep
+        self._sizes = JournalSizes(project)
+        self._watcher: ScriptWatcher | None = None
+        self._watched: set[Path] = set()
+        self._watching = False
+        self._polls = 0
+        self._next_reload = 0.0
+
+    def on_mount(self) -> None:
+        if self.poll_s > 0:
+            self.set_interval(self.poll_s, self._poll)
+
+    def on_unmount(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+
+    # --- the history ----------------------------------------------------------------------
+
+    def reload(self, *, initial: bool = False) -> None:
+        """Read the history now (in a worker); posts HistoryLoaded."""
+        metric = self.metric
+
+        def work() -> None:
+            if initial:
+                self._sizes.changed()  # the poll then reports only what is new after this
+            self.post_message(HistoryLoaded(load_history(self.store, metric)))
+
+        run_in_thread(self, work, group="history", description="loading the history")
+
+    @on(HistoryLoaded)
+    def _loaded(self, message: HistoryLoaded) -> None:
+        """Keep what the next poll and check need; the message goes on to the app."""
+        self.history = message.history
+        self.metric = message.history.metric
+        if self._watching:
+            self._update_watch()
+            self.check_pending()
+
+    def _poll(self) -> None:
+        self._polls += 1
+        if time.monotonic() < self._next_reload:
+            return  # a big project: reloading takes a while, so not every second
+        history = self.history
+        running = bool(history and any(r.status == "running" for r in history.runs))
+        force = running and self._polls % RUNNING_POLL_EVERY == 0
+        metric = self.metric
+
+        def work() -> None:
+            """Reload only when a journal grew, or now and then while runs are marked
+            running (a killed run's journal never grows again). Reloads are spaced by a few
+            times what the last one cost, so a project with a thousand runs does not spend
+            the machine on refreshing its history."""
+            if not self._sizes.changed() and not force:
+                return
+            began = time.monotonic()
+            try:
+                history = load_history(self.store, metric)
+                recording = any(r.status == "running" for r in history.runs)
+                live = load_live(self.store) if recording else []
+            except StoreBusy:
+                return  # another process holds the store for a moment: the next poll retries
+            finally:
+                self._next_reload = time.monotonic() + RELOAD_COST_FACTOR * (
+                    time.monotonic() - began
+                )
+            self.post_message(HistoryLoaded(history))
+            self.post_message(LiveUpdated(live))
+
+        run_in_thread(self, work, group="poll", description="refreshing the history")
+
+    # --- the scripts ----------------------------------------------------------------------
+
+    def start_watching(self) -> None:
+        """Watch the recorded scripts from now on (after the first frame: the observer and
+        the pending check import and read files, which would compete with drawing it)."""
+        self._watching = True
+        self._update_watch()
+        self.check_pending()
+
+    @property
+    def watcher_ready(self) -> bool:
+        """True once a save of any recorded script will be noticed."""
+        return self._watcher is not None and self._watcher.ready.is_set()
+
+    def _update_watch(self) -> None:
+        if not self.watch_scripts or self.history is None:
+            return
+        paths = {self.project / r.script for r in self.history.runs if r.script}
+        paths = {p for p in paths if p.parent.is_dir()}
+        if paths == self._watched:
+            return
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+        self._watched = paths
+        if paths:
+            self._watcher = ScriptWatcher(paths, self._saved)
+            self._watcher.start()
+
+    def _saved(self, _path: Path) -> None:
+        """On the observer's thread: hand over to the event loop."""
+        self.post_message(ScriptSaved())
+
+    @on(ScriptSaved)
+    def _script_saved(self) -> None:
+        """Look for new statements; the message goes on to the app (the diff is stale)."""
+        self.check_pending()
+
+    def check_pending(self) -> None:
+        """Compare each script on disk with its newest recorded version (in a worker)."""
+        history = self.history
+        if history is None:
+            return
+        newest: dict[str, str | None] = {}
+        for run in history.runs:  # oldest first: the last one wins
+            if run.script:
+                newest[run.script] = run.version or newest.get(run.script)
+
+        def work() -> None:
+            found = [pending_statements(self.project, s, v) for s, v in newest.items()]
+            self.post_message(PendingChanged(found))
+
+        run_in_thread(self, work, group="pending", description="reading the training scripts")

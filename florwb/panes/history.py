@@ -1,0 +1,175 @@
+"""The version-history tab: a header, the history list, a filter line and the run summary.
+
+The app hands it each history the live monitor loads (`show`), the pending statements
+(`set_pending`) and the runs recording now (`set_live`); the pane turns them into rows,
+keeps the summary in step with the cursor, and loads another metric's series itself.
+It tells the app where the cursor is (`VersionSelected`) and which metric it shows
+(`MetricChanged`); the list's own messages (Opened, MarksChanged) go on to the app.
+"""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Input, Static
+
+from florwb.ui import format as fmt
+from florwb.ui.messages import MetricChanged, SeriesLoaded, VersionSelected
+from florwb.ui.workers import run_in_thread
+from florwb.widgets.history_list import Columns, HistoryList, HistoryRow, build_rows
+from florwb.widgets.run_summary import RunSummary
+from florwb_engine.store import Store
+from florwb_engine.store.queries import History, load_series
+from florwb_engine.watch import PendingStatements
+
+
+class HistoryPane(Vertical):
+    """Versions with their runs; the highlighted row drives the other tabs."""
+
+    DEFAULT_CSS = """
+    HistoryPane #history-header { height: 1; color: $text-muted; text-style: bold; }
+    HistoryPane #history-filter { height: 1; border: none; padding: 0 1; display: none; }
+    HistoryPane #history-filter.-shown { display: block; }
+    HistoryPane HistoryList { height: 1fr; }
+    HistoryPane RunSummary { height: auto; max-height: 6; border-top: solid $primary-darken-2;
+        padding: 0 1; }
+    """
+
+    def __init__(self, store: Store, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.store = store
+        self.history: History | None = None
+        self.pending: list[PendingStatements] = []
+        self.text_filter = ""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="history-header")
+        yield HistoryList(id="history-list")
+        yield Input(
+            placeholder="filter: words in run id, version, status, args", id="history-filter"
+        )
+        yield RunSummary("Loading the version history…", id="run-summary")
+
+    @property
+    def history_list(self) -> HistoryList:
+        return self.query_one(HistoryList)
+
+    def show(self, history: History) -> None:
+        self.history = history
+        listing = self.history_list
+        listing.series, listing.last = history.series, history.last
+        differ = fmt.args_that_differ((r.script, r.args) for r in history.runs)
+        listing.set_rows(build_rows(history, self.text_filter), differ)
+        self._header()
+        self.refresh_summary()
+
+    def set_pending(self, pending: list[PendingStatements]) -> None:
+        self.pending = pending
+        self.refresh_summary()
+
+    def set_live(self, labels: dict[str, str]) -> None:
+        """Progress text of the runs recording now, by run id."""
+        self.history_list.set_live(labels)
+        self.refresh_summary()
+
+    # --- the metric of the sparklines ------------------------------------------------------
+
+    @on(HistoryList.MetricStep)
+    def _metric_step(self, message: HistoryList.MetricStep) -> None:
+        message.stop()
+        history = self.history
+        if history is None:
+            return
+        numeric = [m.name for m in history.metrics if m.numeric]
+        if not numeric:
+            self.notify("No numeric metrics logged yet.")
+            return
+        index = numeric.index(history.metric) if history.metric in numeric else -1
+        metric = numeric[(index + message.step) % len(numeric)]
+
+        def work() -> None:
+            series, last = load_series(self.store, metric)
+            self.post_message(SeriesLoaded(metric, series, last))
+
+        run_in_thread(self, work, group="series", description="loading a metric")
+
+    @on(SeriesLoaded)
+    def _series_loaded(self, message: SeriesLoaded) -> None:
+        message.stop()
+        if self.history is not None:
+            self.history.metric = message.metric
+            self.history.series, self.history.last = message.series, message.last
+        self.history_list.set_series(message.series, message.last)
+        self._header()
+        self.refresh_summary()
+        self.post_message(MetricChanged(message.metric))
+
+    def on_resize(self) -> None:
+        self._header()
+
+    def _header(self) -> None:
+        history = self.history
+        width = max(self.history_list.size.width, 40)
+        header = Columns.fit(width).header(history.metric if history else None)
+        self.query_one("#history-header", Static).update(header)
+
+    def refresh_summary(self, row: HistoryRow | None = None) -> None:
+        history = self.history
+        if history is None:
+            return
+        row = row if row is not None else self.history_list.current
+        run_id = row.run.run_id if row and row.run else None
+        self.query_one(RunSummary).show(
+            row,
+            metric=history.metric,
+            series=history.series.get(run_id) if run_id else None,
+            last=history.last.get(run_id) if run_id else None,
+            pending=self.pending,
+            live=self.history_list.live.get(run_id) if run_id else None,
+        )
+
+    @on(HistoryList.Highlighted)
+    def _highlighted(self, event: HistoryList.Highlighted) -> None:
+        self.refresh_summary(event.row)
+        if event.row is not None:
+            self.post_message(VersionSelected(event.row.version))
+
+    @on(HistoryList.FilterRequested)
+    def _open_filter(self) -> None:
+        box = self.query_one("#history-filter", Input)
+        box.add_class("-shown")
+        box.value = self.text_filter
+        box.focus()
+
+    @on(Input.Changed, "#history-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.apply_filter(event.value)
+
+    @on(Input.Submitted, "#history-filter")
+    def _filter_done(self) -> None:
+        self._close_filter()
+
+    def apply_filter(self, text: str) -> None:
+        self.text_filter = text.strip()
+        if self.history is not None:
+            self.history_list.set_rows(
+                build_rows(self.history, self.text_filter), self.history_list.differ
+            )
+            self._header()
+            self.refresh_summary()
+
+    def _close_filter(self) -> None:
+        box = self.query_one("#history-filter", Input)
+        if not self.text_filter:
+            box.remove_class("-shown")
+        self.history_list.focus()
+
+    def key_escape(self) -> None:
+        """Esc in the filter line clears the filter; in the list it clears a kept filter."""
+        box = self.query_one("#history-filter", Input)
+        if box.has_focus or self.text_filter:
+            box.value = ""
+            self.apply_filter("")
+            box.remove_class("-shown")
+            self.history_list.focus()

@@ -1,0 +1,256 @@
+"""The log-statement diff tab: which statement is in which version, and the code diff.
+
+The table is the engine's (`florwb_engine.statements`: propagation's own analysis plus
+the store's replayed statements), built in a worker because reading old versions and
+matching syntax trees is slow. The pane owns what it shows: the app hands it the history,
+the version under the history's cursor and the marked versions, and says when the code
+may have changed (`invalidate`); the pane rebuilds only when it is stale and on screen.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import ScrollableContainer, Vertical
+from textual.widgets import DataTable, Static
+
+from florwb.ui import format as fmt
+from florwb.ui import keys
+from florwb.ui.messages import PaneReady, StatementTableLoaded
+from florwb.ui.workers import run_in_thread
+from florwb.widgets.code_diff import render_diff
+from florwb_engine.statements import (
+    WORKING,
+    StatementTable,
+    choose_script_and_versions,
+    statement_table,
+)
+from florwb_engine.store import Store
+from florwb_engine.store.queries import History
+
+LEGEND = "● recorded  ↻ replayed  → propagatable  ✗ cannot place"
+CELL_TEXT = {
+    "recorded": ("● L{line}", "green"),
+    "replayed": ("↻ replayed", "cyan"),
+    "propagatable": ("→ L{line}", "yellow"),
+    "cannot place": ("✗ no", "red"),
+    "in tree": ("● L{line}", "bold green"),
+    "absent": ("-", "dim"),
+}
+
+
+class StatementsPane(Vertical, can_focus=False):
+    """Matrix of log statements x versions above a diff of the chosen version."""
+
+    BINDINGS = keys.bindings("statements")
+    DEFAULT_CSS = """
+    StatementsPane #statements-title { height: 1; text-style: bold; }
+    StatementsPane #matrix { height: auto; max-height: 9; }
+    StatementsPane #cell-reason { height: auto; max-height: 2; color: $text-muted; }
+    StatementsPane #diff-title { height: 1; text-style: bold; border-top: solid $primary-darken-2;
+        height: 2; }
+    StatementsPane #diff-scroll { height: 1fr; overflow: auto auto; }
+    StatementsPane #diff { width: auto; }
+    """
+
+    def __init__(self, project: Path, store: Store, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.project = project
+        self.store = store
+        self.data: StatementTable | None = None
+        self.base_is_marked = False
+        self.history: History | None = None
+        self.selected_version: str | None = None
+        self.marked_versions: set[str] = set()
+        self.stale = True
+
+    def on_mount(self) -> None:
+        self.post_message(PaneReady(self))
+
+    # --- what the app hands over ----------------------------------------------------------
+
+    def set_history(self, history: History) -> None:
+        self.history = history
+        self.stale = True
+
+    def select_version(self, version: str | None) -> None:
+        """The history's cursor moved to `version` (the diff starts there next time)."""
+        self.selected_version = version
+
+    def set_marked_versions(self, versions: set[str]) -> None:
+        self.marked_versions = set(versions)
+        self.show_diff()
+
+    def invalidate(self) -> None:
+        """The code or the replays changed: rebuild before showing the table again."""
+        self.stale = True
+
+    def refresh_if_stale(self) -> None:
+        """Called when the tab is shown: rebuild the table if anything changed."""
+        if self.stale:
+            self.load()
+
+    def compose(self) -> ComposeResult:
+        yield Static("Reading versions…", id="statements-title")
+        table: DataTable = DataTable(id="matrix", cursor_type="cell", zebra_stripes=True)
+        yield table
+        yield Static(id="cell-reason")
+        yield Static(id="diff-title")
+        with ScrollableContainer(id="diff-scroll"):
+            yield Static(id="diff")
+
+    # --- loading --------------------------------------------------------------------------
+
+    def load(self) -> None:
+        history = self.history
+        if history is None:
+            return
+        self.stale = False
+        choice = choose_script_and_versions(
+            ((r.script, r.version) for r in history.runs),
+            [v.version for v in history.versions],
+            self.selected_version,
+        )
+        if choice is None:
+            self.query_one("#statements-title", Static).update("No recorded scripts yet.")
+            return
+        script, chosen, counts = choice
+
+        def work() -> None:
+            table = statement_table(self.project, self.store, script, chosen, counts)
+            self.post_message(StatementTableLoaded(table))
+
+        run_in_thread(self, work, group="matrix", description="building the log-statement diff")
+
+    @on(StatementTableLoaded)
+    def _loaded(self, loaded: StatementTableLoaded) -> None:
+        loaded.stop()
+        message = self.data = loaded.table
+        title = f"{message.script}: {LEGEND}"
+        if message.note:
+            title += f" · {message.note}"
+        self.query_one("#statements-title", Static).update(Text(fmt.clip(title, 400)))
+        table = self.query_one("#matrix", DataTable)
+        table.clear(columns=True)
+        table.add_column("statement", key="name")
+        for version in message.versions:
+            label = (
+                WORKING
+                if version == WORKING
+                else (f"{fmt.short_version(version)} ({message.runs_per_version.get(version, 0)})")
+            )
+            table.add_column(label, key=version)
+        for name in message.names:
+            cells = [Text(name, "bold")]
+            for version in message.versions:
+                cell = message.cells[(name, version)]
+                label, style = CELL_TEXT[cell.status]
+                cells.append(Text(label.format(line=cell.line), style))
+            table.add_row(*cells, key=name)
+        start = self.selected_version
+        if start in message.versions:
+            table.move_cursor(column=message.versions.index(start) + 1, row=0)
+        elif len(message.versions) > 1:
+            table.move_cursor(column=len(message.versions) - 1, row=0)
+        self._show_cell()
+        self.show_diff()
+
+    # --- cursor, reason, diff -------------------------------------------------------------
+
+    @on(DataTable.CellHighlighted, "#matrix")
+    def _cell_moved(self) -> None:
+        self._show_cell()
+        self.show_diff()
+
+    def _cursor(self) -> tuple[str | None, str | None]:
+        data = self.data
+        table = self.query_one("#matrix", DataTable)
+        if data is None or not data.names:
+            return None, None
+        row, column = table.cursor_coordinate
+        name = data.names[min(row, len(data.names) - 1)]
+        version = data.versions[column - 1] if column >= 1 else None
+        return name, version
+
+    def _show_cell(self) -> None:
+        name, version = self._cursor()
+        reason = self.query_one("#cell-reason", Static)
+        if self.data is None or name is None:
+            reason.update("No log statements found." if self.data else "")
+            return
+        if version is None:
+            present = [
+                v
+                for v in self.data.versions
+                if self.data.cells[(name, v)].status in ("recorded", "in tree")
+            ]
+            reason.update(f"{name}: in {len(present)} of {len(self.data.versions)} columns")
+            return
+        cell = self.data.cells[(name, version)]
+        status, line, why = cell.status, cell.line, cell.reason
+        where = WORKING if version == WORKING else f"version {fmt.short_version(version)}"
+        explain = {
+            "recorded": f"recorded by its runs, at line {line}",
+            "in tree": f"at line {line} of the working tree",
+            "absent": "not in the working tree",
+            "replayed": "filled in for its runs by a replay",
+            "propagatable": f"propagatable: would be inserted at line {line}; r replays it",
+            "cannot place": f"cannot place: {why or 'no matching place in this version'}",
+        }[status]
+        reason.update(Text(f"{name} in {where}: {explain}"))
+
+    def show_diff(self) -> None:
+        data = self.data
+        if data is None:
+            return
+        _name, version = self._cursor()
+        versions_only = [v for v in data.versions if v != WORKING]
+        if version is None or version == WORKING:
+            version = self.selected_version if self.selected_version in versions_only else None
+            version = version or (versions_only[-1] if versions_only else None)
+        base = WORKING if WORKING in data.sources else None
+        marked = [v for v in self.marked_versions if v in data.sources and v != version]
+        if self.base_is_marked and marked:
+            base = marked[0]
+        title = self.query_one("#diff-title", Static)
+        target = self.query_one("#diff", Static)
+        if version is None or base is None or version not in data.sources:
+            title.update("No code to compare.")
+            target.update("")
+            return
+        base_label = WORKING if base == WORKING else f"version {fmt.short_version(base)}"
+        title.update(
+            Text.assemble(
+                (f"diff version {fmt.short_version(version)} → {base_label}", "bold"),
+                ("  ◆ log statement · b: other base", "dim"),
+            )
+        )
+        diff = render_diff(
+            data.sources[version],
+            data.sources[base],
+            old_name=f"{data.script} @ {fmt.short_version(version)}",
+            new_name=f"{data.script} @ {base_label}",
+            old_log_lines=data.log_lines.get(version, set()),
+            new_log_lines=data.log_lines.get(base, set()),
+        )
+        diff.no_wrap = True
+        target.update(diff)
+
+    # --- actions --------------------------------------------------------------------------
+
+    def action_toggle_base(self) -> None:
+        if not self.marked_versions:
+            self.notify("Mark a version in the history (space) to compare against it.")
+            self.base_is_marked = False
+        else:
+            self.base_is_marked = not self.base_is_marked
+        self.show_diff()
+
+    def action_focus_diff(self) -> None:
+        self.query_one("#diff-scroll").focus()
+
+    def action_focus_matrix(self) -> None:
+        self.query_one("#matrix").focus()

@@ -1,0 +1,167 @@
+"""Every key binding of the workbench, as data with ids (the Posting / W&B approach).
+
+Screens and widgets take their BINDINGS from this table. Each id is stable, so a keymap
+(`App.set_keymap({"history.filter": "f"})`) can rebind it; the `?` help screen and the
+command palette read the table through `active_keys` with the app's keymap applied, so
+what they say is what the keys do. How a key reads on screen (`enter` -> `⏎`) is a property
+of the key, not of the binding (`KEY_DISPLAY`), so a rebound key reads right in the footer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from textual.binding import Binding, BindingType
+
+
+@dataclass(frozen=True)
+class Key:
+    """One action and the keys that trigger it."""
+
+    id: str
+    keys: str  # comma-separated Textual key names or single characters
+    action: str  # action name on the scope's node (e.g. "filter" -> action_filter)
+    description: str
+    show: bool = False  # in the footer
+    label: str = ""  # short footer text (the description is for help and the palette)
+    priority: bool = False
+    palette: bool = True  # offered in the command palette
+
+
+# Scope id -> (title in the help screen, CSS selector of the node holding the actions, tab
+# to switch to before running an action from the command palette).
+SCOPES: dict[str, tuple[str, str, str | None]] = {
+    "app": ("Everywhere", "", None),
+    "history": ("Version history (1)", "#history-list", "history"),
+    "statements": ("Log-statement diff (2)", "#statements-pane", "statements"),
+    "replay": ("Replay (3)", "#replay-pane", "replay"),
+    "query": ("Query (4)", "#query-pane", "query"),
+    "run": ("Run detail", "RunDetailScreen", None),
+    "plan": ("Replay plan", "ReplayPlanScreen", None),
+}
+
+KEYS: dict[str, tuple[Key, ...]] = {
+    "app": (
+        Key("app.help", "question_mark,f1", "help", "Help: every key", True, label="help"),
+        Key("app.tab.history", "1", "show_tab('history')", "Version history"),
+        Key("app.tab.statements", "2", "show_tab('statements')", "Log-statement diff"),
+        Key("app.tab.replay", "3", "show_tab('replay')", "Replay progress"),
+        Key("app.tab.query", "4", "show_tab('query')", "SQL query"),
+        Key("app.replay", "r", "replay", "Replay pending log statements", True, label="replay"),
+        Key("app.reload", "ctrl+r", "reload", "Reload from the store"),
+        Key("app.theme", "ctrl+t", "change_theme", "Change theme"),
+        Key("app.palette", "ctrl+p", "command_palette", "Command palette", palette=False),
+        Key("app.quit", "q", "quit", "Quit", True, label="quit"),
+    ),
+    "history": (
+        Key("history.down", "j,down", "cursor_down", "Next row"),
+        Key("history.up", "k,up", "cursor_up", "Previous row"),
+        Key("history.page_down", "pagedown", "page_down", "Page down"),
+        Key("history.page_up", "pageup", "page_up", "Page up"),
+        Key("history.first", "g,home", "first", "First row"),
+        Key("history.last", "G,end", "last", "Last row"),
+        Key(
+            "history.open",
+            "enter",
+            "open",
+            "Open run detail / version diff",
+            True,
+            label="open",
+        ),
+        Key("history.mark", "space", "mark", "Mark run or version", True, label="mark"),
+        Key("history.unmark", "u", "unmark_all", "Clear marks"),
+        Key("history.filter", "slash", "filter", "Filter runs", True, label="filter"),
+        Key(
+            "history.metric", "m", "next_metric", "Next metric for sparklines", True, label="metric"
+        ),
+        Key("history.metric_back", "M", "previous_metric", "Previous metric"),
+    ),
+    "statements": (
+        Key(
+            "statements.base",
+            "b",
+            "toggle_base",
+            "Diff against tree / marked version",
+            True,
+            label="base",
+        ),
+        Key("statements.diff", "d", "focus_diff", "Focus the code diff"),
+        Key("statements.matrix", "x", "focus_matrix", "Focus the matrix"),
+    ),
+    "replay": (
+        Key("replay.cancel", "c", "cancel", "Cancel the running replay", True, label="cancel"),
+        Key("replay.past", "p", "focus_past", "Focus past replays"),
+    ),
+    "query": (
+        Key("query.run", "ctrl+enter,ctrl+j,f5", "run_query", "Run query", True, label="run"),
+        Key("query.previous", "ctrl+up", "history_previous", "Previous query in history"),
+        Key("query.next", "ctrl+down", "history_next", "Next query in history"),
+        Key(
+            "query.history", "f8", "history_list", "Pick from query history", True, label="history"
+        ),
+        Key("query.results", "ctrl+o", "focus_results", "Focus results / editor"),
+        Key("query.leave", "escape", "leave_editor", "Leave the editor (1-4 switch tabs)"),
+    ),
+    "run": (
+        Key("run.back", "escape,backspace", "back", "Back", True, label="back"),
+        Key("run.down", "j,down", "scroll_down", "Scroll down"),
+        Key("run.up", "k,up", "scroll_up", "Scroll up"),
+        Key(
+            "run.replay",
+            "r",
+            "replay_run",
+            "Replay pending statements: this run",
+            True,
+            label="replay",
+        ),
+    ),
+    "plan": (
+        Key("plan.start", "enter,y", "start", "Start the replay", True, label="start"),
+        Key("plan.close", "escape,n", "close", "Close without replaying", True, label="close"),
+        Key("plan.more", "plus", "workers(1)", "More workers", True, label="workers"),
+        Key("plan.fewer", "minus", "workers(-1)", "Fewer workers", True, label="workers"),
+    ),
+}
+
+
+# Key name -> how it reads in the footer, the help and the palette (others: Textual's way).
+KEY_DISPLAY = {
+    "question_mark": "?",
+    "slash": "/",
+    "enter": "⏎",
+    "space": "␣",
+    "escape": "esc",
+    "ctrl+enter": "^⏎",
+    "plus": "+",
+    "minus": "-",
+}
+
+
+def bindings(scope: str) -> list[BindingType]:
+    """Textual bindings for one scope, each carrying its id from the table."""
+    return [
+        Binding(
+            key.keys,
+            key.action,
+            key.label or key.description,
+            show=key.show,
+            priority=key.priority,
+            id=key.id,
+        )
+        for key in KEYS[scope]
+    ]
+
+
+def active_keys(key: Key, keymap: Mapping[str, str]) -> list[str]:
+    """The key names that trigger `key` once `keymap` (binding id -> keys) is applied."""
+    names = keymap.get(key.id, key.keys)
+    return [name.strip() for name in names.split(",") if name.strip()]
+
+
+def find(key_id: str) -> tuple[str, Key]:
+    for scope, entries in KEYS.items():
+        for key in entries:
+            if key.id == key_id:
+                return scope, key
+    raise KeyError(key_id)

@@ -1,0 +1,151 @@
+"""Typed messages of the workbench (the Harlequin pattern), each carrying only plain data.
+
+Two kinds: what worker threads post when they have read the store or run the engine
+(handlers on the event loop update the screen; workers never touch widgets), and what
+panes and components post upward to ask for something (`VersionSelected`,
+`ReplayRequested`, `CancelRequested`...). Panes never reach into the app: the app routes
+these messages and hands each pane what it needs. A worker's failure needs no message: the
+app's one `Worker.StateChanged` handler shows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+from textual.widget import Widget
+
+from florwb_engine.statements import StatementTable
+from florwb_engine.store.queries import History, LiveRun, QueryPage, ReplayRow, RunDetail
+from florwb_engine.watch import PendingStatements
+
+
+@dataclass
+class HistoryLoaded(Message):
+    history: History
+
+
+@dataclass
+class SeriesLoaded(Message):
+    metric: str
+    series: dict[str, list[float]]
+    last: dict[str, float]
+
+
+@dataclass
+class LiveUpdated(Message):
+    live: list[LiveRun]
+
+
+@dataclass
+class PendingChanged(Message):
+    """The working tree's scripts were (re)read: `pending` per script."""
+
+    pending: list[PendingStatements]
+
+
+class ScriptSaved(Message):
+    """A watched training script was written (posted from the watchdog thread)."""
+
+
+@dataclass
+class RunDetailLoaded(Message):
+    detail: RunDetail
+
+
+@dataclass
+class StatementTableLoaded(Message):
+    """Statement x version cells, and the code of each version for the diff."""
+
+    table: StatementTable
+
+
+@dataclass
+class QueryPageLoaded(Message):
+    serial: int
+    sql: str
+    page: QueryPage
+    elapsed_s: float
+
+
+@dataclass
+class QueryCounted(Message):
+    serial: int
+    total: int
+
+
+@dataclass
+class QueryFailed(Message):
+    serial: int
+    sql: str
+    error: str
+
+
+@dataclass
+class ReplayPlanned(Message):
+    plan: Any  # florwb_engine.replay.Plan
+
+
+@dataclass
+class ReplayProgressed(Message):
+    replay_id: str
+    progress: Any  # florwb_engine.replay.Progress
+
+
+@dataclass
+class ReplayEnded(Message):
+    """The replay is over: `result` is its ReplayResult, None when the executor raised
+    (the app's worker handler shows why)."""
+
+    replay_id: str
+    result: Any | None  # florwb_engine.replay.ReplayResult
+
+
+@dataclass
+class ReplaysLoaded(Message):
+    replays: list[ReplayRow]
+
+
+# --- requests that panes and screens post upward ------------------------------------------
+
+
+@dataclass
+class VersionSelected(Message):
+    """The history's cursor is on a run or version of `version`."""
+
+    version: str | None
+
+
+@dataclass
+class MetricChanged(Message):
+    """The history now shows `metric` in its sparklines (reloads keep it)."""
+
+    metric: str
+
+
+@dataclass
+class ReplayRequested(Message):
+    """Plan a replay of the pending statements; `run_ids` None means the marked runs."""
+
+    run_ids: Sequence[str] | None = None
+
+
+class CancelRequested(Message):
+    """Cancel the running replay."""
+
+
+@dataclass
+class PaneReady(Message):
+    """A lazily mounted pane is on screen and wants the data loaded before it existed."""
+
+    pane: Widget
+
+
+@dataclass
+class ErrorReported(Message):
+    """Something the user must read before going on (the app shows it in the error modal)."""
+
+    title: str
+    error: str

@@ -1,0 +1,20 @@
+import florwb as flor
+import torch.nn.functional as F
+
+
+def train_epoch(model, loader, optimizer):
+    model.train()
+    total = 0.0
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    avg = total / len(loader)
+    flor.log("avg_loss", avg)
+    return avg
+
+
+for epoch in flor.loop("epoch", range(20)):
+    train_epoch(model, loader, optimizer)

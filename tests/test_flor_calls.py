@@ -1,0 +1,113 @@
+"""One recogniser of flor calls: propagation, the instrumenter and replay planning agree on
+which calls are flor's, through whatever name the script imports florwb, flordb or flor as."""
+
+from __future__ import annotations
+
+import pytest
+
+from florwb_engine.flor_calls import imports_from_ast, top_level_imports
+from florwb_engine.instrument import instrument
+from florwb_engine.propagate import find_log_statements, propagate
+from florwb_engine.propagate.loops import flor_loops
+from florwb_engine.replay.mode import replay_mode
+
+BODY = """
+for epoch in {loop}("epoch", range(3)):
+    for step in {loop}("step", range(4)):
+        loss = step * 0.5
+    other.loop("not_flor", [])
+    {log}("loss", loss)
+"""
+
+
+@pytest.mark.parametrize(
+    "header, loop, log",
+    [
+        ("import florwb as flor", "flor.loop", "flor.log"),
+        ("import florwb as fw", "fw.loop", "fw.log"),
+        ("import flordb as flor", "flor.loop", "flor.log"),
+        ("import flor", "flor.loop", "flor.log"),  # the 2021 package
+        ("from florwb import log as L, loop", "loop", "L"),
+    ],
+)
+def test_every_import_form_is_seen_alike_by_propagation_and_planning(header, loop, log):
+    import ast
+
+    new = header + "\n" + BODY.format(loop=loop, log=log)
+    old = new.replace(f'    {log}("loss", loss)\n', "")
+    (statement,) = find_log_statements(new)
+    assert statement.name == "loss" and statement.loop_path == ("epoch",)
+
+    result = propagate(new, old, ["loss"])
+    (placement,) = result.placements
+    assert placement.status == "inserted" and placement.loop_path == ("epoch",)
+    assert [(lp.name, lp.path) for lp in result.loops] == [
+        ("epoch", ("epoch",)),
+        ("step", ("epoch", "step")),
+    ]  # `other.loop(...)` is not a flor loop
+    epoch, step = result.loops
+    assert epoch.contains(step) and not step.contains(epoch)
+    assert (epoch.first_line, epoch.last_line) == (3, 7)
+    # the epoch body reads `loss`, which the step loop sets: skipping it would be wrong
+    assert replay_mode(result, {"loss": placement}, "epoch") == (
+        "inner",
+        "the epoch body reads loss after the inner loop sets it, so inner loops are re-executed",
+    )
+    assert (
+        imports_from_ast(ast.parse(new)).bound_names
+        == top_level_imports(__import__("libcst").parse_module(new)).bound_names
+    )
+
+
+def test_another_librarys_loop_is_not_taken_for_the_main_loop():
+    """`tracker.loop("epoch", ...)` of another library is not flor's main loop: a statement
+    between it and the real flor loop runs before the main loop (PREFIX), not after it."""
+    new = (
+        "import florwb as fw\n"
+        "for epoch in tracker.loop('epoch', range(2)):\n"
+        "    pass\n"
+        "fw.log('early', 1)\n"
+        "for epoch in fw.loop('epoch', range(2)):\n"
+        "    x = epoch\n"
+    )
+    old = new.replace("fw.log('early', 1)\n", "")
+    result = propagate(new, old, ["early"])
+    (placement,) = result.placements
+    assert placement.loop_path == () and placement.old_line == 4
+    assert [(lp.name, lp.first_line) for lp in result.loops] == [("epoch", 5)]
+    assert replay_mode(result, {"early": placement}, "epoch") == ("prefix", None)
+    late = new.replace("fw.log('early', 1)\n", "") + "fw.log('late', x)\n"
+    result = propagate(late, old, ["late"])
+    mode, reason = replay_mode(result, {"late": result.placements[0]}, "epoch")
+    assert mode is None
+    assert reason == (  # the whole reason (its second half used to be a dropped statement)
+        "late runs after the main loop; only statements before or inside it can be replayed"
+    )
+
+
+def test_statement_before_the_main_loop_is_prefix_and_in_its_body_outer():
+    new = (
+        "import florwb as flor\n"
+        "lr = flor.log('lr', 0.1)\n"
+        "for epoch in flor.loop('epoch', range(2)):\n"
+        "    for step in flor.loop('step', range(2)):\n"
+        "        w = step\n"
+        "    flor.log('epoch_seen', epoch)\n"
+    )
+    old = new.replace("    flor.log('epoch_seen', epoch)\n", "").replace(
+        "lr = flor.log('lr', 0.1)", "lr = 0.1"
+    )
+    result = propagate(new, old)
+    placed = {p.name: p for p in result.placements}
+    assert replay_mode(result, {"lr": placed["lr"]}, "epoch") == ("prefix", None)
+    assert replay_mode(result, {"epoch_seen": placed["epoch_seen"]}, "epoch") == ("outer", None)
+
+
+def test_instrumenter_uses_the_same_recogniser_for_the_scripts_import():
+    script = "import florwb as fw\nfor e in range(2):\n    loss.backward()\n"
+    result = instrument(script)
+    assert 'fw.loop("' in result.code and "import florwb as flor" not in result.code
+
+
+def test_no_flor_import_means_no_flor_loops():
+    assert flor_loops("for e in flor.loop('e', range(2)):\n    pass\n") == ()
