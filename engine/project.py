@@ -1,9 +1,11 @@
 """Where a project's florwb data lives.
 
 Recording (inside a training script) and reading (CLI, app, notebooks) must agree on one
-folder without any configuration, so both resolve the project the same way: the nearest
-ancestor that already has a `.florwb/` folder, else the enclosing git work tree, else the
-folder itself. `FLORWB_PROJECT` overrides all of that.
+folder without any configuration, so both resolve the project the same way: walking up from
+the folder, the first that has a `.florwb/` folder or is the top of a git work tree, else the
+folder itself. A git work tree is its own project even when a folder above it has a
+`.florwb/`: otherwise a store created higher up would capture every repository below it.
+`FLORWB_PROJECT` overrides all of that.
 """
 
 from __future__ import annotations
@@ -21,13 +23,10 @@ def find_project(start: Path | str | None = None) -> Path:
     here = Path(start if start is not None else os.getcwd()).resolve()
     if here.is_file():
         here = here.parent
-    git_top: Path | None = None
     for folder in (here, *here.parents):
-        if (folder / STORE_DIRNAME).is_dir():
+        if (folder / STORE_DIRNAME).is_dir() or (folder / ".git").exists():
             return folder
-        if git_top is None and (folder / ".git").exists():
-            git_top = folder
-    return git_top if git_top is not None else here
+    return here
 
 
 def store_dir(project: Path) -> Path:

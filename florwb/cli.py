@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from florwb.cli_instrument import add_parser as add_instrument_parser
 from florwb.cli_replay import ReplayCommandError
 from florwb.cli_replay import add_parsers as add_replay_parsers
-from florwb.output import json_safe, write_frame, write_table
+from florwb.output import json_safe, write_chunks, write_frame, write_table
 
 if TYPE_CHECKING:  # the store loads DuckDB: only commands that read it import it
     from florwb_engine.store import Store
@@ -98,10 +98,17 @@ def _short(value) -> str:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
+    """Rows stream from DuckDB to the output: a table fetches only the rows it shows, CSV
+    and JSON write chunk by chunk, so no result is held whole in memory."""
+    from florwb_engine.store import user_sql
+
     store = _store(args)
-    frame = store.query(args.sql)
-    _say_ingest(store)
-    write_frame(frame, args.format)
+    with user_sql.user_result(store, args.sql) as result:
+        _say_ingest(store)
+        if result is None:
+            write_table([], [], sys.stdout)
+            return 0
+        write_chunks(user_sql.fetch_chunks(result), args.format)
     return 0
 
 
@@ -137,6 +144,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check the project's store; repair what the journals allow; exit 1 if still wrong."""
+    from florwb_engine.store.doctor import check_project
+
+    report = check_project(_project(args))
+    for line in report.found:
+        print(f"ok: {line}")
+    for line in report.repaired:
+        print(f"repaired: {line}")
+    for line in report.problems[1:]:
+        print(f"problem: {line}")
+    if report.problems:
+        raise CommandError(report.problems[0])
+    print("healthy" if not report.repaired else "healthy after repairs")
+    return 0
+
+
 def _args_text(values: dict) -> str:
     return " ".join(f"{k}={_short(v)}" for k, v in values.items())
 
@@ -164,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(func=cmd_dataframe)
 
+    p = sub.add_parser("doctor", help="check the store; rebuild a damaged catalog from journals")
+    p.set_defaults(func=cmd_doctor)
+
     add_replay_parsers(sub)
     add_instrument_parser(sub)
 
@@ -190,10 +217,13 @@ def main(argv: list[str] | None = None) -> int:
         return open_workbench(path)
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        return _run_command(args)
     except (CommandError, ReplayCommandError) as exc:
         print(f"florwb: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `| head` stopped reading: stop quietly, as Unix tools do
+        _silence_stdout()
+        return 0
     except Exception as exc:
         if not _is_store_error(exc):
             raise
@@ -202,8 +232,25 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("florwb: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """The command, run once more when it found the catalog damaged: the damaged file was
+    moved aside, and the second run rebuilds it from the journals."""
+    try:
+        return args.func(args)
+    except Exception as exc:
+        if type(exc).__name__ != "CatalogRebuilt":
+            raise
+    return args.func(args)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the final flush of what is still buffered for the
+    closed pipe cannot raise again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _is_store_error(exc: Exception) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 TABLE_ROW_LIMIT = 200
@@ -53,7 +54,13 @@ def _cell(value: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-def write_table(columns: list[str], rows: list[list[Any]], out: TextIO, total: int | None = None):
+def write_table(
+    columns: list[str],
+    rows: list[list[Any]],
+    out: TextIO,
+    total: int | None = None,
+    more: bool = False,
+):
     cells = [[_cell(v) for v in row] for row in rows[:TABLE_ROW_LIMIT]]
     widths = [len(c) for c in columns]
     for row in cells:
@@ -62,25 +69,83 @@ def write_table(columns: list[str], rows: list[list[Any]], out: TextIO, total: i
     for row in cells:
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
     total = len(rows) if total is None else total
-    if total > len(cells):
+    if more:
+        out.write(
+            f"({len(cells):,} rows shown, more not counted; use --format csv or json for all)\n"
+        )
+    elif total > len(cells):
         out.write(f"({len(cells):,} of {total:,} rows shown; use --format csv or json for all)\n")
     elif total == 0:
         out.write("(no rows)\n")
 
 
+def _records(frame: Any, columns: list[str]) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts. A missing value is null, also in a text column, where
+    pandas spells it NaN (which json_safe would turn into the string "NaN")."""
+    import pandas as pd
+
+    text = {
+        i
+        for i, dtype in enumerate(frame.dtypes)
+        if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype))
+    }
+    return [
+        {
+            c: (None if i in text and _is_missing(v) else json_safe(v))
+            for i, (c, v) in enumerate(zip(columns, row))
+        }
+        for row in frame.itertuples(index=False)
+    ]
+
+
 def write_frame(frame: Any, fmt: str, out: TextIO = sys.stdout) -> None:
-    columns = [str(c) for c in frame.columns]
-    if fmt == "csv":
-        frame.to_csv(out, index=False)
+    write_chunks([frame], fmt, out)
+
+
+def write_chunks(chunks: Iterable[Any], fmt: str, out: TextIO = sys.stdout) -> None:
+    """Write DataFrames that together make one result, as they come: CSV and JSON stream
+    every row, a table takes only the rows it shows (and says when there were more)."""
+    if fmt == "table":
+        _write_table_head(chunks, out)
         return
+    first = True
+    for chunk in chunks:
+        columns = [str(c) for c in chunk.columns]
+        if fmt == "csv":
+            chunk.to_csv(out, index=False, header=first)
+        else:
+            for record in _records(chunk, columns):
+                text = json.dumps(record, indent=1).replace("\n", "\n ")
+                out.write(("[\n " if first else ",\n ") + text)
+                first = False
+            continue
+        first = False
     if fmt == "json":
-        records = [dict(zip(columns, map(json_safe, row))) for row in frame.itertuples(index=False)]
-        json.dump(records, out, indent=1)
-        out.write("\n")
+        out.write("[]\n" if first else "\n]\n")
+
+
+def _write_table_head(chunks: Iterable[Any], out: TextIO) -> None:
+    import pandas as pd
+
+    frames: list[Any] = []
+    n = 0
+    more = False
+    for chunk in chunks:
+        if n >= TABLE_ROW_LIMIT:
+            more = True
+            break
+        frames.append(chunk)
+        n += len(chunk)
+    if not frames:
+        write_table([], [], out)
         return
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    columns = [str(c) for c in frame.columns]
     head = frame.head(TABLE_ROW_LIMIT)
     if "version" in head.columns:  # a tree hash is 40 characters; 8 identify it on screen
         head = head.assign(
             version=head["version"].map(lambda v: v[:8] if isinstance(v, str) else v)
         )
-    write_table(columns, [list(r) for r in head.itertuples(index=False)], out, total=len(frame))
+    rows = [list(r) for r in head.itertuples(index=False)]
+    # Unread chunks left: how many rows there are is not known (nor computed).
+    write_table(columns, rows, out, total=len(frame), more=more)

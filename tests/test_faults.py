@@ -82,6 +82,10 @@ def test_four_concurrent_runs_and_a_reader(repo):
             except Exception as exc:  # the test fails below if the reader ever errs
                 reader_errors.append(repr(exc))
 
+    # readers never create a project: they start once the first run has made `.florwb/`
+    deadline = time.monotonic() + 60
+    while not (repo / ".florwb").is_dir() and time.monotonic() < deadline:
+        time.sleep(0.01)
     reader = threading.Thread(target=read_repeatedly)
     reader.start()
     results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import tempfile
 from pathlib import Path
 
 from florwb_engine.instrument.errors import InstrumentError
+from florwb_engine.versions._git import VersionError, git, user_env
 
 
 class BackupExists(InstrumentError):
@@ -37,22 +37,29 @@ def read_script(path: Path) -> str:
 
 
 def committed_unchanged(path: Path) -> bool:
-    """Whether git tracks `path` and HEAD holds exactly what is on disk."""
+    """Whether git tracks `path` and HEAD holds exactly what is on disk.
+
+    Compares blob ids (`HEAD:./name` against `git hash-object` of the file) instead of
+    `git diff`, which refreshes the index of a file with stale stat data: that writes the
+    user's `.git/index` and fires their `post-index-change` hook. Only reading commands
+    run here, with optional locks, hooks and fsmonitor off (versions._git.user_env)."""
     folder = path.resolve().parent
+    env = user_env()
     try:
-        tracked = subprocess.run(
-            ["git", "ls-files", "--error-unmatch", "--", path.name],
-            cwd=folder,
-            capture_output=True,
+        tracked = git(
+            ["ls-files", "--error-unmatch", "--", path.name], cwd=folder, env=env, check=False
         )
         if tracked.returncode != 0:
             return False
-        clean = subprocess.run(
-            ["git", "diff", "--quiet", "HEAD", "--", path.name], cwd=folder, capture_output=True
+        head = git(
+            ["rev-parse", "-q", "--verify", f"HEAD:./{path.name}"], cwd=folder, env=env, check=False
         )
-        return clean.returncode == 0
-    except OSError:  # no git
+        disk = git(["hash-object", "--", path.name], cwd=folder, env=env, check=False)
+    except VersionError:  # no git
         return False
+    if head.returncode != 0 or disk.returncode != 0:
+        return False
+    return head.stdout.strip() == disk.stdout.strip()
 
 
 def write_instrumented(path: Path, original: str, code: str) -> Path | None:

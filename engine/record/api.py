@@ -150,6 +150,8 @@ def arg(name: str, default: Any = None) -> Any:
             if run is not None:
                 run.exception = exc
             print(f"florwb: {exc}", file=sys.stderr)
+            # said once above: the exit's "not used by any flor.arg" must not name it again
+            cli_args.CLI_KWARGS.pop(name, None)
             raise SystemExit(2) from None
     text = name_text(name)
     if run is not None and text is not None:

@@ -48,6 +48,8 @@ def run_work(mode: ReplayMode, main_loop: str | None, facts: RunFacts) -> Work |
         return Work([], {}, set(), prefix_s)
     epochs = sorted(facts.epoch_s) or sorted(facts.checkpoints)
     if not epochs:
+        if facts.status == "running":
+            return "the run is still recording (no iteration of its main loop done yet)"
         return "the run finished no iteration of its main loop"
     ckpt = facts.checkpoints
     load_s = {i: size / LOAD_BYTES_PER_S for i, (_path, size) in ckpt.items()}

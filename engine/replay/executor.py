@@ -106,12 +106,13 @@ def execute(
     project = plan.project
     store = Store(project)
     workdir = store_dir(project) / "replays" / plan.replay_id
-    workdir.mkdir(parents=True, exist_ok=True)
     server = server or warm_workers(project)
     result = ReplayResult(plan.replay_id, "finished")
     try:
         with store.session() as con:
             record_replay(con, plan.replay_id, plan.names, plan.to_json())
+        # after its row: a work folder without a running replay is a leftover readers remove
+        workdir.mkdir(parents=True, exist_ok=True)
         tasks = _prepare(plan, workdir, server)
         _run_all(tasks, plan.workers, server, store, on_progress, cancel)
         result = _collect(plan, tasks, store, cancel.is_set())

@@ -39,6 +39,7 @@ class RunFacts:
     inner_s: dict[int, float]  # main-loop iteration -> seconds spent in nested loops
     wall_s: float
     present: set[str]  # names the run already has values for (recorded or replayed)
+    status: str | None = None  # the run's: 'running' while it still records
 
 
 def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[SelectedRun]:
@@ -118,11 +119,11 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
             ).fetchall():
                 if iteration is not None:
                     inner_s[int(iteration)] = float(seconds or 0.0)
-    wall = con.execute(
-        "SELECT epoch(coalesce(end_time, now()::TIMESTAMP) - start_time) FROM runs "
+    wall, status = con.execute(
+        "SELECT epoch(coalesce(end_time, now()::TIMESTAMP) - start_time), status FROM runs "
         "WHERE run_id = ?",
         [run_id],
-    ).fetchall()[0][0]
+    ).fetchall()[0]
     present = {
         r[0]
         for r in con.execute(
@@ -139,6 +140,7 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
         inner_s=inner_s,
         wall_s=float(wall or 0.0),
         present=present,
+        status=status,
     )
 
 

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from florwb_engine import project as projects
-from florwb_engine.store.db import StoreError, connect
+from florwb_engine.store import repair, user_sql
+from florwb_engine.store.db import StoreError
 from florwb_engine.store.ingest import IngestReport, ingest_pending
 from florwb_engine.store.replays import clear_abandoned
 from florwb_engine.store.runs import RunRow, list_runs
+from florwb_engine.store.user_sql import check_read_only, first_line
 from florwb_engine.store.values import decode_value
 
 if TYPE_CHECKING:  # pandas loads only when a DataFrame is made: it slows every start-up
@@ -36,7 +38,6 @@ from florwb_engine.store.schema import (
 )
 
 _INGEST_LOCK = threading.Lock()
-READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
 # Recorded values win over replayed ones at the same coordinates; then the latest logged.
 _RECORDED_FIRST = "(CASE WHEN source_key = 0 THEN 4611686018427387904 ELSE 0 END + seq)"
 
@@ -48,35 +49,35 @@ class Store:
         self.project = Path(project)
         self.dir = projects.store_dir(self.project)
         self.last_ingest = IngestReport()
+        self.leftovers: list[str] = []
+        self._cleaned = False
 
     @contextmanager
     def session(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection with the schema in place and every journal ingested; what killed
         replays left is removed first, so no reader sees their partial results."""
-        with connect(self.dir) as con:
-            with _INGEST_LOCK:  # threads of one process share one DuckDB instance
-                ensure_schema(con)
-                clear_abandoned(con, self.project)
-                self.last_ingest = ingest_pending(con, projects.journal_dir(self.project))
+        with repair.guarded(self.dir), repair.opened(self.dir, self._prepare) as con:
             yield con
+
+    def _prepare(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Schema, abandoned replays, journals; once per Store, leftovers of killed runs
+        and replays (engine/store/repair.py)."""
+        with _INGEST_LOCK:  # threads of one process share one DuckDB instance
+            ensure_schema(con)
+            clear_abandoned(con, self.project)
+            self.last_ingest = ingest_pending(con, projects.journal_dir(self.project))
+            if not self._cleaned:
+                self.leftovers = repair.remove_leftovers(self.dir, repair.running_replays(con))
+                self._cleaned = True
 
     def ingest(self) -> IngestReport:
         with self.session():
             return self.last_ingest
 
     def query(self, sql: str) -> pd.DataFrame:
-        """Run read-only SQL; bad SQL raises StoreError with DuckDB's one-line reason."""
-        check_read_only(sql)
-        with self.session() as con:
-            try:
-                result = con.execute(sql)
-                if result.description:
-                    return result.df()
-                import pandas as pd
-
-                return pd.DataFrame()
-            except duckdb.Error as exc:
-                raise StoreError(first_line(exc)) from None
+        """Run read-only SQL on a connection that cannot write (see user_sql); bad SQL
+        raises StoreError with DuckDB's one-line reason."""
+        return user_sql.query_frame(self, sql)
 
     def run_rows(self) -> list[RunRow]:
         """Every run, oldest first, as the CLI and the workbench list them."""
@@ -255,20 +256,4 @@ def _frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return pd.DataFrame(columns, copy=False)
 
 
-def check_read_only(sql: str) -> list[str]:
-    """The statements of `sql`, or StoreError for empty, unparsable or writing SQL."""
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise StoreError(first_line(exc)) from None
-    if not statements:
-        raise StoreError("empty query")
-    for statement in statements:
-        kind = statement.type.name
-        if kind not in READ_ONLY_STATEMENTS:
-            raise StoreError(f"queries are read-only: {kind} statements are not allowed")
-    return [s.query for s in statements]
-
-
-def first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+__all__ = ["Store", "check_read_only", "first_line"]

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -27,24 +28,40 @@ class StoreError(RuntimeError):
     """An expected store failure with a one-line message (bad SQL, unknown name...)."""
 
 
+class NoProject(StoreError):
+    """Readers found no `.florwb/` folder: there is nothing to read, and they create none."""
+
+
 def _is_lock_conflict(exc: Exception) -> bool:
     text = str(exc)
+    if "different configuration" in text:  # this process holds it read-only, or read-write
+        return True
     return "lock" in text.lower() and ("Conflicting" in text or "Could not set lock" in text)
 
 
 @contextmanager
 def connect(
-    store: Path, *, timeout_s: float = LOCK_TIMEOUT_S
+    store: Path,
+    *,
+    timeout_s: float = LOCK_TIMEOUT_S,
+    read_only: bool = False,
+    config: dict[str, Any] | None = None,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
-    store.mkdir(parents=True, exist_ok=True)
+    """A connection to the catalog in `store` (a `.florwb/` folder that must exist: readers
+    never create a project; recording makes the folder when it writes its journal)."""
+    if not store.is_dir():
+        raise NoProject(
+            f"no florwb project in {store.parent} (no {store.name}/ folder; record a run "
+            "with `import florwb as flor` first, or try `florwb demo`)"
+        )
     path = store / DB_FILENAME
     deadline = time.monotonic() + timeout_s
     delay = 0.01
     while True:
         try:
-            con = duckdb.connect(str(path))
+            con = duckdb.connect(str(path), read_only=read_only, config=config or {})
             break
-        except duckdb.IOException as exc:
+        except (duckdb.IOException, duckdb.ConnectionException) as exc:
             if not _is_lock_conflict(exc):
                 raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
             if time.monotonic() > deadline:

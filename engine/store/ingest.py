@@ -404,7 +404,7 @@ def _apply_event(con, keys: _Keys, e: dict) -> bool:
     elif kind == "version_error":
         con.execute("UPDATE runs SET message = ? WHERE run_id = ?", [e.get("error"), run_id])
     elif kind == "arg":
-        value, text, vtype = _one_value(e.get("value"))
+        value, text, vtype = _arg_value(e.get("value"))
         con.execute(
             "INSERT OR REPLACE INTO args VALUES (?, ?, ?, ?, ?)",
             [run_id, _clean_text(e["name"]), value, text, vtype],
@@ -436,6 +436,21 @@ def _apply_event(con, keys: _Keys, e: dict) -> bool:
             )
         return True
     return False
+
+
+def _arg_value(v) -> tuple[float | None, str | None, str]:
+    """An arg as stored: an int a float cannot hold exactly (10**100) keeps its digits as
+    text beside the nearest float (None beyond float range); readers decode the text."""
+    if type(v) is int and abs(v) > 2**53:
+        try:
+            approx: float | None = float(v)
+        except OverflowError:
+            approx = None
+        try:
+            return approx, str(v), "int"
+        except ValueError:  # beyond Python's own int-to-text limit (4,300 digits)
+            return approx, f"int of about {v.bit_length() * 0.30103:.0f} digits", "str"
+    return _one_value(v)
 
 
 def _one_value(v) -> tuple[float | None, str | None, str]:

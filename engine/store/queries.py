@@ -23,7 +23,8 @@ import duckdb
 import numpy as np
 
 from florwb_engine.journal import ENTRY_SHIFT
-from florwb_engine.store.catalog import Store, check_read_only, first_line
+from florwb_engine.store import user_sql
+from florwb_engine.store.catalog import Store, check_read_only
 from florwb_engine.store.db import StoreError
 from florwb_engine.store.runs import RunRow, list_runs
 
@@ -483,42 +484,18 @@ def load_live(store: Store) -> list[LiveRun]:
 
 
 def query_page(store: Store, sql: str, limit: int = PAGE_ROWS) -> QueryPage:
-    """The first `limit` rows of read-only SQL without computing the rest.
-
-    The last statement becomes a lazy relation, so DuckDB stops after `limit + 1` rows of
-    `SELECT * FROM logs`; `total` is exact when the result fits, else None (count_rows says).
-    """
-    statements = check_read_only(sql)
-    with _session(store) as con:
-        try:
-            for statement in statements[:-1]:
-                con.execute(statement)
-            relation = con.sql(statements[-1])
-            if relation is None:
-                return QueryPage([], [], [], 0)
-            rows = relation.limit(limit + 1).fetchall()
-            columns = list(relation.columns)
-            types = [str(t) for t in relation.types]
-            series = [i for i, t in enumerate(relation.types) if _is_numeric_list(t)]
-        except duckdb.Error as exc:
-            raise StoreError(first_line(exc)) from None
-    total = len(rows) if len(rows) <= limit else None
-    return QueryPage(columns, types, rows[:limit], total, series)
+    """The first `limit` rows of read-only SQL without computing the rest, on a connection
+    that cannot write (engine/store/user_sql.py); `total` is exact when the result fits,
+    else None (count_rows says)."""
+    head = user_sql.query_head(store, sql, limit)
+    series = [i for i, t in enumerate(head.types) if _is_numeric_list(t)]
+    total = None if head.more else len(head.rows)
+    return QueryPage(head.columns, [str(t) for t in head.types], head.rows, total, series)
 
 
 def count_rows(store: Store, sql: str) -> int:
     """How many rows the last statement of `sql` returns (may take as long as the query)."""
-    statements = check_read_only(sql)
-    with _session(store) as con:
-        try:
-            for statement in statements[:-1]:
-                con.execute(statement)
-            relation = con.sql(statements[-1])
-            if relation is None:
-                return 0
-            return int(relation.aggregate("count(*)").fetchall()[0][0])
-        except duckdb.Error as exc:
-            raise StoreError(first_line(exc)) from None
+    return user_sql.count_result(store, sql)
 
 
 def _is_numeric_list(kind: DuckDBPyType) -> bool:

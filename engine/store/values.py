@@ -18,6 +18,8 @@ def decode_value(value: float | None, text: str | None, vtype: str | None) -> An
     hand-edited catalog may hold it) gives None rather than an exception, and JSON that
     does not parse gives its text: a reader shows what is there instead of failing.
     """
+    if vtype == "int" and text is not None:  # exact digits of an int a float cannot hold
+        return int(text)
     if vtype == "int":
         return int(value) if value is not None else None
     if vtype == "bool":

@@ -7,6 +7,12 @@ Two kinds of git commands exist in this package and they must never be confused:
 * commands against florwb's *private* bare repository, which get an explicit ``GIT_DIR``,
   ``GIT_WORK_TREE`` and ``GIT_INDEX_FILE`` so nothing can leak into the user's ``.git/``.
 
+Both run with hooks and fsmonitor switched off through command-line-level config (which wins
+over any repository's config): a read must not start a program the repository names (a
+``post-index-change`` or ``reference-transaction`` hook, an fsmonitor daemon that writes into
+``.git/``). The private store's own config is florwb's: anything planted in it is replaced
+(see ``reset_private_config``).
+
 Both start from the caller's environment with every repository-locating ``GIT_*`` variable
 removed: a training script launched from a git hook (or with ``GIT_DIR`` exported) must not
 redirect our commands at some other repository.
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -67,7 +74,40 @@ def _base_env() -> dict[str, str]:
     env["GIT_OPTIONAL_LOCKS"] = "0"
     env["GIT_TERMINAL_PROMPT"] = "0"
     env["LC_ALL"] = "C"
+    env.pop("GIT_CONFIG_COUNT", None)
+    for i, (key, value) in enumerate(_FORCED_CONFIG):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    env["GIT_CONFIG_COUNT"] = str(len(_FORCED_CONFIG))
     return env
+
+
+# Config that no repository can override: no hooks, no fsmonitor program or daemon, no
+# untracked cache to refresh. Given as GIT_CONFIG_KEY_n/VALUE_n (command-line scope).
+_FORCED_CONFIG = (
+    ("core.hooksPath", os.devnull),
+    ("core.fsmonitor", "false"),
+    ("core.untrackedCache", "false"),
+)
+
+# What florwb's private repository's config holds; anything else found there is replaced.
+PRIVATE_CONFIG = b"[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
+
+
+def reset_private_config(git_dir: Path) -> None:
+    """Put florwb's own config back in the private store if something else is there: a
+    config planted in `.florwb/versions.git` (an fsmonitor, an alias, an include) never
+    takes effect. A read of about 100 bytes when nothing changed."""
+    config = git_dir / "config"
+    try:
+        if config.read_bytes() == PRIVATE_CONFIG:
+            return
+    except FileNotFoundError:
+        if not (git_dir / "HEAD").is_file():
+            return  # not created yet: `git init` writes it
+    tmp = git_dir / f"config.florwb-{os.getpid()}-{threading.get_ident()}.tmp"
+    tmp.write_bytes(PRIVATE_CONFIG)
+    os.replace(tmp, config)
 
 
 def user_env() -> dict[str, str]:
@@ -86,6 +126,7 @@ def private_env(git_dir: Path, work_tree: Path | None = None) -> dict[str, str]:
     """
     env = _base_env()
     env.update(_IDENTITY)
+    reset_private_config(git_dir)
     env["GIT_DIR"] = str(git_dir)
     env["GIT_INDEX_FILE"] = str(git_dir / "index")
     env["GIT_CONFIG_NOSYSTEM"] = "1"

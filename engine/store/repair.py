@@ -1,0 +1,137 @@
+"""A damaged catalog is rebuilt from the journals; what killed processes left is removed.
+
+The journals are the source of truth and the DuckDB file is derived from them. A catalog
+that is truncated or has corrupted blocks (a power cut, a full disk, a bad copy) is moved
+aside, never deleted (`florwb.duckdb.damaged-<time>`), with a one-line notice; the next
+session starts a fresh file and ingests every journal again. What cannot come back from
+journals is the bookkeeping of past replays (status, plan); their values do come back.
+
+Leftovers of killed processes are removed by the next reader: checkpoint temp files of a
+process that is gone, and replay work folders whose replay never got (or no longer has) a
+running row.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+
+from florwb_engine import processes
+from florwb_engine.store.db import DB_FILENAME, StoreError, connect
+
+# How DuckDB words a damaged file, whichever exception class carries it.
+_DAMAGE = (
+    "Corrupt database file",
+    "Could not read enough bytes",
+    "not a valid DuckDB database file",
+    "does not match stored checksum",
+    "Failed to load metadata",
+    "database has been invalidated",
+)
+_CHECKPOINT_TMP = re.compile(r"^\..+\.(\d+)\.tmp$")
+
+
+class CatalogRebuilt(StoreError):
+    """The catalog was found damaged during a read and moved aside; reading again rebuilds
+    it from the journals."""
+
+
+def is_damage(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(marker in text for marker in _DAMAGE)
+
+
+def move_aside(store_dir: Path, exc: BaseException) -> Path | None:
+    """Rename the damaged catalog (and its WAL) out of the way; say so in one line."""
+    path = store_dir / DB_FILENAME
+    if not path.exists():
+        return None
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    target = path.with_name(f"{DB_FILENAME}.damaged-{stamp}")
+    os.replace(path, target)
+    wal = path.with_name(DB_FILENAME + ".wal")
+    if wal.exists():
+        os.replace(wal, target.with_name(target.name + ".wal"))
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    print(
+        f"florwb: the catalog was damaged ({reason[:160]}); moved aside to {target.name}, "
+        "rebuilding it from the journals",
+        file=sys.stderr,
+        flush=True,
+    )
+    return target
+
+
+@contextmanager
+def guarded(store_dir: Path) -> Iterator[None]:
+    """Damage met while reading: the file is moved aside and CatalogRebuilt raised, so the
+    caller's next read starts from the journals instead of failing the same way forever."""
+    try:
+        yield
+    except (duckdb.Error, StoreError) as exc:
+        if isinstance(exc, CatalogRebuilt) or not is_damage(exc):
+            raise
+        moved = move_aside(store_dir, exc)
+        where = f" (kept as {moved.name})" if moved else ""
+        raise CatalogRebuilt(
+            f"the catalog was damaged{where}; it is rebuilt from the journals on the next read"
+        ) from None
+
+
+def remove_leftovers(store_dir: Path, running_replays: set[str] | None) -> list[str]:
+    """Remove temp files of processes that are gone and replay folders without a running
+    replay; the paths removed, relative to `store_dir`."""
+    removed = []
+    checkpoints = store_dir / "checkpoints"
+    if checkpoints.is_dir():
+        for tmp in checkpoints.glob("*/.*.tmp"):
+            match = _CHECKPOINT_TMP.match(tmp.name)
+            if match and processes.is_gone(int(match.group(1)), None):
+                tmp.unlink(missing_ok=True)
+                removed.append(str(tmp.relative_to(store_dir)))
+    replays = store_dir / "replays"
+    if running_replays is not None and replays.is_dir():
+        for folder in replays.iterdir():
+            if folder.is_dir() and folder.name not in running_replays:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(str(folder.relative_to(store_dir)))
+    return removed
+
+
+def running_replays(con: duckdb.DuckDBPyConnection) -> set[str]:
+    rows = con.execute("SELECT replay_id FROM replays WHERE status = 'running'").fetchall()
+    return {r[0] for r in rows}
+
+
+@contextmanager
+def opened(
+    store_dir: Path, prepare: Callable[[duckdb.DuckDBPyConnection], None]
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """`connect` then `prepare` (schema, ingestion); a catalog found damaged on the way is
+    moved aside once and a fresh one built from the journals in the same call."""
+    for attempt in (0, 1):
+        with ExitStack() as stack:
+            try:
+                con = stack.enter_context(connect(store_dir))
+                prepare(con)
+            except (duckdb.Error, StoreError) as exc:
+                if attempt or not is_damage(exc):
+                    raise
+                stack.close()
+                move_aside(store_dir, exc)
+                continue
+            yield con
+            return
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,182 @@
+"""Running SQL a user typed (`florwb query`, `flor.query`, the Query tab) on a connection that
+cannot write.
+
+A textual check of statement kinds is not a guarantee: `EXPLAIN ANALYZE DELETE ...` is an
+EXPLAIN that deletes, `COPY ... TO` hides in EXPLAIN, comments hide keywords. So user SQL
+runs on its own DuckDB connection opened `read_only` (every write to the catalog fails),
+with external access off (no COPY TO, EXPORT, ATTACH, INSTALL/LOAD, reading or writing any
+other file), no extension autoload/autoinstall, no persistent secrets, and the configuration
+locked (no SET/RESET/PRAGMA can undo any of that). The textual check stays, as a friendly
+early message only.
+
+DuckDB lets one process write a file, and one process cannot hold the same file read-write
+and read-only at once: pending journals are ingested first in a short write session, which
+is closed before the read-only connection opens. Read-only connections of this process are
+opened one at a time, each a fresh DuckDB instance (the configuration lock is per instance).
+
+Results stream: callers fetch what they show (`fetch_df_chunk`/`fetchmany`), never the whole
+result, so `SELECT * FROM range(100000000000)` runs in bounded memory.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+
+from florwb_engine.store import repair
+from florwb_engine.store.db import StoreError, connect
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from florwb_engine.store.catalog import Store
+
+READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
+# What a read-only connection is opened with; settings DuckDB takes only at start-up.
+READ_ONLY_CONFIG: dict[str, Any] = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "allow_unsigned_extensions": False,
+    "allow_persistent_secrets": False,
+}
+CHUNK_VECTORS = 1  # one DuckDB vector (2,048 rows) per fetched chunk
+_READ_ONLY_OPENING = threading.Lock()
+_EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)
+
+
+def first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def check_read_only(sql: str) -> list[str]:
+    """The statements of `sql`, or StoreError for empty, unparsable or writing SQL.
+
+    A friendly early message only: what guarantees that nothing is written is the
+    connection (`read_only_connection`), not this check."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise StoreError(first_line(exc)) from None
+    if not statements:
+        raise StoreError("empty query")
+    for statement in statements:
+        kind = statement.type.name
+        if kind == "EXPLAIN":
+            kind = _explained_kind(statement.query) or kind
+        if kind not in READ_ONLY_STATEMENTS:
+            raise StoreError(f"queries are read-only: {kind} statements are not allowed")
+    return [s.query for s in statements]
+
+
+def _explained_kind(query: str) -> str | None:
+    """The kind of statement an EXPLAIN [ANALYZE] wraps, when it reads plainly."""
+    inner = _EXPLAIN.sub("", query, count=1)
+    try:
+        statements = duckdb.extract_statements(inner)
+    except duckdb.Error:
+        return None
+    return statements[0].type.name if len(statements) == 1 else None
+
+
+@contextmanager
+def read_only_connection(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection to the catalog that cannot write anything anywhere; journals are
+    ingested first (a short write session of its own)."""
+    store.ingest()
+    with _READ_ONLY_OPENING, repair.guarded(store.dir):
+        with connect(store.dir, read_only=True, config=READ_ONLY_CONFIG) as con:
+            con.execute("SET lock_configuration = true")
+            yield con
+
+
+@contextmanager
+def user_result(store: Store, sql: str) -> Iterator[duckdb.DuckDBPyConnection | None]:
+    """The pending result of the last statement of `sql` (None when it returns no rows),
+    earlier statements run first. Fetch from it only what you show."""
+    statements = check_read_only(sql)
+    with read_only_connection(store) as con:
+        try:
+            for statement in statements[:-1]:
+                con.execute(statement).fetchall()
+            result = con.execute(statements[-1])
+        except duckdb.Error as exc:
+            raise StoreError(first_line(exc)) from None
+        yield result if result.description else None
+
+
+def fetch_chunks(result: duckdb.DuckDBPyConnection) -> Iterator[pd.DataFrame]:
+    """The result as DataFrames of about 2,048 rows, typed as `.df()` types them; the
+    first one even when empty (it carries the columns)."""
+    first = True
+    while True:
+        try:
+            chunk = result.fetch_df_chunk(CHUNK_VECTORS)
+        except duckdb.Error as exc:
+            raise StoreError(first_line(exc)) from None
+        if chunk.empty and not first:
+            return
+        yield chunk
+        first = False
+        if chunk.empty:
+            return
+
+
+def query_frame(store: Store, sql: str) -> pd.DataFrame:
+    """The whole result as a DataFrame (`flor.query`): what a notebook asks for."""
+    import pandas as pd
+
+    with user_result(store, sql) as result:
+        if result is None:
+            return pd.DataFrame()
+        try:
+            return result.df()
+        except duckdb.Error as exc:
+            raise StoreError(first_line(exc)) from None
+
+
+@dataclass
+class Head:
+    """The first rows of a result and whether more exist (not counted)."""
+
+    columns: list[str]
+    types: list[Any]
+    rows: list[tuple]
+    more: bool
+
+
+def query_head(store: Store, sql: str, limit: int) -> Head:
+    """At most `limit` rows of the last statement, and whether there are more: DuckDB
+    stops after `limit + 1` rows whatever the query."""
+    with user_result(store, sql) as result:
+        if result is None:
+            return Head([], [], [], False)
+        columns = [d[0] for d in result.description]
+        types = [d[1] for d in result.description]
+        try:
+            rows = result.fetchmany(limit + 1)
+        except duckdb.Error as exc:
+            raise StoreError(first_line(exc)) from None
+    return Head(columns, types, rows[:limit], len(rows) > limit)
+
+
+def count_result(store: Store, sql: str) -> int:
+    """How many rows the last statement returns, counted by DuckDB without fetching them."""
+    statements = check_read_only(sql)
+    with read_only_connection(store) as con:
+        try:
+            for statement in statements[:-1]:
+                con.execute(statement).fetchall()
+            relation = con.sql(statements[-1])
+            if relation is None:
+                return 0
+            return int(relation.aggregate("count(*)").fetchall()[0][0])
+        except duckdb.Error as exc:
+            raise StoreError(first_line(exc)) from None
