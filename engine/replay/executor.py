@@ -24,7 +24,9 @@ from pathlib import Path
 from florwb_engine import versions
 from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
+from florwb_engine.replay.cores import thread_env, threads_per_worker
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
+from florwb_engine.replay.mirror import mirrored_path, mirrored_project
 from florwb_engine.replay.plan import Plan, RunPlan, Segment
 from florwb_engine.replay.spec import ENV, ReplaySpec
 from florwb_engine.store import Store, StoreBusy
@@ -126,8 +128,9 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
     for run in plan.ready():
         assert run.version and run.script and run.code is not None
         key = run.version
+        mirror = workdir / "code" / run.version[:12]
         if key not in code_dirs:
-            code_dir = workdir / "code" / run.version[:12]
+            code_dir = mirrored_project(mirror, project)  # `..` reaches the project's parent
             versions.materialize(store_dir(project), run.version, code_dir)
             (code_dir / run.script).write_text(run.code)
             _link_missing(project, code_dir)
@@ -136,7 +139,7 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
         server.preload(
             script_imports(run.code), [project, code_dir, (code_dir / run.script).parent]
         )
-        cwd = _mapped_cwd(project, code_dir, run.cwd)
+        cwd = _mapped_cwd(project, code_dir, run.cwd, mirror)
         for segment in run.segments:
             stem = f"{segment.index:03d}"
             spec = ReplaySpec(
@@ -171,9 +174,10 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
     return tasks
 
 
-def _mapped_cwd(project: Path, code_dir: Path, cwd: str | None) -> Path:
+def _mapped_cwd(project: Path, code_dir: Path, cwd: str | None, mirror: Path) -> Path:
     """The run's working directory inside the materialised copy, when it was in the project
-    (recorded relative to it; older records hold an absolute path)."""
+    (recorded relative to it; older records hold an absolute path), or in the mirror of
+    the project's parent folders when it was one of them."""
     if not cwd:
         return code_dir
     path = Path(cwd)
@@ -181,7 +185,7 @@ def _mapped_cwd(project: Path, code_dir: Path, cwd: str | None) -> Path:
         try:
             path = path.resolve().relative_to(project.resolve())
         except ValueError:
-            return path if path.is_dir() else code_dir
+            return mirrored_path(mirror, path) or (path if path.is_dir() else code_dir)
     target = code_dir / path
     target.mkdir(parents=True, exist_ok=True)
     return target
@@ -215,7 +219,10 @@ def _run_all(
     cancel: threading.Event,
 ) -> None:
     notify = on_progress or (lambda _p: None)
-    waiting, active = list(tasks), []  # changed in place: fill() sees them
+    waiting: list[_Task] = list(tasks)  # changed in place: fill() sees them
+    active: list[_Task] = []
+    # Workers share the cores: each gets cores // (workers running at once) threads.
+    threads = thread_env(threads_per_worker(min(max(1, workers), max(1, len(tasks)))))
     last_seen: dict[int, tuple] = {}
     stopping: dict[int, float] = {}  # request -> when its worker was asked to stop
 
@@ -224,7 +231,7 @@ def _run_all(
             waiting.clear()
         while waiting and len(active) < max(1, workers):
             task = waiting.pop(0)
-            env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project)}
+            env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project), **threads}
             task.request = server.start(task.argv, task.cwd, env, task.log_path)
             active.append(task)
 
