@@ -246,7 +246,7 @@ def test_ctrl_c_cancels_and_leaves_nothing_behind(project):
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     out, _err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, out
+    assert proc.returncode == 130, (out, _err)
     assert repo_state(project) == before
     store = Store(project)
     assert store.query("SELECT status FROM replays").status.tolist() == ["cancelled"]

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import duckdb
+
 from florwb_engine import versions
 from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
@@ -255,9 +257,19 @@ def _run_all(
 
 
 def _ingest_early(store: Store) -> None:
-    """Ingest finished segments while the next ones run, not all after the last one."""
-    with contextlib.suppress(StoreBusy):  # someone else holds the database: the final
-        store.ingest()  # ingestion takes them in
+    """Ingest finished segments while the next ones run, not all after the last one.
+
+    Ctrl-C in the middle of a DuckDB query reaches us as DuckDB's "Query interrupted"
+    error, not as KeyboardInterrupt: it is turned back into one, so it cancels the replay
+    like Ctrl-C anywhere else (the ingestion's transaction is rolled back)."""
+    try:
+        store.ingest()
+    except StoreBusy:  # someone else holds the database: the final ingestion takes them in
+        return
+    except (duckdb.InterruptException, RuntimeError) as exc:
+        if isinstance(exc, duckdb.InterruptException) or "interrupted" in str(exc).lower():
+            raise KeyboardInterrupt from exc
+        raise
 
 
 def _update(task: _Task, server: ForkServer) -> None:
