@@ -25,7 +25,11 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("replay", help="fill new log statements in for past runs")
     p.add_argument("names", metavar="NAME[,NAME]", help="log statement names in today's script")
     p.add_argument("--where", help="SQL condition on runs and their args, e.g. 'lr > 0.01'")
-    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes (default: one per core, no more than independent segments)",
+    )
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="print the plan (and result) as JSON")
     p.set_defaults(func=cmd_replay)
@@ -81,7 +85,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from florwb_engine.project import find_project
     from florwb_engine.replay import warm_workers
 
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         raise ReplayCommandError("--workers must be at least 1")
     names = [n for n in args.names.split(",") if n.strip()]
     project = find_project(None)
@@ -94,23 +98,33 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace, project: Path, names: list[str], server: ForkServer) -> int:
     from florwb_engine.replay import PlanError, execute, plan_replay
+    from florwb_engine.replay.cores import available_cores, default_workers, threads_per_worker
     from florwb_engine.replay.plan import DONE
 
+    cores = available_cores()
     try:
-        plan = plan_replay(project, names, where=args.where, workers=args.workers)
+        plan = plan_replay(project, names, where=args.where, workers=args.workers or cores)
     except PlanError as exc:
         raise ReplayCommandError(str(exc)) from None
+    segments = sum(len(run.segments) for run in plan.ready())
+    if args.workers is None:  # planned for every core; use no more workers than segments
+        plan.workers = default_workers(segments, cores)
+        why = f"the default: {cores} core(s), {segments} independent segment(s)"
+    else:
+        why = "--workers" + (f", more than the {cores} core(s)" if args.workers > cores else "")
+    threads = threads_per_worker(min(plan.workers, max(1, segments)), cores)
+    sharing = {"workers_why": why, "threads_per_worker": threads}
     if args.json and not args.yes:
-        _dump({"plan": plan.to_json(), "result": None})
+        _dump({"plan": {**plan.to_json(), **sharing}, "result": None})
         return 0
     if not args.json:
-        _print_plan(plan)
+        _print_plan(plan, f"{why}; {threads} thread(s) each")
     ready = plan.ready()
     if not ready:
         if not args.json:
             print("nothing to replay")
         else:
-            _dump({"plan": plan.to_json(), "result": None})
+            _dump({"plan": {**plan.to_json(), **sharing}, "result": None})
         return 0 if any(r.status == DONE for r in plan.runs) else 1
     if not args.yes:
         if not sys.stdin.isatty():
@@ -123,7 +137,7 @@ def _replay(args: argparse.Namespace, project: Path, names: list[str], server: F
     progress = None if args.json else _progress_printer()
     result = execute(plan, on_progress=progress, cancel=cancel, server=server)
     if args.json:
-        _dump({"plan": plan.to_json(), "result": result.to_json()})
+        _dump({"plan": {**plan.to_json(), **sharing}, "result": result.to_json()})
     else:
         _print_result(result)
     if result.status == "cancelled":
@@ -136,13 +150,13 @@ def _dump(obj) -> None:
     sys.stdout.write("\n")
 
 
-def _print_plan(plan: Plan) -> None:
+def _print_plan(plan: Plan, workers_why: str) -> None:
     from florwb_engine.replay.plan import READY
 
     ready = plan.ready()
     print(
         f"Replay {', '.join(plan.names)}: {len(ready)} of {len(plan.runs)} run(s), "
-        f"{plan.workers} worker(s), estimated {plan.estimate_s:.0f} s"
+        f"{plan.workers} worker(s) ({workers_why}), estimated {plan.estimate_s:.0f} s"
     )
     rows = []
     for run in plan.runs:

@@ -68,6 +68,8 @@ def test_instrumented_code_is_exactly_the_expected_file(case: Path) -> None:
         assert any(text in line for line in not_done), (text, not_done)
     if spec["status"] == INSTRUMENTED:
         assert not_done == []
+    logged = [n.text for n in result.notes if "added after the backward call" in n.text]
+    assert [text.split('"')[1] for text in logged] == spec.get("logged", [])
     assert sorted(result.checkpointed) == sorted(spec["checkpointed"])
 
 
@@ -201,6 +203,17 @@ def test_instrumented_script_records_a_run_replay_can_use(case: Path, recorded) 
     for loop in loops:
         assert loop in frame.columns and frame[loop].notna().all(), (loop, frame.columns)
     assert sorted(set(int(e) for e in frame[outer])) == list(range(loops[outer]))
+
+    # The losses the instrumenter logs, one value per step, as numbers (flor.log converts
+    # the one-element tensor at the call): what a replay's fidelity check compares.
+    inner = list(loops)[-1]
+    for loss in spec.get("logged", []):
+        values = store.dataframe(loss)[loss]
+        assert len(values) == loops[inner], (loss, len(values))
+        assert all(isinstance(v, float) for v in values), values.head()
+        if name == f"{loss}_value":  # the hindsight statement logs loss.item() beside it
+            both = store.dataframe(loss, name)
+            assert list(both[loss]) == list(both[name])
 
     ckpts = store.query("SELECT loop, iteration, path FROM checkpoints ORDER BY iteration")
     assert len(ckpts) >= 1 and set(ckpts.loop) == {outer}

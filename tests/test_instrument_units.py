@@ -196,6 +196,7 @@ def test_crlf_tabs_and_comments_survive_byte_for_byte() -> None:
         '\t\t\tnote = """text\r\n'
         '  inside a string"""\r\n'
         "\t\t\topt.zero_grad(); loss.backward(); opt.step()\r\n"
+        '\t\t\tflor.log("loss", loss)\r\n'
     )
 
 
@@ -307,6 +308,7 @@ def test_import_goes_to_the_top_when_there_are_no_imports() -> None:
     assert result.code == (
         "# header\nimport florwb as flor\n"
         'for epoch in flor.loop("epoch", range(2)):\n    loss.backward()\n'
+        '    flor.log("loss", loss)\n'
     )
 
 

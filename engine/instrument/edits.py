@@ -93,6 +93,11 @@ class Builder:
         assert isinstance(stmt, cst.SimpleStatementLine)
         return stmt
 
+    def log_call(self, name: str, expression: str) -> cst.SimpleStatementLine:
+        """`flor.log("name", expression)`."""
+        q = self.quote
+        return self.statement(f"{self.alias}.log({q}{name}{q}, {expression})")
+
     def record_arg(self, namespace: str, dest: str) -> cst.SimpleStatementLine:
         """`args.lr = flor.arg("lr", args.lr)`."""
         q = self.quote

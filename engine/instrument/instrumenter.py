@@ -14,6 +14,7 @@ from florwb_engine.flor_calls import top_level_imports
 from florwb_engine.instrument.edits import Builder, Edit, Editor, insert_after
 from florwb_engine.instrument.hyperparams import HyperparameterFinder, Hyperparameters
 from florwb_engine.instrument.loops import Loop, LoopFinder, TrainingLoops
+from florwb_engine.instrument.losses import find_loss_logs
 from florwb_engine.instrument.result import (
     INSTRUMENTED,
     PARTIAL,
@@ -70,7 +71,8 @@ class _Instrumenter:
                 )
         name = alias or DEFAULT_ALIAS
         scopes = Scopes(tree)
-        loops = LoopFinder(tree, scopes, name).find()
+        finder = LoopFinder(tree, scopes, name)
+        loops = finder.find()
         if loops.refusal or loops.outer is None:
             return self.refused(loops.refusal or "no training loop found")
         self.builder = Builder(tree.module, name)
@@ -78,6 +80,7 @@ class _Instrumenter:
 
         result = InstrumentResult(tree.source, tree.source, UNCHANGED)
         self._plan_loops(loops, result)
+        self._plan_loss_logs(loops.outer, finder.training)
         self._plan_checkpointing(loops.outer, StateFinder(tree, scopes), result)
         import_index = self._import_index(alias)
         hyper = HyperparameterFinder(tree, scopes, name, import_index if alias else -1).find()
@@ -122,6 +125,20 @@ class _Instrumenter:
             return node.with_changes(iter=self.builder.loop_iter(loop.name, node.iter))
 
         return edit
+
+    # -- logging the loss ----------------------------------------------------------------
+
+    def _plan_loss_logs(self, outer: Loop, training: set[int]) -> None:
+        """When the script logs nothing, log each loss it calls `.backward()` on, so a
+        replay has recorded values to check its own against."""
+        alias = self.builder.alias
+        if any(call_name(c) == f"{alias}.log" for c in self.tree.calls):
+            return
+        logs = find_loss_logs(self.tree, outer.node, training, alias)
+        self.notes += logs.notes
+        for stmt, names in logs.after:
+            lines = [self.builder.log_call(name, name) for name in names]
+            self.add(stmt, insert_after(lines))
 
     # -- checkpointing -----------------------------------------------------------------
 

@@ -26,8 +26,24 @@ from florwb_engine.instrument.syntax import (
 from florwb_engine.instrument.tree import Function, Tree
 
 FOR, PROBLEM = "for", "problem"
-# Loop variables too short or too generic to name a loop after.
-_GENERIC_NAMES = frozenset({"_", "batch_idx", "idx", "data"})
+# Loop variables too generic to name a loop after: the batch itself or a bare index (so
+# are names under three characters and names starting with "_"). A loop over them is
+# named "step"; the README says so.
+GENERIC_LOOP_NAMES = frozenset(
+    {
+        "batch",
+        "batch_id",
+        "batch_idx",
+        "batch_index",
+        "data",
+        "example",
+        "idx",
+        "index",
+        "inputs",
+        "item",
+        "sample",
+    }
+)
 
 
 @dataclass
@@ -290,6 +306,6 @@ class LoopFinder:
         if not isinstance(target, cst.Name):
             return None
         name = target.value
-        if len(name) < 3 or name.startswith("_") or name in _GENERIC_NAMES:
+        if len(name) < 3 or name.startswith("_") or name in GENERIC_LOOP_NAMES:
             return None
         return name

@@ -4,14 +4,17 @@
 that is unbound there (a NameError the original script never had), so only bindings that
 dominate the loop count: assignments earlier in the same block or in an enclosing block of
 the same function (`with` bodies count, they always run; `if`/`for`/`try` bodies do not).
-Names follow Python's scoping: a function's own locals shadow the module's, and a
-parameter is traced to the argument at the function's one call site.
+An `if`/`elif`/`else` whose every branch binds a name (`if args.model == "rnn": model =
+RNNModel(...) else: model = TransformerModel(...)`) binds it for certain too; a branch that
+ends in `raise` never reaches the loop and does not count. Names follow Python's scoping:
+a function's own locals shadow the module's, and a parameter is traced to the argument at
+the function's one call site.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
@@ -32,6 +35,9 @@ class Binding:
     kind: str  # ASSIGN, PARAM or OTHER (imports, defs, augmented assignments, ...)
     value: cst.BaseExpression | None = None
     index: int | None = None  # which element of `value` a tuple target takes
+    # An if/else binding the name in each branch: the binding of every branch (this
+    # binding is the first of them).
+    alternatives: tuple[Binding, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,6 +88,8 @@ def statement_bindings(stmt: cst.CSTNode, scope: Scope) -> Iterator[Binding]:
             yield from _small_bindings(small, scope, stmt)
     elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
         yield Binding(stmt.name.value, scope, stmt, OTHER)
+    elif isinstance(stmt, cst.If):
+        yield from _branch_bindings(stmt, scope)
     elif isinstance(stmt, cst.With):
         for item in stmt.items:
             if item.asname is not None:
@@ -93,6 +101,53 @@ def statement_bindings(stmt: cst.CSTNode, scope: Scope) -> Iterator[Binding]:
                 yield from _small_bindings(inner, scope, stmt)
             else:
                 yield from statement_bindings(inner, scope)
+
+
+def _block_bindings(block: cst.BaseSuite, scope: Scope, stmt: cst.CSTNode) -> dict[str, Binding]:
+    found: dict[str, Binding] = {}
+    for inner in block.body:
+        if isinstance(block, cst.SimpleStatementSuite):
+            bindings = _small_bindings(inner, scope, stmt)
+        else:
+            bindings = statement_bindings(inner, scope)
+        for binding in bindings:
+            found[binding.name] = binding
+    return found
+
+
+def _ends_in_raise(block: cst.BaseSuite) -> bool:
+    last = block.body[-1] if block.body else None
+    if isinstance(last, cst.SimpleStatementLine):
+        return any(isinstance(small, cst.Raise) for small in last.body)
+    return isinstance(last, cst.Raise)
+
+
+def _branch_bindings(stmt: cst.If, scope: Scope) -> Iterator[Binding]:
+    """Names bound in every branch of an if/elif/else chain that has an `else`."""
+    blocks: list[cst.BaseSuite] = []
+    node: cst.If = stmt
+    while True:
+        blocks.append(node.body)
+        if isinstance(node.orelse, cst.If):
+            node = node.orelse
+        elif isinstance(node.orelse, cst.Else):
+            blocks.append(node.orelse.body)
+            break
+        else:
+            return  # no else: one path binds nothing
+    branches = [_block_bindings(b, scope, stmt) for b in blocks if not _ends_in_raise(b)]
+    if not branches:
+        return
+    for name, first in branches[0].items():
+        if not all(name in branch for branch in branches[1:]):
+            continue
+        alternatives = tuple(branch[name] for branch in branches)
+        if len(alternatives) == 1:
+            yield first
+        elif all(b.kind == ASSIGN for b in alternatives):
+            yield replace(first, alternatives=alternatives)
+        else:
+            yield Binding(name, scope, stmt, OTHER)
 
 
 def _small_bindings(small: cst.CSTNode, scope: Scope, stmt: cst.CSTNode) -> Iterator[Binding]:

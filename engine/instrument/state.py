@@ -153,6 +153,19 @@ class StateFinder:
             return self._returned_kind(local, None, depth)
         return None
 
+    def _binding_kind(self, binding: Binding, origin: Origin) -> str | None:
+        """The kind of what a name holds; bound in each branch of an if/else, the one
+        kind the branches that are known agree on (`RNNModel(...)` or
+        `TransformerModel(...)`: a model either way)."""
+        if not binding.alternatives:
+            return self.kind(origin)
+        kinds = set()
+        for alternative in binding.alternatives:
+            found = self.scopes.origin(alternative)
+            kinds.add(self.kind(found) if found is not None else None)
+        kinds.discard(None)
+        return kinds.pop() if len(kinds) == 1 else None
+
     def _class_kind(self, node: cst.ClassDef, depth: int) -> str | None:
         for base in node.bases:
             base_name = dotted(base.value) or ""
@@ -204,7 +217,7 @@ class StateFinder:
         origins: dict[str, Origin] = {}
         for name, origin in by_key.values():
             origins[name] = origin
-            found = self.kind(origin)
+            found = self._binding_kind(visible[name], origin)
             if found:
                 kinds[name] = found
         for name, origin in list(origins.items()):
@@ -307,10 +320,9 @@ class StateFinder:
             for name, kind in kinds.items():
                 origin = self.scopes.origin(visible[name]) if name in visible else None
                 if kind == OPTIMIZER and origin is not None and isinstance(origin.expr, cst.Call):
-                    for arg in origin.expr.args:
-                        root = receiver_root(arg.value)
-                        if root and unknown(root) and root not in found:
-                            found.append(root)
+                    root = _params_root(origin.expr)
+                    if root and unknown(root) and root not in found:
+                        found.append(root)
         if not found:
             for node in self.tree.walk(loop):
                 if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
@@ -356,3 +368,18 @@ class StateFinder:
                     done=False,
                 )
             )
+
+
+def _params_root(optimizer: cst.Call) -> str | None:
+    """The variable whose parameters an optimizer is built from: `net` in `SGD(net, ...)`,
+    `SGD(net.parameters(), lr=args.lr)` or `SGD(params=net.fc.parameters())`; never a
+    hyperparameter such as `args` in `lr=args.lr`."""
+    params = [a for a in optimizer.args if a.keyword is None and not a.star][:1] + [
+        a for a in optimizer.args if a.keyword is not None and a.keyword.value == "params"
+    ]
+    if not params:
+        return None
+    value = params[0].value
+    if method_name(value) in ("parameters", "named_parameters"):
+        value = value.func.value  # type: ignore[attr-defined]
+    return receiver_root(value)

@@ -22,10 +22,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import duckdb
+
 from florwb_engine import versions
 from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
+from florwb_engine.replay.cores import thread_env, threads_per_worker
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
+from florwb_engine.replay.mirror import mirrored_path, mirrored_project
 from florwb_engine.replay.plan import Plan, RunPlan, Segment
 from florwb_engine.replay.spec import ENV, ReplaySpec
 from florwb_engine.store import Store, StoreBusy
@@ -135,8 +139,9 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
     for run in plan.ready():
         assert run.version and run.script and run.code is not None
         key = run.version
+        mirror = workdir / "code" / run.version[:12]
         if key not in code_dirs:
-            code_dir = workdir / "code" / run.version[:12]
+            code_dir = mirrored_project(mirror, project)  # `..` reaches the project's parent
             versions.materialize(store_dir(project), run.version, code_dir)
             (code_dir / run.script).write_text(run.code)
             _link_missing(project, code_dir)
@@ -145,7 +150,7 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
         server.preload(
             script_imports(run.code), [project, code_dir, (code_dir / run.script).parent]
         )
-        cwd = _mapped_cwd(project, code_dir, run.cwd)
+        cwd = _mapped_cwd(project, code_dir, run.cwd, mirror)
         for segment in run.segments:
             stem = f"{segment.index:03d}"
             spec = ReplaySpec(
@@ -180,9 +185,10 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
     return tasks
 
 
-def _mapped_cwd(project: Path, code_dir: Path, cwd: str | None) -> Path:
+def _mapped_cwd(project: Path, code_dir: Path, cwd: str | None, mirror: Path) -> Path:
     """The run's working directory inside the materialised copy, when it was in the project
-    (recorded relative to it; older records hold an absolute path)."""
+    (recorded relative to it; older records hold an absolute path), or in the mirror of
+    the project's parent folders when it was one of them."""
     if not cwd:
         return code_dir
     path = Path(cwd)
@@ -190,7 +196,7 @@ def _mapped_cwd(project: Path, code_dir: Path, cwd: str | None) -> Path:
         try:
             path = path.resolve().relative_to(project.resolve())
         except ValueError:
-            return path if path.is_dir() else code_dir
+            return mirrored_path(mirror, path) or (path if path.is_dir() else code_dir)
     target = code_dir / path
     target.mkdir(parents=True, exist_ok=True)
     return target
@@ -225,6 +231,8 @@ def _run_all(
 ) -> None:
     notify = on_progress or (lambda _p: None)
     waiting, active = list(tasks), list[_Task]()  # changed in place: fill() sees them
+    # Workers share the cores: each gets cores // (workers running at once) threads.
+    threads = thread_env(threads_per_worker(min(max(1, workers), max(1, len(tasks)))))
     last_seen: dict[int, tuple] = {}
     stopping: dict[int, float] = {}  # request -> when its worker was asked to stop
 
@@ -233,7 +241,7 @@ def _run_all(
             waiting.clear()
         while waiting and len(active) < max(1, workers):
             task = waiting.pop(0)
-            env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project)}
+            env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project), **threads}
             task.request = server.start(task.argv, task.cwd, env, task.log_path)
             active.append(task)
 
@@ -274,9 +282,19 @@ def _sigint_sets(cancel: threading.Event) -> Iterator[None]:
 
 
 def _ingest_early(store: Store) -> None:
-    """Ingest finished segments while the next ones run, not all after the last one."""
-    with contextlib.suppress(StoreBusy):  # someone else holds the database: the final
-        store.ingest()  # ingestion takes them in
+    """Ingest finished segments while the next ones run, not all after the last one.
+
+    Ctrl-C in the middle of a DuckDB query reaches us as DuckDB's "Query interrupted"
+    error, not as KeyboardInterrupt: it is turned back into one, so it cancels the replay
+    like Ctrl-C anywhere else (the ingestion's transaction is rolled back)."""
+    try:
+        store.ingest()
+    except StoreBusy:  # someone else holds the database: the final ingestion takes them in
+        return
+    except (duckdb.InterruptException, RuntimeError) as exc:
+        if isinstance(exc, duckdb.InterruptException) or "interrupted" in str(exc).lower():
+            raise KeyboardInterrupt from exc
+        raise
 
 
 def _update(task: _Task, server: ForkServer) -> None:

@@ -39,6 +39,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from .cores import limit_threads
 from .lazy_dynamo import defer_dynamo_import
 
 _NEVER_PRELOAD = {"florwb", "florwb_engine", "flordb", "__future__"}
@@ -261,6 +262,7 @@ def run_child(request: dict, boot: set[str]) -> None:
     argv = request["argv"]
     if request.get("exec"):
         os.execv(sys.executable, [sys.executable, *argv])
+    limit_threads()  # torch is imported already: its thread count is set here, not by env
     sys.argv = list(argv)
     script_dir = os.path.dirname(os.path.abspath(argv[0]))
     sys.path.insert(0, script_dir)

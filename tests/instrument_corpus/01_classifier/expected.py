@@ -62,6 +62,7 @@ with flor.checkpointing(model=net, optimizer=optimizer):
             outputs = net(inputs)
             loss = criterion(outputs, labels)
             loss.backward()
+            flor.log("loss", loss)
             optimizer.step()
 
             running_loss += loss.item()

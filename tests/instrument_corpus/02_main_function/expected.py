@@ -30,6 +30,7 @@ def main():
                 loss = nn.functional.mse_loss(pred, y[idx])
                 opt.zero_grad()
                 loss.backward()
+                flor.log("loss", loss)
                 opt.step()
             print(f"epoch {epoch}: rmse {math.sqrt(loss.item()):.3f}")
     torch.save(model.state_dict(), "model.pt")

@@ -29,5 +29,6 @@ with flor.checkpointing(model=layer, optimizer=optim):
       loss = torch.nn.functional.l1_loss(layer(x), y)
       optim.zero_grad()
       loss.backward()
+      flor.log('loss', loss)
       optim.step()
     print('epoch', epoch, 'loss', round(loss.item(), 4))

@@ -26,6 +26,7 @@ with flor.checkpointing(model=model, optimizer=optimizer, scaler=scaler):
                 loss = loss_fn(output, targets)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
+            flor.log("loss", loss)
             scaler.step(optimizer)
             scaler.update()
         print(f"epoch {epoch} loss {loss.item():.4f} scale {scaler.get_scale()}")

@@ -20,6 +20,7 @@ with flor.checkpointing(model=model, optimizer=optimizer):
         for step, (x, y) in enumerate(flor.loop("step", loader)):
             loss = torch.nn.functional.mse_loss(model(x), y) / ACCUM_STEPS
             loss.backward()  # gradients add up until the next step
+            flor.log("loss", loss)
             if (step + 1) % ACCUM_STEPS == 0:
                 optimizer.step()
                 optimizer.zero_grad()

@@ -37,5 +37,6 @@ with flor.checkpointing(model=model, optimizer=opt):
             loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
             opt.zero_grad()
             loss.backward()
+            flor.log("loss", loss)
             opt.step()
         print(f"epoch={epoch} loss={loss.item():.4f}")

@@ -35,6 +35,7 @@ with flor.checkpointing(model=model, optimizer=optimizer, scheduler=scheduler):
             optimizer.zero_grad()
             loss = nn.functional.smooth_l1_loss(model(inputs), target)
             loss.backward()
+            flor.log("loss", loss)
             optimizer.step()
             scheduler.step()
         print(f"epoch {epoch} lr {scheduler.get_last_lr()[0]:.5f} loss {loss.item():.4f}")

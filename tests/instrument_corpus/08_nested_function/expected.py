@@ -23,6 +23,7 @@ def train_one_epoch(model, loader, optimizer, loss_fn):
         optimizer.zero_grad()
         loss = loss_fn(model(inputs), targets)
         loss.backward()
+        flor.log("loss", loss)
         optimizer.step()
         total += loss.item()
     return total / len(loader)

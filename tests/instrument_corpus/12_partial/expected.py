@@ -25,6 +25,7 @@ with flor.checkpointing(model=model, optimizer=opt):
             loss = model(batch).abs().mean()
             opt.zero_grad()
             loss.backward()
+            flor.log("loss", loss)
             opt.step()
             count(len(batch))
             batch = next(batches, None)

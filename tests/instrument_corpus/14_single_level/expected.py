@@ -17,4 +17,5 @@ with flor.checkpointing(model=model, optimizer=optimizer):
         loss = torch.nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
         loss.backward()
+        flor.log("loss", loss)
         optimizer.step()

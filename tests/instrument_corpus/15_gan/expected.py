@@ -22,10 +22,12 @@ with flor.checkpointing(netG=netG, netD=netD, optG=optG, optD=optD):
             optD.zero_grad()
             lossD = bce(netD(real), torch.ones(8, 1)) + bce(netD(fake.detach()), torch.zeros(8, 1))
             lossD.backward()
+            flor.log("lossD", lossD)
             optD.step()
             # generator
             optG.zero_grad()
             lossG = bce(netD(fake), torch.ones(8, 1))
             lossG.backward()
+            flor.log("lossG", lossG)
             optG.step()
         print(f"epoch {epoch}: D {lossD.item():.3f} G {lossG.item():.3f}")
