@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import bisect
 import builtins
-from typing import Any
 from collections.abc import Iterable
+from typing import Any
 
 import libcst as cst
 
