@@ -27,6 +27,9 @@ from florwb_engine.propagate.names import Bindings, free_names
 from florwb_engine.propagate.source import gc_paused, parse_source
 from florwb_engine.propagate.tree import TNode, Tree
 
+# The nodes whose `body` is a sequence of statements, i.e. what a statement sits in.
+Block = cst.Module | cst.IndentedBlock | cst.SimpleStatementSuite
+
 _LOOPS = (cst.For, cst.While)
 _SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
@@ -42,7 +45,7 @@ class LogSite:
     value_arg: cst.Arg
     statement: cst.CSTNode  # SimpleStatementLine / compound statement (small stmt in a suite)
     small: cst.BaseSmallStatement | None  # the small statement holding the call, if any
-    block: cst.CSTNode  # Module / IndentedBlock / SimpleStatementSuite around `statement`
+    block: Block  # the Module / IndentedBlock / SimpleStatementSuite around `statement`
     index: int  # position of `statement` in `block.body`
     line: int
     loop_path: tuple[str, ...]
@@ -272,7 +275,7 @@ class Analysis:
             value_arg=value_arg,
             statement=statement.node,
             small=small,
-            block=statement.parent.node,
+            block=cast(Block, statement.parent.node),  # a statement's parent is a block
             index=statement.key if statement.key is not None else 0,
             line=line,
             loop_path=loop_path,
