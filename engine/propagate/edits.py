@@ -105,7 +105,7 @@ def _indent_of(tn: TNode, default_indent: str) -> str:
     node: TNode | None = tn
     while node is not None:
         if type(node.node) is cst.IndentedBlock:
-            indent = node.node.indent  # type: ignore[attr-defined]
+            indent = node.node.indent
             parts.append(default_indent if indent is None else indent)
         node = node.parent
     return "".join(reversed(parts))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -26,6 +27,9 @@ from florwb_engine.propagate.names import Bindings, free_names
 from florwb_engine.propagate.source import gc_paused, parse_source
 from florwb_engine.propagate.tree import TNode, Tree
 
+# The nodes whose `body` is a sequence of statements, i.e. what a statement sits in.
+Block = cst.Module | cst.IndentedBlock | cst.SimpleStatementSuite
+
 _LOOPS = (cst.For, cst.While)
 _SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
@@ -41,7 +45,7 @@ class LogSite:
     value_arg: cst.Arg
     statement: cst.CSTNode  # SimpleStatementLine / compound statement (small stmt in a suite)
     small: cst.BaseSmallStatement | None  # the small statement holding the call, if any
-    block: cst.CSTNode  # Module / IndentedBlock / SimpleStatementSuite around `statement`
+    block: Block  # the Module / IndentedBlock / SimpleStatementSuite around `statement`
     index: int  # position of `statement` in `block.body`
     line: int
     loop_path: tuple[str, ...]
@@ -81,7 +85,9 @@ class Analysis:
         self._contexts: dict[str, tuple[tuple[str, ...] | None, frozenset[int]]] = {}
         self._loop_names: dict[int, str | None] = {}
         self._top_functions = {
-            c.node.name.value: c for c in self.tree.root.children if c.label == "FunctionDef"
+            cast(cst.FunctionDef, c.node).name.value: c
+            for c in self.tree.root.children
+            if c.label == "FunctionDef"
         }
         self._calls, self._escapes = self._function_references()
         self.sites: list[LogSite] = self._find_sites()
@@ -120,7 +126,7 @@ class Analysis:
             return None
         for sub in self.tree.nodes[tn.idx : tn.end + 1]:
             if sub.label == "Call":
-                parts = log_call_parts(sub.node, self.imports, api="loop")
+                parts = log_call_parts(cast(cst.Call, sub.node), self.imports, api="loop")
                 if parts is not None:
                     return parts[0]
         return None
@@ -209,7 +215,7 @@ class Analysis:
         for tn in self.tree.nodes:
             if tn.label != "Call":
                 continue
-            parts = log_call_parts(tn.node, self.imports)
+            parts = log_call_parts(cast(cst.Call, tn.node), self.imports)
             if parts is not None:
                 raw.append((tn, parts))
         lines = self._lines([tn for tn, _ in raw], [parts[0] for _, parts in raw])
@@ -238,7 +244,9 @@ class Analysis:
             if statement is None:
                 if isinstance(node, cst.BaseSmallStatement) and small is None:
                     small = node
-                    if isinstance(anc.parent.node, cst.SimpleStatementSuite):
+                    if anc.parent is not None and isinstance(
+                        anc.parent.node, cst.SimpleStatementSuite
+                    ):
                         statement = anc
                 elif isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
                     statement = anc
@@ -262,12 +270,12 @@ class Analysis:
         return LogSite(
             name=name,
             form=form,
-            call=tn.node,
+            call=cast(cst.Call, tn.node),
             name_arg=name_arg,
             value_arg=value_arg,
             statement=statement.node,
             small=small,
-            block=statement.parent.node,
+            block=cast(Block, statement.parent.node),  # a statement's parent is a block
             index=statement.key if statement.key is not None else 0,
             line=line,
             loop_path=loop_path,

@@ -16,6 +16,7 @@ leaves, which lets a statement reading a renamed variable be rewritten for the o
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from typing import cast
 
 from florwb_engine.propagate.tree import TNode, Tree, bag_dice
 
@@ -193,7 +194,8 @@ class Matching:
                 continue
             if kind and not (_on_self(tn) and _on_self(other)):
                 continue
-            counts[kind][tn.value][other.value] += 1
+            # label "Name" is a leaf kind, so both values are str
+            counts[kind][cast(str, tn.value)][cast(str, other.value)] += 1
             if tn.value != other.value and _is_binding(tn) and _is_binding(other):
                 bindings.append((kind, tn, other))
         candidates: tuple[dict[str, str], dict[str, str]] = ({}, {})
@@ -207,7 +209,9 @@ class Matching:
         allowed = {**candidates[1], **candidates[0]}
         result: tuple[dict[str, str], dict[str, str]] = ({}, {})
         for kind, a, b in bindings:
-            if candidates[kind].get(a.value) != b.value or a.value in result[kind]:
+            # bindings hold "Name" leaves only, whose values are str
+            a_name, b_name = cast(str, a.value), cast(str, b.value)
+            if candidates[kind].get(a_name) != b_name or a_name in result[kind]:
                 continue
             units_a, units_b = _binding_units(a), _binding_units(b)
             if (
@@ -215,7 +219,7 @@ class Matching:
                 and len(units_a) == len(units_b)
                 and all(self._same_modulo(x, y, allowed) for x, y in zip(units_a, units_b))
             ):
-                result[kind][a.value] = b.value
+                result[kind][a_name] = b_name
         for renames in result:  # two new names onto one old name is no rename we can trust
             targets = Counter(renames.values())
             for key in [k for k, v in renames.items() if targets[v] > 1]:
@@ -233,7 +237,9 @@ class Matching:
             y = old_nodes[x.idx + offset]
             if x.label != y.label:
                 return False
-            if x.value != y.value and not (x.label == "Name" and allowed.get(x.value) == y.value):
+            if x.value != y.value and not (
+                x.label == "Name" and allowed.get(cast(str, x.value)) == y.value
+            ):
                 return False
         return True
 
@@ -382,10 +388,10 @@ class Matching:
         exprs_b = [c for c in free_b if not _is_statement_label(c.label) and o2n[c.idx] < 0]
         keywords_b = {_keyword(d): d for d in exprs_b if _keyword(d) is not None}
         for c in exprs_a:
-            d = keywords_b.get(_keyword(c)) if _keyword(c) is not None else None
-            if d is not None and d.label == c.label and o2n[d.idx] < 0:
-                self._link(c, d)
-                self._recover(c, d)
+            kw = keywords_b.get(_keyword(c)) if _keyword(c) is not None else None
+            if kw is not None and kw.label == c.label and o2n[kw.idx] < 0:
+                self._link(c, kw)
+                self._recover(c, kw)
         exprs_a = [c for c in exprs_a if n2o[c.idx] < 0 and _keyword(c) is None]
         exprs_b = [c for c in exprs_b if o2n[c.idx] < 0 and _keyword(c) is None]
         by_label_b: dict[str, list[TNode]] = defaultdict(list)

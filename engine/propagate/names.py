@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import builtins
 from collections.abc import Iterable
+from typing import Any
 
 import libcst as cst
 
@@ -211,7 +212,7 @@ class Bindings:
         stack: list[tuple[TNode, Scope, bool]] = [(root, self.module_scope, False)]
         while stack:
             tn, scope, binding = stack.pop()
-            node = tn.node
+            node: Any = tn.node  # narrowed by the exact-type dispatch below
             tp = type(node)
             if binding:
                 if tp is cst.Name:

@@ -37,6 +37,7 @@ import ast
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 
@@ -326,9 +327,11 @@ class _Propagation:
         new, m = self.new, self.matching
         if site.in_suite:
             suite = self.new.tree.of(site.block)
-            owner = suite.parent.node if suite is not None and suite.parent else site.statement
+            suite_owner = (
+                suite.parent.node if suite is not None and suite.parent else site.statement
+            )
             raise _Unplaced(
-                f"it sits in a one-line block (`{new.describe(owner)}`), "
+                f"it sits in a one-line block (`{new.describe(suite_owner)}`), "
                 "which propagation does not split"
             )
         block = self.new_tree.of(site.block)
@@ -389,9 +392,13 @@ class _Propagation:
             )
         absorbed = self._absorbed_call(site, target_block)
         if absorbed is not None:
-            statement = _statement_of(absorbed)
-            if statement.key is not None:
-                self._placed[id(site.statement)] = (target_block.idx, statement.key + 1, EXACT)
+            absorbed_statement = _statement_of(absorbed)
+            if absorbed_statement.key is not None:
+                self._placed[id(site.statement)] = (
+                    target_block.idx,
+                    absorbed_statement.key + 1,
+                    EXACT,
+                )
             planned = self._wrap_old(site, absorbed)
             planned.anchor = EXACT
             return planned
@@ -1028,7 +1035,8 @@ def _skip_docstring(block: TNode, index: int) -> int:
     """Never insert above a docstring or a `from __future__` import."""
     if index != 0 or not block.children:
         return index
-    owner = block.node if isinstance(block.node, cst.Module) else block.parent.node
+    # only the module's block has no parent
+    owner = block.node if isinstance(block.node, cst.Module) else cast(TNode, block.parent).node
     body = list(block.node.body)  # type: ignore[attr-defined]
     if isinstance(owner, _DOC_OWNERS) and _is_docstring(body[0]):
         index = 1

@@ -238,7 +238,7 @@ def _label(node: cst.CSTNode, skip: frozenset[int] | set[int]) -> str:
             return f"{name}{star}"
     if hasattr(node, "asynchronous"):
         dynamic = True
-        if node.asynchronous is not None:  # type: ignore[attr-defined]
+        if node.asynchronous is not None:
             return f"async {name}"
     if tp is cst.ImportFrom:
         dynamic = True

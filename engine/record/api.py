@@ -12,7 +12,7 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -44,7 +44,7 @@ def _discard(record: tuple) -> None:
 
 
 # Bound to the log buffer's `extend` while a run records, so `log` needs no "started?" test.
-_LOGS_EXTEND = _first_record
+_LOGS_EXTEND: Callable[[tuple], None] = _first_record
 
 
 def _forget_in_child() -> None:

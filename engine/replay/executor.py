@@ -137,7 +137,7 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
     code_dirs: dict[str, Path] = {}
     tasks = []
     for run in plan.ready():
-        assert run.version and run.script and run.code is not None
+        assert run.version and run.script and run.code is not None and run.mode is not None
         key = run.version
         mirror = workdir / "code" / run.version[:12]
         if key not in code_dirs:
@@ -157,7 +157,7 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
                 replay_id=plan.replay_id,
                 run_id=run.run_id,
                 segment=segment.index,
-                mode=run.mode or "",
+                mode=run.mode,
                 main_loop=run.main_loop,
                 first=segment.first,
                 last=segment.last,
