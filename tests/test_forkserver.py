@@ -240,7 +240,9 @@ def test_cancel_gives_up_on_a_worker_the_server_never_started(tmp_path, monkeypa
         target=_run_all, args=([task], 1, server, None, lambda p: states.append(p.state), cancel)
     )
     runner.start()
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while not states and time.monotonic() < deadline:  # the worker was asked for
+        time.sleep(0.01)
     cancel.set()
     runner.join(timeout=60)
     server.close()
