@@ -82,6 +82,11 @@ async def test_replay_plan_confirm_live_progress_and_results_in_the_store(demo: 
 
 
 async def test_cancel_stops_the_workers_and_leaves_nothing_half_written(demo: Path):
+    # The statement holds each replay worker for a minute, so the replay cannot finish
+    # before the cancel reaches it however fast the machine is.
+    script = demo / "train.py"
+    held = 'flor.log("weight_norm", __import__("time").sleep(60) or '
+    script.write_text(script.read_text().replace('flor.log("weight_norm", ', held))
     app = make_app(demo)
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
