@@ -8,6 +8,7 @@ import pandas as pd
 from conftest import run_py, write
 
 from florwb_engine.store import Store
+from florwb_engine.store.schema import SCHEMA_VERSION
 
 REPEATS = """
 import time
@@ -68,4 +69,4 @@ def test_a_store_from_before_repeat_counts_is_migrated_and_stays_right(repo):
     assert list(frame["split"]) == [0.0, 1.0, 2.0] * 2
     assert list(frame["same"]) == [0.0, 1.0, 2.0] * 2
     version = Store(repo).query("SELECT value FROM meta WHERE key = 'schema_version'")
-    assert version.value[0] == "3"
+    assert version.value[0] == str(SCHEMA_VERSION)

@@ -32,6 +32,7 @@ from florwb_engine.journal import (
 )
 from florwb_engine.record import args as cli_args
 from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
+from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
 from florwb_engine.replay.spec import ENV as REPLAY_ENV
 from florwb_engine.replay.spec import ReplaySpec
@@ -83,6 +84,7 @@ class Run:
         self.finished = False
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()
+        self.context = RunContext()  # device, versions, peak memory, energy (context.py)
         self._write_start_event()
         self._flusher = threading.Thread(target=self._flush_loop, name="florwb-flush", daemon=True)
         self._flusher.start()
@@ -105,6 +107,7 @@ class Run:
                 "pid_ticks": processes.start_ticks(pid),
                 "python": sys.version.split()[0],
                 "time": time.time(),
+                "context": self.context.at_start(),
             }
         )
         self.flush()  # visible to readers at once, even if the process dies next
@@ -189,6 +192,7 @@ class Run:
                 "exception": None if exc is None else type(exc).__name__,
                 "message": None if exc is None else str(exc)[:500],
                 "time": time.time(),
+                "context": self.context.at_end_or_error(),
             }
         )
         self._stop.set()

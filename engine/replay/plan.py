@@ -25,10 +25,12 @@ from florwb_engine import versions
 from florwb_engine.project import store_dir
 from florwb_engine.propagate import PropagationError, find_log_statements, propagate
 from florwb_engine.replay.spec import INNER, OUTER, PREFIX
-from florwb_engine.store import Store
+from florwb_engine.store import Store, run_context
 from florwb_engine.store.schema import TABLES, literal, quote
 
-RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")}
+RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")} | set(
+    run_context.COLUMNS  # --where "device_kind = 'cuda'" selects by where runs ran
+)
 
 READY, SKIP, DONE = "ready", "skip", "done"
 _LOAD_BYTES_PER_S = 300e6
@@ -155,7 +157,10 @@ def _select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[tupl
             f", (SELECT {value} FROM args a WHERE a.run_id = r.run_id AND a.name = "
             f"{literal(name)}) AS {quote(name)}"
         )
-    filtered = f"SELECT * FROM (SELECT r.*{arg_columns} FROM runs r) runs"
+    filtered = (
+        f"SELECT * FROM (SELECT r.*, c.* EXCLUDE (run_id){arg_columns} FROM runs r "
+        "LEFT JOIN run_context c USING (run_id)) runs"
+    )
     if where:
         try:
             statements = duckdb.extract_statements(f"SELECT 1 WHERE {where}")

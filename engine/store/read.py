@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from florwb_engine import project as projects
+from florwb_engine.store import run_context
 from florwb_engine.store.db import StoreError, connect
 from florwb_engine.store.ingest import IngestReport, ingest_pending
 from florwb_engine.store.replays import clear_abandoned
@@ -100,6 +101,7 @@ class Store:
                 "SELECT run_id, name, value, text, vtype FROM args ORDER BY run_id, name"
             ).fetchall():
                 args.setdefault(run_id, {})[name] = _typed(value, text, vtype)
+            contexts = run_context.contexts(con)
         out = []
         for r in rows:
             wait_s, loop_s = r[15], r[16]
@@ -124,6 +126,7 @@ class Store:
                     "n_checkpoints": int(r[14]),
                     "data_wait_s": wait_s,
                     "data_wait_share": (wait_s / loop_s) if wait_s is not None and loop_s else None,
+                    "context": contexts.get(r[0]),
                 }
             )
         return out

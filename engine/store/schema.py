@@ -16,8 +16,9 @@ from __future__ import annotations
 import duckdb
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
+from florwb_engine.store import run_context
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 RECORDED = "record"
 
 TABLES = {
@@ -57,6 +58,7 @@ TABLES = {
         file VARCHAR PRIMARY KEY, run_id VARCHAR, source VARCHAR, "offset" BIGINT,
         next_seq BIGINT, done BOOLEAN""",
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
+    "run_context": run_context.TABLE,
 }
 
 VIEW_COLUMNS = {
@@ -119,6 +121,8 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
     if version < 3:  # values repeated within an iteration: NULL (unknown) for rows there
         con.execute("ALTER TABLE name_stats ADD COLUMN IF NOT EXISTS n_repeat BIGINT")
         con.execute("ALTER TABLE name_stats ADD COLUMN IF NOT EXISTS last_ctx BIGINT")
+    if version < 4:  # where each run ran and what it needed (store/run_context.py)
+        run_context.create(con)
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
 
