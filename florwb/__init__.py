@@ -16,6 +16,8 @@ __all__ = [
     "checkpointing",
     "commit",
     "dataframe",
+    "load",
+    "load_into",
     "log",
     "loop",
     "query",
@@ -55,3 +57,55 @@ def dataframe(*names: str) -> Any:
 def query(sql: str) -> Any:
     """pandas DataFrame with the result of read-only SQL over the project's catalog."""
     return _again_if_rebuilt(lambda: _store().query(sql))
+
+
+def _project(project: Any = None) -> Any:
+    from pathlib import Path
+
+    from florwb_engine import project as projects
+    from florwb_engine.record import runtime
+
+    if project is not None:
+        return Path(project)
+    run = runtime.current()
+    return run.project if run is not None else projects.find_project()
+
+
+def load(
+    run_id: str,
+    loop_iteration: int | None = None,
+    map_location: Any = None,
+    *,
+    loop: str | None = None,
+    project: Any = None,
+) -> dict[str, Any]:
+    """State_dicts (name -> state_dict, names as given to `flor.checkpointing`) of a past
+    run at an iteration of its outer loop, the latest checkpointed one by default; read
+    with `torch.load(weights_only=True)`. `run_id` may be a unique prefix."""
+    from florwb_engine.record import pull
+
+    return pull.load(
+        _project(project), run_id, loop_iteration, loop=loop, map_location=map_location
+    )
+
+
+def load_into(
+    run_id: str,
+    iteration: int | None = None,
+    *,
+    map_location: Any = None,
+    rng: bool = False,
+    loop: str | None = None,
+    project: Any = None,
+    **objects: Any,
+) -> Any:
+    """Restore objects in place from a past run's checkpoint:
+    `flor.load_into(run, model=net, optimizer=opt, epoch=3)`. Objects are matched by their
+    `flor.checkpointing` names; an int keyword names the outer loop and its iteration
+    (`iteration=3` works too); the latest checkpoint by default. `rng=True` also restores
+    the RNG states saved with it. Returns the checkpoint used (iteration, path, bytes)."""
+    from florwb_engine.record import pull
+
+    return pull.load_into(
+        _project(project), run_id, objects, iteration, loop=loop, map_location=map_location, rng=rng
+    )

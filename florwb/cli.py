@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from florwb.cli_checkpoints import add_parser as add_checkpoints_parser
 from florwb.cli_instrument import add_parser as add_instrument_parser
 from florwb.cli_replay import ReplayCommandError
 from florwb.cli_replay import add_parsers as add_replay_parsers
@@ -193,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_replay_parsers(sub)
     add_instrument_parser(sub)
+    add_checkpoints_parser(sub)
 
     p = sub.add_parser("demo", help="build the demo project (several runs, two versions)")
     p.add_argument("dir", nargs="?", default="florwb-demo")

@@ -34,6 +34,7 @@ from florwb_engine.journal import (
 )
 from florwb_engine.record import args as cli_args
 from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
+from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
 from florwb_engine.record.values import REPLACED, encode, name_text
 from florwb_engine.replay.spec import ENV as REPLAY_ENV
@@ -95,6 +96,7 @@ class Run:
         self._said_write_failed = False
         self._said_replaced = False
         self._stop = threading.Event()
+        self.context = RunContext()  # device, versions, peak memory, energy (context.py)
         self._write_start_event()
         self._flusher = threading.Thread(target=self._flush_loop, name="florwb-flush", daemon=True)
         self._flusher.start()
@@ -117,6 +119,7 @@ class Run:
                 "pid_ticks": processes.start_ticks(pid),
                 "python": sys.version.split()[0],
                 "time": time.time(),
+                "context": self.context.at_start(),
             }
         )
         self.try_flush()  # visible to readers at once, even if the process dies next
@@ -257,6 +260,7 @@ class Run:
                 "exception": None if exc is None else type(exc).__name__,
                 "message": None if exc is None else str(exc)[:500],
                 "time": time.time(),
+                "context": self.context.at_end_or_error(),
             }
         )
         self._stop.set()

@@ -13,10 +13,13 @@ from dataclasses import dataclass
 import duckdb
 
 from florwb_engine.replay.errors import PlanError
+from florwb_engine.store import run_context
 from florwb_engine.store.schema import TABLES, literal, loop_column, loop_columns, quote
 from florwb_engine.store.values import decode_value
 
-RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")}
+RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")} | set(
+    run_context.COLUMNS  # --where "device_kind = 'cuda'" selects by where runs ran
+)
 
 
 @dataclass
@@ -55,7 +58,10 @@ def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[Selec
             f", (SELECT {value} FROM args a WHERE a.run_id = r.run_id AND a.name = "
             f"{literal(name)}) AS {quote(name)}"
         )
-    filtered = f"SELECT * FROM (SELECT r.*{arg_columns} FROM runs r) runs"
+    filtered = (
+        f"SELECT * FROM (SELECT r.*, c.* EXCLUDE (run_id){arg_columns} FROM runs r "
+        "LEFT JOIN run_context c USING (run_id)) runs"
+    )
     if where:
         try:
             statements = duckdb.extract_statements(f"SELECT 1 WHERE {where}")

@@ -24,6 +24,7 @@ import numpy as np
 
 from florwb_engine import journal, processes
 from florwb_engine.journal import VTYPES
+from florwb_engine.store import run_context
 from florwb_engine.store.db import fetch_one
 from florwb_engine.store.schema import RECORDED, ensure_loop_columns, quote
 
@@ -391,6 +392,8 @@ def _apply_event(con, keys: _Keys, e: dict) -> bool:
                 _ts(e.get("time")),
             ],
         )
+        if "context" in e:
+            run_context.apply(con, run_id, e["context"])
     elif kind == "version":
         con.execute(
             "INSERT OR IGNORE INTO versions VALUES (?, now()::TIMESTAMP, ?, ?, ?)",
@@ -434,6 +437,8 @@ def _apply_event(con, keys: _Keys, e: dict) -> bool:
                 "message = coalesce(?, message) WHERE run_id = ?",
                 [_ts(e.get("time")), e["status"], e.get("exception"), e.get("message"), run_id],
             )
+            if "context" in e:
+                run_context.apply(con, run_id, e["context"])
         return True
     return False
 

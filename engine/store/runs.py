@@ -14,6 +14,7 @@ from typing import Any, Literal, cast
 
 import duckdb
 
+from florwb_engine.store import run_context
 from florwb_engine.store.schema import entry_join
 from florwb_engine.store.values import decode_value
 
@@ -46,6 +47,7 @@ class RunRow:
     replays: list[str]  # replay ids that filled in values for this run
     data_wait_s: float | None  # seconds spent waiting on data iterators (all loops)
     data_wait_share: float | None  # of the main loop's time; None when not measured
+    context: dict[str, Any] | None  # where it ran and what it needed (store/run_context.py)
 
     @property
     def duration_s(self) -> float | None:
@@ -76,6 +78,7 @@ class RunRow:
             "n_checkpoints": self.n_checkpoints,
             "data_wait_s": self.data_wait_s,
             "data_wait_share": self.data_wait_share,
+            "context": self.context,
         }
 
 
@@ -113,6 +116,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
     ).fetchall()
     args = run_args(con, run_id)
     issues = run_issues(con)
+    contexts = run_context.contexts(con)
     out = []
     for r in rows:
         wait_s, loop_s = r[16], r[17]
@@ -138,6 +142,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                 replays=list(r[15]),
                 data_wait_s=wait_s,
                 data_wait_share=(wait_s / loop_s) if wait_s is not None and loop_s else None,
+                context=contexts.get(r[0]),
             )
         )
     return out

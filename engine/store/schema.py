@@ -16,8 +16,9 @@ from __future__ import annotations
 import duckdb
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
+from florwb_engine.store import run_context
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 RECORDED = "record"
 
 TABLES = {
@@ -63,6 +64,7 @@ TABLES = {
         run_id VARCHAR, source VARCHAR, kind VARCHAR, detail VARCHAR, n BIGINT,
         PRIMARY KEY (run_id, source, kind, detail)""",
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
+    "run_context": run_context.TABLE,
 }
 
 VIEW_COLUMNS = {
@@ -131,6 +133,8 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("ALTER TABLE journals ADD COLUMN IF NOT EXISTS next_chunk BIGINT")
         con.execute("ALTER TABLE journals ADD COLUMN IF NOT EXISTS error VARCHAR")
         con.execute(f"CREATE TABLE IF NOT EXISTS run_issues ({TABLES['run_issues']})")
+    if version < 5:  # where each run ran and what it needed (store/run_context.py)
+        run_context.create(con)
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
 
