@@ -1,0 +1,67 @@
+"""Workbench: the replay loop run more than once in one session (issue 14, defects 1, 2, 4, 5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest_app import copy_demo, loaded, make_app, wait_for, wait_until
+
+from florwb.ui.format import short_run
+from florwb_engine.store import Store
+
+GRAD_LINE = '        flor.log("bias_sum", float(sum(p.sum().item() for p in model.parameters())))\n'
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Path:
+    return copy_demo(tmp_path)
+
+
+def _replays(project: Path):
+    return Store(project).query("SELECT replay_id, status, names FROM replays ORDER BY started")
+
+
+def add_statement(project: Path, line: str = GRAD_LINE) -> None:
+    """A second hindsight statement, next to the demo's pending weight_norm."""
+    script = project / "train.py"
+    text = script.read_text()
+    anchor = '        flor.log("acc", evaluate(model))\n'
+    assert anchor in text
+    script.write_text(text.replace(anchor, anchor + line))
+
+
+async def replay_marked(pilot, app, what: str) -> None:
+    """`r`, wait for the plan, `⏎`, wait for the replay's end."""
+    await pilot.press("r")
+    await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what=f"the plan ({what})")
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: app.replay_running, timeout=30, what=f"{what} running")
+    await wait_until(pilot, lambda: not app.replay_running, timeout=120, what=f"{what} ended")
+
+
+async def test_a_second_replay_in_one_session_runs_and_shows_its_progress(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pilot.press("g", "j", "space")  # one run: quick
+        (run_id,) = app.marked_runs
+        await replay_marked(pilot, app, "first replay")
+        await wait_for(pilot, lambda t: "Past replays: 1" in t, what="first replay listed")
+        add_statement(demo)
+        await pilot.press("1")
+        await wait_for(pilot, lambda t: "bias_sum" in t, what="the new statement")
+        await replay_marked(pilot, app, "second replay")
+        text = await wait_for(pilot, lambda t: "Past replays: 2" in t, what="second replay listed")
+        assert app.is_running
+        second = _replays(demo)
+        assert list(second["status"]) == ["finished", "finished"]
+        assert "bias_sum" in second["names"].iloc[-1]
+        assert f"Replay {second['replay_id'].iloc[-1]}" in text
+        line = next(line for line in text.splitlines() if short_run(run_id) in line)
+        assert "finished" in line
+        n = Store(demo).query(
+            f"SELECT count(*) AS n FROM logs WHERE name = 'bias_sum' AND run_id = '{run_id}'"
+        )["n"][0]
+        assert n > 0
