@@ -65,3 +65,37 @@ async def test_a_second_replay_in_one_session_runs_and_shows_its_progress(demo: 
             f"SELECT count(*) AS n FROM logs WHERE name = 'bias_sum' AND run_id = '{run_id}'"
         )["n"][0]
         assert n > 0
+
+
+async def test_replayed_names_are_offered_by_metric_cycling_and_show_their_values(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pilot.press("g", "j", "space")
+        (run_id,) = app.marked_runs
+        await replay_marked(pilot, app, "replay")
+        await pilot.press("1")
+        await wait_until(
+            pilot,
+            lambda: (
+                app.history is not None
+                and any(m.name == "weight_norm" for m in app.history.metrics)
+            ),
+            what="weight_norm among the metrics",
+        )
+        seen = []
+        for _ in range(len(app.history.metrics) + 1):
+            if app.history.metric == "weight_norm":
+                break
+            seen.append(app.history.metric)
+            await pilot.press("m")
+            await wait_until(pilot, lambda s=seen: app.history.metric != s[-1], what="next metric")
+        assert app.history.metric == "weight_norm", seen
+        last = Store(demo).query(
+            "SELECT arg_max(value, seq) AS v FROM logs "
+            f"WHERE name = 'weight_norm' AND run_id = '{run_id}'"
+        )["v"][0]
+        text = await wait_for(pilot, lambda t: "weight_norm" in t, what="the metric header")
+        line = next(line for line in text.splitlines() if short_run(run_id) in line)
+        assert f"{float(last):.4g}" in line

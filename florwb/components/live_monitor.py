@@ -22,7 +22,8 @@ from textual.widget import Widget
 from florwb.ui.messages import HistoryLoaded, LiveUpdated, PendingChanged, ScriptSaved
 from florwb.ui.workers import run_in_thread
 from florwb_engine.store import Store, StoreBusy
-from florwb_engine.store.workbench import History, load_history, load_live
+from florwb_engine.store.history_values import load_history_values
+from florwb_engine.store.workbench import History, load_live
 from florwb_engine.watch import JournalSizes, ScriptWatcher, pending_statements
 
 RUNNING_POLL_EVERY = 3  # polls: re-read running runs this often even if journals are quiet
@@ -74,7 +75,7 @@ class LiveMonitor(Widget):
         def work() -> None:
             if initial:
                 self._sizes.changed()  # the poll then reports only what is new after this
-            self.post_message(HistoryLoaded(load_history(self.store, metric)))
+            self.post_message(HistoryLoaded(load_history_values(self.store, metric)))
 
         run_in_thread(self, work, group="history", description="loading the history")
 
@@ -105,7 +106,7 @@ class LiveMonitor(Widget):
                 return
             began = time.monotonic()
             try:
-                history = load_history(self.store, metric)
+                history = load_history_values(self.store, metric)
                 recording = any(r.status == "running" for r in history.runs)
                 live = load_live(self.store) if recording else []
             except StoreBusy:
