@@ -59,7 +59,7 @@ class HistoryPane(Vertical):
     def show(self, history: History) -> None:
         self.history = history
         listing = self.history_list
-        listing.series, listing.last = history.series, history.last
+        listing.set_series(history.series, history.last)
         differ = fmt.args_that_differ((r.script, r.args) for r in history.runs)
         listing.set_rows(build_rows(history, self.text_filter), differ)
         self._header()
@@ -115,8 +115,9 @@ class HistoryPane(Vertical):
 
     def _header(self) -> None:
         history = self.history
-        width = max(self.history_list.size.width, 40)
-        header = Columns.fit(width).header(history.metric if history else None)
+        listing = self.history_list
+        width = max(listing.content_width, 40)
+        header = Columns.fit(width).header(history.metric if history else None, listing.scale)
         self.query_one("#history-header", Static).update(header)
 
     def refresh_summary(self, row: HistoryRow | None = None) -> None:
