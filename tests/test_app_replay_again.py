@@ -99,3 +99,40 @@ async def test_replayed_names_are_offered_by_metric_cycling_and_show_their_value
         text = await wait_for(pilot, lambda t: "weight_norm" in t, what="the metric header")
         line = next(line for line in text.splitlines() if short_run(run_id) in line)
         assert f"{float(last):.4g}" in line
+
+
+async def test_a_name_a_run_has_is_not_replayed_again_and_the_default_query_counts_once(
+    demo: Path,
+):
+    from florwb.panes.query import DEFAULT_SQL
+
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pilot.press("g", "j", "space")
+        (run_id,) = app.marked_runs
+        await replay_marked(pilot, app, "first replay")
+        add_statement(demo)
+        await pilot.press("1")
+        await wait_for(pilot, lambda t: "bias_sum" in t, what="the new statement")
+        await replay_marked(pilot, app, "second replay")
+        first, second = _replays(demo)["replay_id"]
+        sources = Store(demo).query(
+            "SELECT name, list(DISTINCT source ORDER BY source) AS s FROM logs "
+            f"WHERE run_id = '{run_id}' AND name IN ('weight_norm', 'bias_sum') GROUP BY name"
+        )
+        by_name = dict(zip(sources["name"], (list(s) for s in sources["s"]), strict=True))
+        assert by_name == {"weight_norm": [first], "bias_sum": [second]}
+        # the Query tab's default query: each recorded acc once, replays or not
+        await pilot.press("4")
+        app.query_one("#query-pane").run_sql(DEFAULT_SQL)
+        text = await wait_for(pilot, lambda t: "4 rows" in t, what="the default query")
+        assert short_run(run_id) in text or run_id in text
+        recorded = Store(demo).query(
+            f"SELECT count(*) AS n FROM logs WHERE name = 'acc' AND run_id = '{run_id}' "
+            "AND source = 'record'"
+        )["n"][0]
+        shown = Store(demo).query(DEFAULT_SQL)
+        acc = dict(zip(shown["run_id"], shown["acc"], strict=True))[run_id]
+        assert len(acc) == recorded

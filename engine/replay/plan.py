@@ -284,9 +284,11 @@ def _plan_run(project, names, run_id, version, script, argv, cwd, facts: _Facts,
     if not today.is_file():
         plan.reason = f"{script} is not in the working tree"
         return plan
-    key = (version, script)
+    # Only the names this run lacks go into its code: a name the run has, recorded or
+    # from an earlier replay, is done for it and must not be recomputed (issue 14, 4).
+    key = (version, script, tuple(wanted))
     if key not in cache:
-        cache[key] = _propagate(project, version, script, today.read_text(), names)
+        cache[key] = _propagate(project, version, script, today.read_text(), wanted)
     result = cache[key]
     if isinstance(result, str):
         plan.reason = result
