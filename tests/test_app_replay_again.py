@@ -136,3 +136,39 @@ async def test_a_name_a_run_has_is_not_replayed_again_and_the_default_query_coun
         shown = Store(demo).query(DEFAULT_SQL)
         acc = dict(zip(shown["run_id"], shown["acc"], strict=True))[run_id]
         assert len(acc) == recorded
+
+
+async def test_the_offer_to_replay_goes_once_every_run_has_the_name(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "new in train.py: weight_norm" in t, what="the offer")
+        await replay_marked(pilot, app, "replay of every run")
+        await pilot.press("1")
+        text = await wait_for(pilot, lambda t: "new in train.py" not in t, what="offer gone")
+        assert "r: replay past runs" not in text
+        runs = Store(demo).query(
+            "SELECT count(DISTINCT run_id) AS n FROM logs WHERE name = 'weight_norm'"
+        )["n"][0]
+        assert runs == 4
+        await pilot.press("r")
+        await wait_for(pilot, lambda t: "Nothing to replay" in t, what="nothing to replay")
+
+
+async def test_after_a_cancelled_replay_r_plans_the_runs_still_lacking_the_name(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pilot.press("r")
+        await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda t: "● running" in t, what="replay running")
+        await pilot.press("c")
+        await wait_until(pilot, lambda: not app.replay_running, timeout=60, what="cancelled")
+        await pilot.press("1")
+        await wait_for(pilot, lambda t: "new in train.py: weight_norm" in t, what="the offer")
+        await pilot.press("r")
+        text = await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="a new plan")
+        assert "Replay plan: weight_norm" in text and "Nothing to replay" not in text
+    assert list(_replays(demo)["status"]) == ["cancelled"]

@@ -14,6 +14,7 @@ loaded with and the reload pacing. It never touches other widgets.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from textual import on
@@ -23,8 +24,9 @@ from florwb.ui.messages import HistoryLoaded, LiveUpdated, PendingChanged, Scrip
 from florwb.ui.workers import run_in_thread
 from florwb_engine.store import Store, StoreBusy
 from florwb_engine.store.history_values import load_history_values
+from florwb_engine.store.name_coverage import names_lacking
 from florwb_engine.store.workbench import History, load_live
-from florwb_engine.watch import JournalSizes, ScriptWatcher, pending_statements
+from florwb_engine.watch import JournalSizes, PendingStatements, ScriptWatcher, pending_statements
 
 RUNNING_POLL_EVERY = 3  # polls: re-read running runs this often even if journals are quiet
 RELOAD_COST_FACTOR = 4  # wait this many times the last reload's duration before the next
@@ -169,7 +171,19 @@ class LiveMonitor(Widget):
                 newest[run.script] = run.version or newest.get(run.script)
 
         def work() -> None:
-            found = [pending_statements(self.project, s, v) for s, v in newest.items()]
+            found = [
+                self._lacking(pending_statements(self.project, s, v)) for s, v in newest.items()
+            ]
             self.post_message(PendingChanged(found))
 
         run_in_thread(self, work, group="pending", description="reading the training scripts")
+
+    def _lacking(self, pending: PendingStatements) -> PendingStatements:
+        """What a replay can still fill in: the working tree's names that some run of the
+        script lacks (recorded or replayed counts as having it), in script order. So the
+        offer goes once every run has them, and stays after a cancelled replay."""
+        if pending.error:
+            return pending
+        lacking = set(names_lacking(self.store, pending.script, pending.working))
+        new = tuple(n for n in pending.working if n in lacking)
+        return replace(pending, new=new)
