@@ -38,6 +38,7 @@ from florwb.panes.history import HistoryPane
 from florwb.panes.query import QueryPane
 from florwb.panes.replay import ReplayPane
 from florwb.panes.statements import StatementsPane
+from florwb.screens.confirm import ConfirmScreen
 from florwb.screens.error import ErrorScreen
 from florwb.screens.help import HelpScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
@@ -355,6 +356,27 @@ class WorkbenchApp(App[int]):
             self.notify("No replay is running.")
 
     # --- app actions ----------------------------------------------------------------------
+
+    async def action_quit(self) -> None:
+        """`q` asks first while a replay runs: quitting cancels it."""
+        if not self.replay_running:
+            await super().action_quit()
+            return
+        if isinstance(self.screen, ConfirmScreen):
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._runner.cancel()
+                self.exit()
+
+        self.push_screen(
+            ConfirmScreen(
+                "A replay is running",
+                "Quit and cancel it? y quits (the replay is cancelled), n goes on.",
+            ),
+            answered,
+        )
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -172,3 +172,53 @@ async def test_after_a_cancelled_replay_r_plans_the_runs_still_lacking_the_name(
         text = await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="a new plan")
         assert "Replay plan: weight_norm" in text and "Nothing to replay" not in text
     assert list(_replays(demo)["status"]) == ["cancelled"]
+
+
+async def test_q_during_a_replay_asks_before_quitting(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pilot.press("r")
+        await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.replay_running, what="replay running")
+        await pilot.press("q")
+        text = await wait_for(pilot, lambda t: "Quit and cancel it?" in t, what="the question")
+        assert "A replay is running" in text
+        await pilot.press("n")
+        await wait_for(pilot, lambda t: "Quit and cancel it?" not in t, what="question gone")
+        assert app.is_running
+        if app.replay_running:
+            await pilot.press("q")
+            await wait_for(pilot, lambda t: "Quit and cancel it?" in t, what="asked again")
+            await pilot.press("y")
+        else:  # it finished meanwhile: q quits at once
+            await pilot.press("q")
+        await wait_until(pilot, lambda: not app.is_running, what="the app to quit")
+    statuses = list(_replays(demo)["status"])
+    assert len(statuses) == 1 and statuses[0] in ("cancelled", "finished")
+
+
+async def test_plan_says_segment_counts_in_words_and_caps_workers_at_the_cores(demo: Path):
+    import os
+    import re
+
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pilot.press("g", "j", "space")
+        await pilot.press("r")
+        await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
+        for _ in range(4):
+            await pilot.press("minus")
+        text = await wait_for(pilot, lambda t: "with 1 worker " in t, what="one worker")
+        count, word = re.search(r"· (\d+) (segments?)\b", text).groups()
+        assert word == ("segment" if count == "1" else "segments"), text
+        cores = os.cpu_count() or 1
+        for _ in range(cores + 2):
+            await pilot.press("plus")
+        text = await wait_for(pilot, lambda t: "core" in t, what="the word about cores")
+        text = await wait_for(pilot, lambda t: f"with {cores} worker" in t, what="capped")
+        assert f"with {cores + 1} workers" not in text
