@@ -222,3 +222,37 @@ async def test_plan_says_segment_counts_in_words_and_caps_workers_at_the_cores(d
         text = await wait_for(pilot, lambda t: "core" in t, what="the word about cores")
         text = await wait_for(pilot, lambda t: f"with {cores} worker" in t, what="capped")
         assert f"with {cores + 1} workers" not in text
+
+
+async def test_cancel_keeps_the_runs_that_had_finished(demo: Path):
+    """One worker replays the four runs one after another; cancelled once one is done."""
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pilot.press("r")
+        await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
+        for _ in range(4):
+            await pilot.press("minus")
+        await wait_for(pilot, lambda t: "with 1 worker " in t, what="one worker")
+        await pilot.press("enter")
+        text = await wait_for(pilot, lambda t: "✓ done" in t, timeout=120, what="a run done")
+        await pilot.press("c")
+        done = [r.run_id for r in app.history.runs if _line_of(text, r.run_id, "✓ done")]
+        assert done
+        await wait_until(pilot, lambda: not app.replay_running, timeout=60, what="cancelled")
+        text = await wait_for(pilot, lambda t: "Past replays: 1" in t, what="listed")
+        for run_id in done:
+            assert "finished" in _line_of(text, run_id), app.query_one("#replay-pane").result
+    ((replay_id, status, _names),) = _replays(demo).itertuples(index=False)
+    assert status == "cancelled"
+    kept = Store(demo).query(
+        f"SELECT DISTINCT run_id FROM logs WHERE source = '{replay_id}' AND name = 'weight_norm'"
+    )
+    assert set(kept["run_id"]) >= set(done)
+    assert len(kept) < 4  # the runs stopped midway left nothing
+
+
+def _line_of(text: str, run_id: str, needle: str = "") -> str:
+    line = next((line for line in text.splitlines() if short_run(run_id) in line), "")
+    return line if needle in line else ""
