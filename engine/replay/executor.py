@@ -215,7 +215,8 @@ def _run_all(
     cancel: threading.Event,
 ) -> None:
     notify = on_progress or (lambda _p: None)
-    waiting, active = list(tasks), []  # changed in place: fill() sees them
+    waiting: list[_Task] = list(tasks)  # changed in place: fill() sees them
+    active: list[_Task] = []
     last_seen: dict[int, tuple] = {}
     stopping: dict[int, float] = {}  # request -> when its worker was asked to stop
 
