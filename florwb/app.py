@@ -66,6 +66,8 @@ from florwb_engine.store import Store
 from florwb_engine.store.workbench import History, LiveRun
 from florwb_engine.watch import PendingStatements
 
+TITLE_ICON = "≡"  # in every monospace font (CP437 has it)
+
 TAB_FOCUS = {
     "history": "#history-list",
     "statements": "#matrix",
@@ -135,7 +137,8 @@ class WorkbenchApp(App[int]):
     # --- layout ---------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        # A plain character: Textual's default icon (⭘) is an empty box without a Nerd Font
+        yield Header(icon=TITLE_ICON)
         yield self._monitor
         yield self._runner
         yield self._banner

@@ -133,6 +133,7 @@ class HistoryPane(Vertical):
             last=history.last.get(run_id) if run_id else None,
             low=_get(history, "low", run_id),
             high=_get(history, "high", run_id),
+            text_filter=self.text_filter if history.runs else "",
             pending=self.pending,
             live=self.history_list.live.get(run_id) if run_id else None,
         )

@@ -67,7 +67,8 @@ class ReplayPane(Vertical):
     DEFAULT_CSS = """
     ReplayPane #replay-title { height: auto; text-style: bold; }
     ReplayPane #replay-eta { height: 1; }
-    ReplayPane #replay-overall { height: 1; }
+    ReplayPane #replay-overall { height: 1; display: none; }
+    ReplayPane #replay-overall.-shown { display: block; }
     ReplayPane #replay-overall Bar { width: 1fr; }
     ReplayPane #replay-runs { height: 1fr; min-height: 3; }
     ReplayPane #live-title, ReplayPane #past-title { height: 1; text-style: bold;
@@ -93,7 +94,7 @@ class ReplayPane(Vertical):
             "No replay yet. Press r to plan one for the pending log statements.", id="replay-title"
         )
         yield Static(id="replay-eta")
-        yield ProgressBar(id="replay-overall", show_eta=False)
+        yield ProgressBar(total=1, id="replay-overall", show_eta=False)  # a total: no animation
         yield VerticalScroll(id="replay-runs")
         yield Static("Recording now: none", id="live-title")
         yield Vertical(id="live-runs")
@@ -126,6 +127,8 @@ class ReplayPane(Vertical):
         self.result = None
         self.running = True
         self.started = time.perf_counter()
+        # shown from the first replay on: with no total it would animate (and cost CPU)
+        self.query_one("#replay-overall", ProgressBar).add_class("-shown")
         self.segments = {
             (run.run_id, s.index): (0, max(s.last - s.first + 1, 1), "waiting")
             for run in plan.ready()

@@ -39,9 +39,19 @@ class RunSummary(Static):
         live: str | None = None,
         low: float | None = None,
         high: float | None = None,
+        text_filter: str = "",
     ) -> None:
         self.shown_key = row.key if row is not None else None
-        if row is None:
+        if row is None and text_filter:
+            self.update(
+                Text.assemble(
+                    "No run matches ",
+                    (text_filter, "bold"),
+                    ". Every word must appear in the run id, version, status, script or args; "
+                    "esc clears the filter.",
+                )
+            )
+        elif row is None:
             self.update("No runs recorded yet. Run a training script that imports florwb.")
         elif row.run is not None:
             self.update(self._run(row.run, metric, series, (last, low, high), live))
