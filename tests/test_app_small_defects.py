@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest_app import copy_demo, loaded, make_app, run_lines, wait_for
-from textual.widgets import ProgressBar
+from conftest_app import copy_demo, loaded, make_app, run_lines, wait_for, wait_until
+from textual.widgets import DataTable, ProgressBar
 
 from florwb.app import TITLE_ICON
 
@@ -47,3 +47,52 @@ async def test_the_replay_tab_at_rest_has_no_animated_bar(demo: Path):
         assert "--%" not in text  # an indeterminate bar: it animates, costing idle CPU
         bars = app.query(ProgressBar)
         assert all(bar.total is not None for bar in bars if bar.display)
+
+
+async def test_j_and_k_move_in_the_statement_matrix(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("2")
+        await wait_for(pilot, lambda t: "weight_norm" in t and "loss" in t, what="the matrix")
+        table = app.query_one("#matrix", DataTable)
+        table.focus()
+        await pilot.press("g")
+        await wait_until(pilot, lambda: table.cursor_coordinate.row == 0, what="first row")
+        names = app.query_one("#statements-pane").data.names
+        assert len(names) >= 2
+        await pilot.press("j")
+        await wait_until(pilot, lambda: table.cursor_coordinate.row == 1, what="j moved")
+        await pilot.press("G")
+        await wait_until(
+            pilot, lambda: table.cursor_coordinate.row == len(names) - 1, what="G: last row"
+        )
+        await pilot.press("k")
+        await wait_until(
+            pilot, lambda: table.cursor_coordinate.row == len(names) - 2, what="k moved"
+        )
+
+
+async def test_capital_g_goes_to_the_end_of_run_detail_and_results(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("g", "j", "enter")
+        await wait_for(pilot, lambda t: "checkpoints" in t.lower(), what="run detail")
+        scroll = app.screen.query_one("#detail-scroll")
+        await wait_until(pilot, lambda: scroll.max_scroll_y > 0, what="a detail to scroll")
+        await pilot.press("G")
+        await wait_until(pilot, lambda: scroll.scroll_y == scroll.max_scroll_y, what="G: end")
+        await pilot.press("g")
+        await wait_until(pilot, lambda: scroll.scroll_y == 0, what="g: top")
+        await pilot.press("escape", "4")
+        app.query_one("#query-pane").run_sql("SELECT range AS i FROM range(40)")
+        await wait_for(pilot, lambda t: "40 rows" in t, what="the results")
+        results = app.query_one("#results", DataTable)
+        results.focus()
+        await pilot.press("G")
+        await wait_until(pilot, lambda: results.cursor_coordinate.row == 39, what="G: last row")
+        text = await wait_for(pilot, lambda t: " 39 " in t, what="row 39 on screen")
+        assert " 39 " in text
+        await pilot.press("g")
+        await wait_until(pilot, lambda: results.cursor_coordinate.row == 0, what="g: first")

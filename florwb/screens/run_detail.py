@@ -164,5 +164,11 @@ class RunDetailScreen(Screen[None]):
     def action_scroll_up(self) -> None:
         self.query_one("#detail-scroll", VerticalScroll).scroll_up(animate=False)
 
+    def action_first(self) -> None:
+        self.query_one("#detail-scroll", VerticalScroll).scroll_home(animate=False)
+
+    def action_last(self) -> None:
+        self.query_one("#detail-scroll", VerticalScroll).scroll_end(animate=False)
+
     def action_replay_run(self) -> None:
         self.post_message(ReplayRequested(run_ids=[self.run_id]))
