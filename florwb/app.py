@@ -45,6 +45,7 @@ from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.screens.run_detail import RunDetailScreen
 from florwb.ui import format as fmt
 from florwb.ui import keys
+from florwb.ui.format import TITLE_ICON
 from florwb.ui.messages import (
     CancelRequested,
     ErrorReported,
@@ -65,8 +66,6 @@ from florwb.widgets.pending_banner import PendingBanner
 from florwb_engine.store import Store
 from florwb_engine.store.workbench import History, LiveRun
 from florwb_engine.watch import PendingStatements
-
-TITLE_ICON = "≡"  # in every monospace font (CP437 has it)
 
 TAB_FOCUS = {
     "history": "#history-list",
@@ -138,7 +137,7 @@ class WorkbenchApp(App[int]):
 
     def compose(self) -> ComposeResult:
         # A plain character: Textual's default icon (⭘) is an empty box without a Nerd Font
-        yield Header(icon=TITLE_ICON)
+        yield Header(icon=fmt.TITLE_ICON)
         yield self._monitor
         yield self._runner
         yield self._banner
@@ -437,4 +436,4 @@ class WorkbenchApp(App[int]):
         await self.run_action(action, target)
 
 
-__all__ = ["WorkbenchApp"]
+__all__ = ["TITLE_ICON", "WorkbenchApp"]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from conftest_app import copy_demo, loaded, make_app, wait_for, wait_until
 
+from florwb.screens.confirm import ConfirmScreen
 from florwb.ui.format import short_run
 from florwb_engine.store import Store
 
@@ -55,16 +56,17 @@ async def test_a_second_replay_in_one_session_runs_and_shows_its_progress(demo: 
         await replay_marked(pilot, app, "second replay")
         text = await wait_for(pilot, lambda t: "Past replays: 2" in t, what="second replay listed")
         assert app.is_running
-        second = _replays(demo)
-        assert list(second["status"]) == ["finished", "finished"]
-        assert "bias_sum" in second["names"].iloc[-1]
-        assert f"Replay {second['replay_id'].iloc[-1]}" in text
         line = next(line for line in text.splitlines() if short_run(run_id) in line)
         assert "finished" in line
-        n = Store(demo).query(
-            f"SELECT count(*) AS n FROM logs WHERE name = 'bias_sum' AND run_id = '{run_id}'"
-        )["n"][0]
-        assert n > 0
+    # the store is read once the app is closed: no second handle on the file meanwhile
+    second = _replays(demo)
+    assert list(second["status"]) == ["finished", "finished"]
+    assert "bias_sum" in second["names"].iloc[-1]
+    assert f"Replay {second['replay_id'].iloc[-1]}" in text
+    n = Store(demo).query(
+        f"SELECT count(*) AS n FROM logs WHERE name = 'bias_sum' AND run_id = '{run_id}'"
+    )["n"][0]
+    assert n > 0
 
 
 async def test_replayed_names_are_offered_by_metric_cycling_and_show_their_values(demo: Path):
@@ -92,13 +94,13 @@ async def test_replayed_names_are_offered_by_metric_cycling_and_show_their_value
             await pilot.press("m")
             await wait_until(pilot, lambda s=seen: app.history.metric != s[-1], what="next metric")
         assert app.history.metric == "weight_norm", seen
-        last = Store(demo).query(
-            "SELECT arg_max(value, seq) AS v FROM logs "
-            f"WHERE name = 'weight_norm' AND run_id = '{run_id}'"
-        )["v"][0]
         text = await wait_for(pilot, lambda t: "weight_norm" in t, what="the metric header")
         line = next(line for line in text.splitlines() if short_run(run_id) in line)
-        assert f"{float(last):.4g}" in line
+    last = Store(demo).query(
+        "SELECT arg_max(value, seq) AS v FROM logs "
+        f"WHERE name = 'weight_norm' AND run_id = '{run_id}'"
+    )["v"][0]
+    assert f"{float(last):.4g}" in line
 
 
 async def test_a_name_a_run_has_is_not_replayed_again_and_the_default_query_counts_once(
@@ -117,25 +119,25 @@ async def test_a_name_a_run_has_is_not_replayed_again_and_the_default_query_coun
         await pilot.press("1")
         await wait_for(pilot, lambda t: "bias_sum" in t, what="the new statement")
         await replay_marked(pilot, app, "second replay")
-        first, second = _replays(demo)["replay_id"]
-        sources = Store(demo).query(
-            "SELECT name, list(DISTINCT source ORDER BY source) AS s FROM logs "
-            f"WHERE run_id = '{run_id}' AND name IN ('weight_norm', 'bias_sum') GROUP BY name"
-        )
-        by_name = dict(zip(sources["name"], (list(s) for s in sources["s"]), strict=True))
-        assert by_name == {"weight_norm": [first], "bias_sum": [second]}
         # the Query tab's default query: each recorded acc once, replays or not
         await pilot.press("4")
         app.query_one("#query-pane").run_sql(DEFAULT_SQL)
         text = await wait_for(pilot, lambda t: "4 rows" in t, what="the default query")
         assert short_run(run_id) in text or run_id in text
-        recorded = Store(demo).query(
-            f"SELECT count(*) AS n FROM logs WHERE name = 'acc' AND run_id = '{run_id}' "
-            "AND source = 'record'"
-        )["n"][0]
-        shown = Store(demo).query(DEFAULT_SQL)
-        acc = dict(zip(shown["run_id"], shown["acc"], strict=True))[run_id]
-        assert len(acc) == recorded
+    first, second = _replays(demo)["replay_id"]
+    sources = Store(demo).query(
+        "SELECT name, list(DISTINCT source ORDER BY source) AS s FROM logs "
+        f"WHERE run_id = '{run_id}' AND name IN ('weight_norm', 'bias_sum') GROUP BY name"
+    )
+    by_name = dict(zip(sources["name"], (list(s) for s in sources["s"]), strict=True))
+    assert by_name == {"weight_norm": [first], "bias_sum": [second]}
+    recorded = Store(demo).query(
+        f"SELECT count(*) AS n FROM logs WHERE name = 'acc' AND run_id = '{run_id}' "
+        "AND source = 'record'"
+    )["n"][0]
+    shown = Store(demo).query(DEFAULT_SQL)
+    acc = dict(zip(shown["run_id"], shown["acc"], strict=True))[run_id]
+    assert len(acc) == recorded
 
 
 async def test_the_offer_to_replay_goes_once_every_run_has_the_name(demo: Path):
@@ -147,12 +149,12 @@ async def test_the_offer_to_replay_goes_once_every_run_has_the_name(demo: Path):
         await pilot.press("1")
         text = await wait_for(pilot, lambda t: "new in train.py" not in t, what="offer gone")
         assert "r: replay past runs" not in text
-        runs = Store(demo).query(
-            "SELECT count(DISTINCT run_id) AS n FROM logs WHERE name = 'weight_norm'"
-        )["n"][0]
-        assert runs == 4
         await pilot.press("r")
         await wait_for(pilot, lambda t: "Nothing to replay" in t, what="nothing to replay")
+    runs = Store(demo).query(
+        "SELECT count(DISTINCT run_id) AS n FROM logs WHERE name = 'weight_norm'"
+    )["n"][0]
+    assert runs == 4
 
 
 async def test_after_a_cancelled_replay_r_plans_the_runs_still_lacking_the_name(demo: Path):
@@ -189,13 +191,15 @@ async def test_q_during_a_replay_asks_before_quitting(demo: Path):
         await pilot.press("n")
         await wait_for(pilot, lambda t: "Quit and cancel it?" not in t, what="question gone")
         assert app.is_running
-        if app.replay_running:
-            await pilot.press("q")
-            await wait_for(pilot, lambda t: "Quit and cancel it?" in t, what="asked again")
+        await pilot.press("q")  # asked again, unless the replay finished meanwhile
+        await wait_until(
+            pilot,
+            lambda: not app.is_running or isinstance(app.screen, ConfirmScreen),
+            what="the question or the end",
+        )
+        if app.is_running:
             await pilot.press("y")
-        else:  # it finished meanwhile: q quits at once
-            await pilot.press("q")
-        await wait_until(pilot, lambda: not app.is_running, what="the app to quit")
+            await wait_until(pilot, lambda: not app.is_running, what="the app to quit")
     statuses = list(_replays(demo)["status"])
     assert len(statuses) == 1 and statuses[0] in ("cancelled", "finished")
 

@@ -134,7 +134,7 @@ class RunDetailScreen(Screen[None]):
         self.detail: RunDetail | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield Header(icon=fmt.TITLE_ICON)
         with VerticalScroll(id="detail-scroll"):
             yield Static(f"Loading run {self.run_id}…", id="detail")
         yield Footer(compact=True)
