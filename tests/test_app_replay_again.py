@@ -11,6 +11,9 @@ from florwb.screens.confirm import ConfirmScreen
 from florwb.ui.format import short_run
 from florwb_engine.store import Store
 
+# A hindsight statement that takes a while (0.3 s an epoch): a replay of it can be cancelled
+# midway on any machine.
+SLOW_LINE = '        flor.log("slow_sum", __import__("time").sleep(0.3) or 1.0)\n'
 GRAD_LINE = '        flor.log("bias_sum", float(sum(p.sum().item() for p in model.parameters())))\n'
 
 
@@ -162,10 +165,15 @@ async def test_after_a_cancelled_replay_r_plans_the_runs_still_lacking_the_name(
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
         await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        add_statement(demo, SLOW_LINE)
+        await wait_for(pilot, lambda t: "slow_sum" in t, what="the slow statement")
         await pilot.press("r")
         await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
+        for _ in range(4):  # one worker: the four runs one after another
+            await pilot.press("minus")
+        await wait_for(pilot, lambda t: "with 1 worker " in t, what="one worker")
         await pilot.press("enter")
-        await wait_for(pilot, lambda t: "● running" in t, what="replay running")
+        await wait_until(pilot, lambda: app.replay_running, what="replay running")
         await pilot.press("c")
         await wait_until(pilot, lambda: not app.replay_running, timeout=60, what="cancelled")
         await pilot.press("1")
@@ -234,6 +242,8 @@ async def test_cancel_keeps_the_runs_that_had_finished(demo: Path):
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
         await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        add_statement(demo, SLOW_LINE)
+        await wait_for(pilot, lambda t: "slow_sum" in t, what="the slow statement")
         await pilot.press("r")
         await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
         for _ in range(4):

@@ -352,7 +352,7 @@ def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> R
             results.append(RunResult(run.run_id, status, None, mismatch, compared, int(rows)))
         overall = (
             "cancelled"
-            if cancelled
+            if stopped
             else "failed"
             if results and all(r.status == "failed" for r in results)
             else "diverged"

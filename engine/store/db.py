@@ -29,6 +29,8 @@ class StoreError(RuntimeError):
 
 def _is_lock_conflict(exc: Exception) -> bool:
     text = str(exc)
+    if "Unique file handle conflict" in text:
+        return True
     return "lock" in text.lower() and ("Conflicting" in text or "Could not set lock" in text)
 
 
@@ -44,7 +46,9 @@ def connect(
         try:
             con = duckdb.connect(str(path))
             break
-        except duckdb.IOException as exc:
+        except (duckdb.IOException, duckdb.OperationalError) as exc:
+            # OperationalError: "Unique file handle conflict", another thread of this
+            # process opening or closing the same file at this moment; it passes like a lock
             if not _is_lock_conflict(exc):
                 raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
             if time.monotonic() > deadline:

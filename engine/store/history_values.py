@@ -53,6 +53,10 @@ class HistoryValues(History):
 
     low: dict[str, float] = field(default_factory=dict)
     high: dict[str, float] = field(default_factory=dict)
+    # per script: how many finished, versioned runs it has, and how many of them have each
+    # name from any source (florwb_engine.store.name_coverage reads them)
+    finished: dict[str, int] = field(default_factory=dict)
+    having: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def load_history_values(store: Store, metric: str | None = None) -> HistoryValues:
@@ -63,9 +67,41 @@ def load_history_values(store: Store, metric: str | None = None) -> HistoryValue
         metrics = _metrics(con)
         chosen = metric if any(m.name == metric for m in metrics) else default_metric(metrics)
         values = _series(con, chosen) if chosen else SeriesValues()
+        finished, having = _coverage(con)
     return HistoryValues(
-        runs, versions, metrics, chosen, values.series, values.last, values.low, values.high
+        runs,
+        versions,
+        metrics,
+        chosen,
+        values.series,
+        values.last,
+        values.low,
+        values.high,
+        finished,
+        having,
     )
+
+
+def _coverage(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """Read in the history's session, so the pending check opens no connection of its own."""
+    finished = dict(
+        con.execute(
+            "SELECT script, count(*) FROM runs WHERE script IS NOT NULL "
+            "AND version IS NOT NULL AND status = 'finished' GROUP BY script"
+        ).fetchall()
+    )
+    having: dict[str, dict[str, int]] = {}
+    for script, name, n in con.execute(
+        """
+        SELECT r.script, k.name, count(DISTINCT s.run_key)
+        FROM name_stats s JOIN name_keys k ON k.name_key = s.name_key
+        JOIN runs r ON r.run_key = s.run_key
+        WHERE r.script IS NOT NULL AND r.version IS NOT NULL AND r.status = 'finished'
+        GROUP BY ALL
+        """
+    ).fetchall():
+        having.setdefault(script, {})[name] = int(n)
+    return {k: int(v) for k, v in finished.items()}, having
 
 
 def load_series_values(store: Store, metric: str) -> SeriesValues:

@@ -23,7 +23,7 @@ from textual.widget import Widget
 from florwb.ui.messages import HistoryLoaded, LiveUpdated, PendingChanged, ScriptSaved
 from florwb.ui.workers import run_in_thread
 from florwb_engine.store import Store, StoreBusy
-from florwb_engine.store.history_values import load_history_values
+from florwb_engine.store.history_values import HistoryValues, load_history_values
 from florwb_engine.store.name_coverage import names_lacking
 from florwb_engine.store.workbench import History, load_live
 from florwb_engine.watch import JournalSizes, PendingStatements, ScriptWatcher, pending_statements
@@ -172,18 +172,24 @@ class LiveMonitor(Widget):
 
         def work() -> None:
             found = [
-                self._lacking(pending_statements(self.project, s, v)) for s, v in newest.items()
+                self._lacking(pending_statements(self.project, s, v), history)
+                for s, v in newest.items()
             ]
             self.post_message(PendingChanged(found))
 
         run_in_thread(self, work, group="pending", description="reading the training scripts")
 
-    def _lacking(self, pending: PendingStatements) -> PendingStatements:
+    @staticmethod
+    def _lacking(pending: PendingStatements, history: History) -> PendingStatements:
         """What a replay can still fill in: the working tree's names that some run of the
         script lacks (recorded or replayed counts as having it), in script order. So the
         offer goes once every run has them, and stays after a cancelled replay."""
         if pending.error:
             return pending
-        lacking = set(names_lacking(self.store, pending.script, pending.working))
+        if not isinstance(history, HistoryValues):
+            return pending
+        lacking = set(
+            names_lacking(history.finished, history.having, pending.script, pending.working)
+        )
         new = tuple(n for n in pending.working if n in lacking)
         return replace(pending, new=new)

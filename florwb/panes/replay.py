@@ -49,7 +49,9 @@ class RunProgressRow(Horizontal):
         yield Static(self.state, classes="state")
 
     def on_mount(self) -> None:
+        """What `set_progress` kept while the row was being mounted."""
         self.query_one(ProgressBar).update(total=self.total, progress=self.done)
+        self.query_one(".state", Static).update(self.state)
 
     def set_progress(self, done: float, total: float | None, state: Text | str) -> None:
         """Kept on the row, so progress that arrives before it is mounted is not lost."""
