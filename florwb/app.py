@@ -38,12 +38,14 @@ from florwb.panes.history import HistoryPane
 from florwb.panes.query import QueryPane
 from florwb.panes.replay import ReplayPane
 from florwb.panes.statements import StatementsPane
+from florwb.screens.confirm import ConfirmScreen
 from florwb.screens.error import ErrorScreen
 from florwb.screens.help import HelpScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.screens.run_detail import RunDetailScreen
 from florwb.ui import format as fmt
 from florwb.ui import keys
+from florwb.ui.format import TITLE_ICON
 from florwb.ui.messages import (
     CancelRequested,
     ErrorReported,
@@ -134,7 +136,8 @@ class WorkbenchApp(App[int]):
     # --- layout ---------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        # A plain character: Textual's default icon (⭘) is an empty box without a Nerd Font
+        yield Header(icon=fmt.TITLE_ICON)
         yield self._monitor
         yield self._runner
         yield self._banner
@@ -356,6 +359,27 @@ class WorkbenchApp(App[int]):
 
     # --- app actions ----------------------------------------------------------------------
 
+    async def action_quit(self) -> None:
+        """`q` asks first while a replay runs: quitting cancels it."""
+        if not self.replay_running:
+            await super().action_quit()
+            return
+        if isinstance(self.screen, ConfirmScreen):
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._runner.cancel()
+                self.exit()
+
+        self.push_screen(
+            ConfirmScreen(
+                "A replay is running",
+                "Quit and cancel it? y quits (the replay is cancelled), n goes on.",
+            ),
+            answered,
+        )
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.keymap))
@@ -412,4 +436,4 @@ class WorkbenchApp(App[int]):
         await self.run_action(action, target)
 
 
-__all__ = ["WorkbenchApp"]
+__all__ = ["TITLE_ICON", "WorkbenchApp"]

@@ -130,7 +130,7 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         status = app.query_one("#query-status")
         query.run_sql(
             "SELECT run_id, list(value ORDER BY epoch, step) AS loss\n"
-            "FROM logs WHERE name = 'loss' GROUP BY run_id ORDER BY run_id"
+            "FROM logs WHERE name = 'loss' AND source = 'record' GROUP BY run_id ORDER BY run_id"
         )
         await _until(pilot, lambda: "row" in _text(status))
         await pilot.pause(0.3)

@@ -19,6 +19,8 @@ from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.screens.run_detail import RunDetailScreen
 from florwb.ui import keys
 from florwb.widgets.history_list import HistoryList
+from florwb.widgets.matrix_table import MatrixTable
+from florwb.widgets.results_table import ResultsTable
 
 BOUND = {
     "app": WorkbenchApp,
@@ -28,6 +30,8 @@ BOUND = {
     "query": QueryPane,
     "run": RunDetailScreen,
     "plan": ReplayPlanScreen,
+    "matrix": MatrixTable,
+    "results": ResultsTable,
 }
 
 

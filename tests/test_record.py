@@ -145,7 +145,8 @@ def test_cli_runs_query_and_dataframe(recorded):
 def test_cli_and_workbench_list_runs_through_one_listing(recorded):
     """`florwb runs --json`, Store.runs() and the workbench's history read the same runs
     through one query and one value decoder, and the JSON keys are the documented ones."""
-    from florwb_engine.store.queries import load_history, load_run_detail
+    from florwb_engine.store.history_values import load_history_values as load_history
+    from florwb_engine.store.queries import load_run_detail
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     documented = re.search(

@@ -336,10 +336,10 @@ def _report(tasks: list[_Task], seen: dict[int, tuple], notify, cancelled: bool)
             done, total = data["done"], data["total"]
         if task.returncode is None:
             state: SegmentState = "running" if task.request is not None else "waiting"
-        elif cancelled:
-            state = "cancelled"
+        elif task.returncode == 0:
+            state = "finished"  # also on cancel: a segment that ended well is kept
         else:
-            state = "finished" if task.returncode == 0 else "failed"
+            state = "cancelled" if cancelled else "failed"
         key = (done, total, state)
         if seen.get(task.segment.index) != key:
             seen[task.segment.index] = key
@@ -348,25 +348,39 @@ def _report(tasks: list[_Task], seen: dict[int, tuple], notify, cancelled: bool)
 
 def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> ReplayResult:
     project = plan.project
-    if cancelled:
+    by_run: dict[str, list[_Task]] = {}
+    for task in tasks:
+        by_run.setdefault(task.plan.run_id, []).append(task)
+    # On cancel, a run whose every segment ended well is kept (issue 14, defect 5: cancel
+    # used to throw away finished work); the others are removed as if never started.
+    complete = {
+        run_id for run_id, run_tasks in by_run.items() if all(t.returncode == 0 for t in run_tasks)
+    }
+    if cancelled and not complete:
         _remove_results(store, project, plan.replay_id)
         runs = [RunResult(r.run_id, "cancelled") for r in plan.ready()]
         with store.session() as con:
             finish_replay(con, plan.replay_id, "cancelled", plan.to_json())
         return ReplayResult(plan.replay_id, "cancelled", runs)
-    by_run: dict[str, list[_Task]] = {}
-    for task in tasks:
-        by_run.setdefault(task.plan.run_id, []).append(task)
     failed: dict[str, str] = {}
+    stopped: set[str] = set()
     for run_id, run_tasks in by_run.items():
-        bad = [t for t in run_tasks if t.returncode != 0]
-        if bad:
-            failed[run_id] = _stderr_tail(bad[0].log_path, bad[0].returncode)
-            for task in run_tasks:
-                _journal(project, plan.replay_id, task.segment.index).unlink(missing_ok=True)
+        if run_id in complete:
+            continue
+        if cancelled:
+            stopped.add(run_id)
+        else:
+            bad = next(t for t in run_tasks if t.returncode != 0)
+            failed[run_id] = _stderr_tail(bad.log_path, bad.returncode)
+        for task in run_tasks:
+            _journal(project, plan.replay_id, task.segment.index).unlink(missing_ok=True)
     results = []
     with store.session() as con:  # ingests the replay journals
         for run in plan.ready():
+            if run.run_id in stopped or (cancelled and run.run_id not in by_run):
+                delete_rows(con, plan.replay_id, run.run_id)
+                results.append(RunResult(run.run_id, "cancelled"))
+                continue
             if run.run_id in failed:
                 delete_rows(con, plan.replay_id, run.run_id)
                 results.append(RunResult(run.run_id, "failed", error=failed[run.run_id]))
@@ -380,7 +394,9 @@ def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> R
             status: RunReplayStatus = "diverged" if mismatch else "finished"
             results.append(RunResult(run.run_id, status, None, mismatch, compared, int(rows)))
         overall: ReplayStatus = (
-            "failed"
+            "cancelled"
+            if stopped
+            else "failed"
             if results and all(r.status == "failed" for r in results)
             else "diverged"
             if any(r.status == "diverged" for r in results)

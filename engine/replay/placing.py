@@ -26,21 +26,28 @@ class Placer:
     def __init__(self, project: Path, names: list[str]) -> None:
         self.project = project
         self.names = names
-        self._done: dict[tuple[str, str], PropagationResult | str] = {}
+        self._done: dict[tuple[str, str, tuple[str, ...]], PropagationResult | str] = {}
 
-    def place(self, version: str | None, script: str | None) -> PropagationResult | str:
-        """The propagated code of `script` at `version`, or why there is none."""
+    def place(
+        self, version: str | None, script: str | None, names: list[str] | None = None
+    ) -> PropagationResult | str:
+        """The propagated code of `script` at `version` with `names` (all of the placer's by
+        default), or why there is none. A run gets only the names it lacks: a name it has,
+        recorded or from an earlier replay, is done for it and must not be recomputed."""
         if not version or not script:
             return "the run has no recorded code version"
         today = self.project / script
         if not today.is_file():
             return f"{script} is not in the working tree"
-        key = (version, script)
+        wanted = tuple(self.names if names is None else names)
+        key = (version, script, wanted)
         if key not in self._done:
-            self._done[key] = self._propagate(version, script, today.read_text())
+            self._done[key] = self._propagate(version, script, today.read_text(), list(wanted))
         return self._done[key]
 
-    def _propagate(self, version: str, script: str, new_source: str) -> PropagationResult | str:
+    def _propagate(
+        self, version: str, script: str, new_source: str, names: list[str]
+    ) -> PropagationResult | str:
         try:
             old = versions.read_file(store_dir(self.project), version, script)
         except versions.VersionError as exc:
@@ -48,7 +55,7 @@ class Placer:
         if old is None:
             return f"{script} is not in the run's code version"
         available = {s.name for s in find_log_statements(new_source)}
-        missing = [n for n in self.names if n not in available]
+        missing = [n for n in names if n not in available]
         if missing:
             hint = (
                 ""
@@ -58,7 +65,7 @@ class Placer:
             )
             return f"no flor.log statement named {', '.join(missing)} in today's {script}{hint}"
         try:
-            return propagate(new_source, old.decode("utf-8", errors="replace"), self.names)
+            return propagate(new_source, old.decode("utf-8", errors="replace"), names)
         except PropagationError as exc:
             return str(exc)
 

@@ -159,7 +159,7 @@ def _plan_run(placer: Placer, names: list[str], run: SelectedRun, facts: RunFact
         plan.status = DONE
         plan.reason = "already has " + ", ".join(names)
         return plan
-    result = placer.place(run.version, run.script)
+    result = placer.place(run.version, run.script, wanted)
     if isinstance(result, str):
         plan.reason = result
         return plan

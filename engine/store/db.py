@@ -36,6 +36,8 @@ def _is_lock_conflict(exc: Exception) -> bool:
     text = str(exc)
     if "different configuration" in text:  # this process holds it read-only, or read-write
         return True
+    if "Unique file handle conflict" in text:  # another thread of this process opening it
+        return True
     return "lock" in text.lower() and ("Conflicting" in text or "Could not set lock" in text)
 
 
@@ -61,7 +63,9 @@ def connect(
         try:
             con = duckdb.connect(str(path), read_only=read_only, config=config or {})
             break
-        except (duckdb.IOException, duckdb.ConnectionException) as exc:
+        except (duckdb.IOException, duckdb.ConnectionException, duckdb.OperationalError) as exc:
+            # OperationalError: "Unique file handle conflict", another thread of this
+            # process opening or closing the same file at this moment; it passes like a lock
             if not _is_lock_conflict(exc):
                 raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
             if time.monotonic() > deadline:

@@ -20,7 +20,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-import numpy as np
 
 from florwb_engine.journal import ENTRY_SHIFT
 from florwb_engine.store import user_sql
@@ -32,6 +31,7 @@ if TYPE_CHECKING:  # duckdb.sqltypes is duckdb 2's home of the type; only annota
     from duckdb.sqltypes import DuckDBPyType
 
 SERIES_POINTS = 24
+SAMPLE_ROWS = 400  # per run: enough for a smooth sparkline of SERIES_POINTS points
 DETAIL_POINTS = 40
 PAGE_ROWS = 1000
 _NUMERIC_TYPES = frozenset(
@@ -184,28 +184,6 @@ def _session(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
 # --- version history ---------------------------------------------------------------------
 
 
-def load_history(store: Store, metric: str | None = None) -> History:
-    """Runs, versions, logged names and one metric's sparkline series, in one connection."""
-    with _session(store) as con:
-        runs = list_runs(con)
-        versions = [
-            VersionRow(*row)
-            for row in con.execute(
-                "SELECT version, first_seen, n_files, n_bytes FROM versions ORDER BY first_seen"
-            ).fetchall()
-        ]
-        metrics = _metrics(con)
-        chosen = metric if any(m.name == metric for m in metrics) else default_metric(metrics)
-        series, last = _series(con, chosen) if chosen else ({}, {})
-    return History(runs, versions, metrics, chosen, series, last)
-
-
-def load_series(store: Store, metric: str) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """Sparkline points and last value per run of one logged name."""
-    with _session(store) as con:
-        return _series(con, metric)
-
-
 def default_metric(metrics: list[MetricInfo]) -> str | None:
     """The metric a history shows first: numeric, logged by the most runs, preferring the
     outer loop (one value per epoch reads better as a sparkline than per-step noise)."""
@@ -213,90 +191,6 @@ def default_metric(metrics: list[MetricInfo]) -> str | None:
     if not numeric:
         return None
     return min(numeric, key=lambda m: (-m.n_runs, m.depth != 0, m.name)).name
-
-
-def _metrics(con: duckdb.DuckDBPyConnection) -> list[MetricInfo]:
-    rows = con.execute(
-        "SELECT k.name, sum(s.n), sum(s.n_numeric), count(DISTINCT s.run_key), "
-        "min(CASE WHEN s.path = '' THEN 0 ELSE length(s.path) - length(replace(s.path, '/', '')) "
-        "END) FROM name_stats s JOIN name_keys k ON k.name_key = s.name_key "
-        "WHERE s.source_key = 0 GROUP BY k.name ORDER BY k.name"
-    ).fetchall()
-    return [MetricInfo(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
-
-
-SAMPLE_ROWS = 400  # per run: enough for a smooth sparkline of SERIES_POINTS points
-
-
-def _series(
-    con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POINTS
-) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """Per run, the recorded values of `name` averaged into at most `points` buckets, and the
-    exact last value.
-
-    A row's bucket is its place in the run's log sequence (`seq` over the run's row count in
-    name_stats), which tracks progress through the run without a pass for bounds or a sort.
-    A name logged every step (millions of rows) is averaged over a hash sample of about
-    SAMPLE_ROWS rows per run, picked in the scan itself; runs with few rows keep them all.
-    """
-    key = _name_key(con, name)
-    if key is None:
-        return {}, {}
-    stats = con.execute(
-        "SELECT run_key, sum(n) AS total, sum(n) FILTER (WHERE name_key = ?) AS mine "
-        "FROM name_stats WHERE source_key = 0 GROUP BY run_key",
-        [key],
-    ).fetchall()
-    totals = {run_key: int(total) for run_key, total, mine in stats if mine}
-    largest = max((int(mine) for _k, _t, mine in stats if mine), default=0)
-    modulus = max(largest // SAMPLE_ROWS, 1)
-    sample = ""
-    if modulus > 1:
-        small = [k for k, _t, mine in stats if mine and int(mine) < SAMPLE_ROWS * modulus]
-        keep_all = f" OR run_key IN ({', '.join(map(str, small))})" if small else ""
-        sample = f" AND (hash(seq) % {modulus} = 0{keep_all})"
-    con.register(
-        "florwb_totals",
-        {  # numpy columns: pandas would add 0.3 s to the workbench's start
-            "run_key": np.array(list(totals), dtype=np.int64),
-            "total": np.array(list(totals.values()), dtype=np.int64),
-        },
-    )
-    rows = con.execute(
-        f"""
-        SELECT s.run_key, CAST(s.seq * {int(points)} // t.total AS INTEGER) AS bucket,
-               avg(s.value) FILTER (WHERE isfinite(s.value)), arg_max(s.value, s.seq)
-        FROM (SELECT run_key, seq, value FROM log_rows
-              WHERE name_key = ? AND source_key = 0 AND vtype <= 2{sample}) s
-        JOIN florwb_totals t ON t.run_key = s.run_key
-        GROUP BY ALL
-        """,
-        [key],
-    ).fetchall()
-    con.unregister("florwb_totals")
-    run_ids = dict(con.execute("SELECT run_key, run_id FROM runs").fetchall())
-    buckets: dict[str, list[tuple[int, float]]] = {}
-    last: dict[str, float] = {}
-    tail: dict[str, int] = {}
-    for run_key, bucket, mean, final in rows:
-        run_id = run_ids.get(run_key)
-        if run_id is None:
-            continue
-        buckets.setdefault(run_id, []).append((bucket, _nan(mean)))
-        if final is not None and bucket >= tail.get(run_id, -1):
-            tail[run_id], last[run_id] = bucket, final
-    if sample:  # the sample may miss the very last row: ask for it exactly
-        last = {
-            run_ids[k]: v
-            for k, v in con.execute(
-                "SELECT run_key, arg_max(value, seq) FROM log_rows "
-                "WHERE name_key = ? AND source_key = 0 AND vtype <= 2 GROUP BY run_key",
-                [key],
-            ).fetchall()
-            if k in run_ids and v is not None
-        }
-    series = {run_id: [v for _b, v in sorted(pairs)] for run_id, pairs in buckets.items()}
-    return series, last
 
 
 def _name_key(con: duckdb.DuckDBPyConnection, name: str) -> int | None:
@@ -519,11 +413,9 @@ __all__ = [
     "check_read_only",
     "count_rows",
     "default_metric",
-    "load_history",
     "load_live",
     "load_replays",
     "load_run_detail",
-    "load_series",
     "query_page",
     "replayed_names",
 ]

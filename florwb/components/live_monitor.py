@@ -14,6 +14,7 @@ loaded with and the reload pacing. It never touches other widgets.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from textual import on
@@ -22,8 +23,10 @@ from textual.widget import Widget
 from florwb.ui.messages import HistoryLoaded, LiveUpdated, PendingChanged, ScriptSaved
 from florwb.ui.workers import run_in_thread
 from florwb_engine.store import Store, StoreBusy
-from florwb_engine.store.queries import History, load_history, load_live
-from florwb_engine.watch import JournalSizes, ScriptWatcher, pending_statements
+from florwb_engine.store.history_values import HistoryValues, load_history_values
+from florwb_engine.store.name_coverage import names_lacking
+from florwb_engine.store.queries import History, load_live
+from florwb_engine.watch import JournalSizes, PendingStatements, ScriptWatcher, pending_statements
 
 RUNNING_POLL_EVERY = 3  # polls: re-read running runs this often even if journals are quiet
 RELOAD_COST_FACTOR = 4  # wait this many times the last reload's duration before the next
@@ -74,7 +77,7 @@ class LiveMonitor(Widget):
         def work() -> None:
             if initial:
                 self._sizes.changed()  # the poll then reports only what is new after this
-            self.post_message(HistoryLoaded(load_history(self.store, metric)))
+            self.post_message(HistoryLoaded(load_history_values(self.store, metric)))
 
         run_in_thread(self, work, group="history", description="loading the history")
 
@@ -105,7 +108,7 @@ class LiveMonitor(Widget):
                 return
             began = time.monotonic()
             try:
-                history = load_history(self.store, metric)
+                history = load_history_values(self.store, metric)
                 recording = any(r.status == "running" for r in history.runs)
                 live = load_live(self.store) if recording else []
             except StoreBusy:
@@ -168,7 +171,25 @@ class LiveMonitor(Widget):
                 newest[run.script] = run.version or newest.get(run.script)
 
         def work() -> None:
-            found = [pending_statements(self.project, s, v) for s, v in newest.items()]
+            found = [
+                self._lacking(pending_statements(self.project, s, v), history)
+                for s, v in newest.items()
+            ]
             self.post_message(PendingChanged(found))
 
         run_in_thread(self, work, group="pending", description="reading the training scripts")
+
+    @staticmethod
+    def _lacking(pending: PendingStatements, history: History) -> PendingStatements:
+        """What a replay can still fill in: the working tree's names that some run of the
+        script lacks (recorded or replayed counts as having it), in script order. So the
+        offer goes once every run has them, and stays after a cancelled replay."""
+        if pending.error:
+            return pending
+        if not isinstance(history, HistoryValues):
+            return pending
+        lacking = set(
+            names_lacking(history.finished, history.having, pending.script, pending.working)
+        )
+        new = tuple(n for n in pending.working if n in lacking)
+        return replace(pending, new=new)

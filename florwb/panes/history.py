@@ -20,7 +20,8 @@ from florwb.ui.workers import run_in_thread
 from florwb.widgets.history_list import Columns, HistoryList, HistoryRow, build_rows
 from florwb.widgets.run_summary import RunSummary
 from florwb_engine.store import Store
-from florwb_engine.store.queries import History, load_series
+from florwb_engine.store.history_values import HistoryValues, load_series_values
+from florwb_engine.store.queries import History
 from florwb_engine.watch import PendingStatements
 
 
@@ -58,7 +59,7 @@ class HistoryPane(Vertical):
     def show(self, history: History) -> None:
         self.history = history
         listing = self.history_list
-        listing.series, listing.last = history.series, history.last
+        listing.set_series(history.series, history.last)
         differ = fmt.args_that_differ((r.script, r.args) for r in history.runs)
         listing.set_rows(build_rows(history, self.text_filter), differ)
         self._header()
@@ -89,8 +90,10 @@ class HistoryPane(Vertical):
         metric = numeric[(index + message.step) % len(numeric)]
 
         def work() -> None:
-            series, last = load_series(self.store, metric)
-            self.post_message(SeriesLoaded(metric, series, last))
+            values = load_series_values(self.store, metric)
+            self.post_message(
+                SeriesLoaded(metric, values.series, values.last, values.low, values.high)
+            )
 
         run_in_thread(self, work, group="series", description="loading a metric")
 
@@ -100,6 +103,8 @@ class HistoryPane(Vertical):
         if self.history is not None:
             self.history.metric = message.metric
             self.history.series, self.history.last = message.series, message.last
+            if isinstance(self.history, HistoryValues):
+                self.history.low, self.history.high = message.low, message.high
         self.history_list.set_series(message.series, message.last)
         self._header()
         self.refresh_summary()
@@ -110,8 +115,9 @@ class HistoryPane(Vertical):
 
     def _header(self) -> None:
         history = self.history
-        width = max(self.history_list.size.width, 40)
-        header = Columns.fit(width).header(history.metric if history else None)
+        listing = self.history_list
+        width = max(listing.content_width, 40)
+        header = Columns.fit(width).header(history.metric if history else None, listing.scale)
         self.query_one("#history-header", Static).update(header)
 
     def refresh_summary(self, row: HistoryRow | None = None) -> None:
@@ -125,6 +131,9 @@ class HistoryPane(Vertical):
             metric=history.metric,
             series=history.series.get(run_id) if run_id else None,
             last=history.last.get(run_id) if run_id else None,
+            low=_get(history, "low", run_id),
+            high=_get(history, "high", run_id),
+            text_filter=self.text_filter if history.runs else "",
             pending=self.pending,
             live=self.history_list.live.get(run_id) if run_id else None,
         )
@@ -173,3 +182,9 @@ class HistoryPane(Vertical):
             self.apply_filter("")
             box.remove_class("-shown")
             self.history_list.focus()
+
+
+def _get(history: History, field: str, run_id: str | None) -> float | None:
+    """The run's exact min (`low`) or max (`high`) of the metric, when loaded."""
+    values = getattr(history, field, None)
+    return values.get(run_id) if values and run_id else None

@@ -29,9 +29,11 @@ from florwb_engine.store import Store, StoreBusy, StoreError
 from florwb_engine.store.queries import PAGE_ROWS, count_rows, query_page
 
 HISTORY_LIMIT = 200
+# `source = 'record'`: a replay re-executes recorded statements too, so without it each
+# replay would add another copy of every value (issue 14, defect 4).
 DEFAULT_SQL = (
     "SELECT run_id, list(value ORDER BY epoch) AS acc\n"
-    "FROM logs WHERE name = 'acc'\nGROUP BY run_id ORDER BY run_id"
+    "FROM logs WHERE name = 'acc' AND source = 'record'\nGROUP BY run_id ORDER BY run_id"
 )
 
 

@@ -15,7 +15,6 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.css.query import NoMatches
 from textual.widgets import DataTable, ProgressBar, Static
 
 from florwb.ui import format as fmt
@@ -41,13 +40,24 @@ class RunProgressRow(Horizontal):
         super().__init__(id=id)
         self.label_text = label
         self.total = total
+        self.done = 0.0
+        self.state: Text | str = "waiting"
 
     def compose(self) -> ComposeResult:
         yield Static(self.label_text, classes="label", markup=False)
         yield ProgressBar(total=self.total, show_eta=False)
-        yield Static("waiting", classes="state")
+        yield Static(self.state, classes="state")
+
+    def on_mount(self) -> None:
+        """What `set_progress` kept while the row was being mounted."""
+        self.query_one(ProgressBar).update(total=self.total, progress=self.done)
+        self.query_one(".state", Static).update(self.state)
 
     def set_progress(self, done: float, total: float | None, state: Text | str) -> None:
+        """Kept on the row, so progress that arrives before it is mounted is not lost."""
+        self.done, self.total, self.state = done, total, state
+        if not self.is_mounted:
+            return
         self.query_one(ProgressBar).update(total=total, progress=done)
         self.query_one(".state", Static).update(state)
 
@@ -59,7 +69,8 @@ class ReplayPane(Vertical):
     DEFAULT_CSS = """
     ReplayPane #replay-title { height: auto; text-style: bold; }
     ReplayPane #replay-eta { height: 1; }
-    ReplayPane #replay-overall { height: 1; }
+    ReplayPane #replay-overall { height: 1; display: none; }
+    ReplayPane #replay-overall.-shown { display: block; }
     ReplayPane #replay-overall Bar { width: 1fr; }
     ReplayPane #replay-runs { height: 1fr; min-height: 3; }
     ReplayPane #live-title, ReplayPane #past-title { height: 1; text-style: bold;
@@ -76,13 +87,16 @@ class ReplayPane(Vertical):
         self.started = 0.0
         self.running = False
         self.result: Any | None = None
+        # The running replay's rows by run id. No widget ids: the rows of the previous
+        # replay are still being removed when the next one's are mounted (issue 14, 1).
+        self.rows: dict[str, RunProgressRow] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(
             "No replay yet. Press r to plan one for the pending log statements.", id="replay-title"
         )
         yield Static(id="replay-eta")
-        yield ProgressBar(id="replay-overall", show_eta=False)
+        yield ProgressBar(total=1, id="replay-overall", show_eta=False)  # a total: no animation
         yield VerticalScroll(id="replay-runs")
         yield Static("Recording now: none", id="live-title")
         yield Vertical(id="live-runs")
@@ -115,6 +129,8 @@ class ReplayPane(Vertical):
         self.result = None
         self.running = True
         self.started = time.perf_counter()
+        # shown from the first replay on: with no total it would animate (and cost CPU)
+        self.query_one("#replay-overall", ProgressBar).add_class("-shown")
         self.segments = {
             (run.run_id, s.index): (0, max(s.last - s.first + 1, 1), "waiting")
             for run in plan.ready()
@@ -122,12 +138,12 @@ class ReplayPane(Vertical):
         }
         box = self.query_one("#replay-runs", VerticalScroll)
         box.remove_children()
-        rows = []
+        self.rows = {}
         for run in plan.ready():
             total = sum(self.segments[(run.run_id, s.index)][1] for s in run.segments)
             label = f"{fmt.short_run(run.run_id)} {fmt.short_version(run.version)} {run.mode or ''}"
-            rows.append(RunProgressRow(label, total, id=f"replay-run-{run.run_id}"))
-        box.mount_all(rows)
+            self.rows[run.run_id] = RunProgressRow(label, total)
+        box.mount_all(list(self.rows.values()))
         self.query_one("#replay-title", Static).update(
             Text(
                 f"Replay {plan.replay_id}: {', '.join(plan.names)} on "
@@ -158,11 +174,9 @@ class ReplayPane(Vertical):
             state = Text(f"● {done}/{total}", "yellow")
         else:
             state = Text("waiting", "dim")
-        try:
-            row = self.query_one(f"#replay-run-{run_id}", RunProgressRow)
-        except NoMatches:
-            return
-        row.set_progress(done, total, state)
+        row = self.rows.get(run_id)
+        if row is not None:
+            row.set_progress(done, total, state)
 
     def _tick(self) -> None:
         if self.plan is None:
@@ -199,16 +213,14 @@ class ReplayPane(Vertical):
             eta.update(Text("✗ replay failed: see the error shown", "bold red"))
             return
         for run in result.runs:
-            try:
-                row = self.query_one(f"#replay-run-{run.run_id}", RunProgressRow)
-            except NoMatches:
+            row = self.rows.get(run.run_id)
+            if row is None:
                 continue
             style = {"finished": "green", "diverged": "yellow", "cancelled": "magenta"}.get(
                 run.status, "red"
             )
             detail = f" {run.rows:,} rows" if run.status in ("finished", "diverged") else ""
-            bar = row.query_one(ProgressBar)
-            row.set_progress(bar.progress, bar.total, Text(f"{run.status}{detail}", style))
+            row.set_progress(row.done, row.total, Text(f"{run.status}{detail}", style))
         summary = Text()
         summary.append(f"{result.status} ", "bold")
         summary.append(f"in {fmt.duration(elapsed)}: ")

@@ -22,6 +22,7 @@ from florwb.ui import keys
 from florwb.ui.messages import PaneReady, StatementTableLoaded
 from florwb.ui.workers import run_in_thread
 from florwb.widgets.code_diff import render_diff
+from florwb.widgets.matrix_table import MatrixTable
 from florwb_engine.statements import (
     WORKING,
     StatementTable,
@@ -95,7 +96,7 @@ class StatementsPane(Vertical, can_focus=False):
 
     def compose(self) -> ComposeResult:
         yield Static("Reading versions…", id="statements-title")
-        table: DataTable = DataTable(id="matrix", cursor_type="cell", zebra_stripes=True)
+        table = MatrixTable(id="matrix", cursor_type="cell", zebra_stripes=True)
         yield table
         yield Static(id="cell-reason")
         yield Static(id="diff-title")

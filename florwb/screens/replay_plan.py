@@ -4,6 +4,7 @@ recorded timings) happens in a worker; +/- re-plans for another number of worker
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,8 @@ from florwb.ui import format as fmt
 from florwb.ui import keys
 from florwb.ui.workers import run_in_thread
 
-MAX_WORKERS = 16
+# More workers than cores only slow a replay down (they take turns on the cores).
+MAX_WORKERS = max(os.cpu_count() or 1, 1)
 
 
 @dataclass
@@ -119,7 +121,7 @@ class ReplayPlanScreen(ModalScreen[Any]):
         line.append(f" with {plan.workers} worker{'s' if plan.workers != 1 else ''} (+/-)")
         line.append(f" · {len(ready)} of {len(plan.runs)} runs to replay")
         segments = sum(len(r.segments) for r in ready)
-        line.append(f" · {segments} segments")
+        line.append(f" · {fmt.plural(segments, 'segment')}")
         estimate.update(line)
         self.query_one("#plan-start", Button).disabled = not ready
         if ready:
@@ -139,7 +141,15 @@ class ReplayPlanScreen(ModalScreen[Any]):
             self.fork_server = None
 
     def action_workers(self, step: int) -> None:
-        workers = max(1, min(MAX_WORKERS, self.n_workers + step))
+        wanted = self.n_workers + step
+        workers = max(1, min(MAX_WORKERS, wanted))
+        if wanted > MAX_WORKERS:
+            self.notify(
+                f"{fmt.plural(MAX_WORKERS, 'worker')} at most: this machine has "
+                f"{fmt.plural(MAX_WORKERS, 'core')}, and more workers than cores would only "
+                "take turns on them.",
+                title="Workers",
+            )
         if workers != self.n_workers:
             self.n_workers = workers
             self._replan()

@@ -134,7 +134,7 @@ class RunDetailScreen(Screen[None]):
         self.detail: RunDetail | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield Header(icon=fmt.TITLE_ICON)
         with VerticalScroll(id="detail-scroll"):
             yield Static(f"Loading run {self.run_id}…", id="detail")
         yield Footer(compact=True)
@@ -163,6 +163,12 @@ class RunDetailScreen(Screen[None]):
 
     def action_scroll_up(self) -> None:
         self.query_one("#detail-scroll", VerticalScroll).scroll_up(animate=False)
+
+    def action_first(self) -> None:
+        self.query_one("#detail-scroll", VerticalScroll).scroll_home(animate=False)
+
+    def action_last(self) -> None:
+        self.query_one("#detail-scroll", VerticalScroll).scroll_end(animate=False)
 
     def action_replay_run(self) -> None:
         self.post_message(ReplayRequested(run_ids=[self.run_id]))

@@ -25,6 +25,11 @@ STATUS_STYLES = {
 }
 
 
+# The title icon: a plain character (Textual's default ⭘ is an empty box without a Nerd
+# Font); CP437 has it, so every monospace font does.
+TITLE_ICON = "≡"
+
+
 def short_run(run_id: str) -> str:
     """The random tail of a run id (`20261121-143501-a1b2c3` -> `a1b2c3`)."""
     return run_id.rsplit("-", 1)[-1] if run_id.count("-") >= 2 else run_id[:8]

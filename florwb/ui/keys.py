@@ -39,6 +39,8 @@ SCOPES: dict[str, tuple[str, str, str | None]] = {
     "query": ("Query (4)", "#query-pane", "query"),
     "run": ("Run detail", "RunDetailScreen", None),
     "plan": ("Replay plan", "ReplayPlanScreen", None),
+    "matrix": ("Statement matrix (2)", "#matrix", "statements"),
+    "results": ("Query results (4)", "#results", "query"),
 }
 
 KEYS: dict[str, tuple[Key, ...]] = {
@@ -107,6 +109,8 @@ KEYS: dict[str, tuple[Key, ...]] = {
         Key("run.back", "escape,backspace", "back", "Back", True, label="back"),
         Key("run.down", "j,down", "scroll_down", "Scroll down"),
         Key("run.up", "k,up", "scroll_up", "Scroll up"),
+        Key("run.first", "g,home", "first", "Top"),
+        Key("run.last", "G,end", "last", "Bottom"),
         Key(
             "run.replay",
             "r",
@@ -115,6 +119,21 @@ KEYS: dict[str, tuple[Key, ...]] = {
             True,
             label="replay",
         ),
+    ),
+    # The vim keys of the tables (arrows, home/end are DataTable's own).
+    "matrix": (
+        Key("matrix.down", "j", "cursor_down", "Next statement"),
+        Key("matrix.up", "k", "cursor_up", "Previous statement"),
+        Key("matrix.left", "h", "cursor_left", "Previous version"),
+        Key("matrix.right", "l", "cursor_right", "Next version"),
+        Key("matrix.first", "g", "scroll_top", "First statement"),
+        Key("matrix.last", "G", "scroll_bottom", "Last statement"),
+    ),
+    "results": (
+        Key("results.down", "j", "cursor_down", "Next row"),
+        Key("results.up", "k", "cursor_up", "Previous row"),
+        Key("results.first", "g", "scroll_top", "First row"),
+        Key("results.last", "G", "scroll_bottom", "Last row"),
     ),
     "plan": (
         Key("plan.start", "enter,y", "start", "Start the replay", True, label="start"),

@@ -11,7 +11,7 @@ app's one `Worker.StateChanged` handler shows it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from textual.message import Message
@@ -32,6 +32,8 @@ class SeriesLoaded(Message):
     metric: str
     series: dict[str, list[float]]
     last: dict[str, float]
+    low: dict[str, float] = field(default_factory=dict)  # exact, over all values
+    high: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -60,14 +60,25 @@ class Columns:
         fixed = 5 + 11 + 1 + 6 + 1 + 10 + 1 + spark + 1 + 7
         return cls(11, 6, 10, max(width - fixed - 1, 8), spark, 7)
 
-    def header(self, metric: str | None) -> Text:
+    def header(self, metric: str | None, scale: tuple[float, float] | None = None) -> Text:
+        """`scale`: the one low..high every sparkline of the column is drawn against."""
         text = Text("     ")
         text.append(f"{'started':<{self.time}} ")
         text.append(f"{'run':<{self.run}} ")
         text.append(f"{'status':<{self.status}} ")
         text.append(f"{'args that differ':<{self.args}} ")
-        text.append(fmt.clip(metric or "metric", self.spark + 1 + self.last).ljust(self.spark))
+        label = metric or "metric"
+        if metric and scale is not None:
+            label += f" {fmt.number(scale[0], 3)}..{fmt.number(scale[1], 3)}"
+        text.append(fmt.clip(label, self.spark + 1 + self.last).ljust(self.spark))
         return text
+
+
+def shared_scale(series: dict[str, list[float]]) -> tuple[float, float] | None:
+    """The low and high over every run's points: sparklines drawn against one scale can be
+    compared row to row (each row scaled to itself would always span ▁ to █)."""
+    finite = [v for points in series.values() for v in points if v == v and abs(v) != math.inf]
+    return (min(finite), max(finite)) if finite else None
 
 
 def run_status(run: RunRow) -> str:
@@ -169,6 +180,7 @@ class HistoryList(ScrollView, can_focus=True):
         self.rows: list[HistoryRow] = []
         self.series: dict[str, list[float]] = {}
         self.last: dict[str, float] = {}
+        self.scale: tuple[float, float] | None = None
         self.differ: list[str] = []
         self.marked_runs: set[str] = set()
         self.marked_versions: set[str] = set()
@@ -193,6 +205,7 @@ class HistoryList(ScrollView, can_focus=True):
 
     def set_series(self, series: dict[str, list[float]], last: dict[str, float]) -> None:
         self.series, self.last = series, last
+        self.scale = shared_scale(series)
         self._cache.clear()
         self.refresh()
 
@@ -293,9 +306,15 @@ class HistoryList(ScrollView, can_focus=True):
         self.virtual_size = Size(event.size.width, len(self.rows))
         self._cache.clear()
 
+    @property
+    def content_width(self) -> int:
+        """The width left of the scrollbar: a line as wide as the widget would lose its
+        last cells (the last-value column) under the scrollbar once the runs outgrow it."""
+        return self.scrollable_content_region.width
+
     def render_line(self, y: int) -> Strip:
         index = int(self.scroll_offset.y) + y
-        width = self.size.width
+        width = self.content_width
         if index >= len(self.rows):
             return Strip.blank(width, self.rich_style)
         strip = self._cache.get(index)
@@ -341,7 +360,7 @@ class HistoryList(ScrollView, can_focus=True):
     def _run_text(self, row: HistoryRow) -> Text:
         run = row.run
         assert run is not None
-        cols = Columns.fit(self.size.width)
+        cols = Columns.fit(self.content_width)
         marked = run.run_id in self.marked_runs
         status = run_status(run)
         style = fmt.STATUS_STYLES.get(status, "")
@@ -355,7 +374,8 @@ class HistoryList(ScrollView, can_focus=True):
         args = fmt.args_text(run.args, self.differ) or "-"
         text.append(f"{fmt.clip(args, cols.args):<{cols.args}} ")
         points = self.series.get(run.run_id)
-        spark = sparkline(points, cols.spark) if points else ""
+        low, high = self.scale if self.scale is not None else (None, None)
+        spark = sparkline(points, cols.spark, low, high) if points else ""
         text.append(f"{spark:<{cols.spark}} ", self._style("spark"))
         last = self.last.get(run.run_id)
         text.append(f"{fmt.number(last, 4):>{cols.last}}" if last is not None else "")

@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from florwb.ui import format as fmt
+from florwb.ui import keys
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.store.queries import QueryPage
 
@@ -53,9 +54,12 @@ CHUNK_ROWS = 300
 
 
 class ResultsTable(DataTable):
-    """Holds one page; `show(page)` replaces it. The first rows are on screen in the next
+    """j/k/g/G move the cursor (florwb.ui.keys, scope "results").
+    Holds one page; `show(page)` replaces it. The first rows are on screen in the next
     frame; the rest of the page is appended a chunk per frame, so a full page of wide rows
     never holds up the first paint."""
+
+    BINDINGS = keys.bindings("results")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

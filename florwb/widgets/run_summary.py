@@ -37,12 +37,24 @@ class RunSummary(Static):
         last: float | None,
         pending: list[PendingStatements],
         live: str | None = None,
+        low: float | None = None,
+        high: float | None = None,
+        text_filter: str = "",
     ) -> None:
         self.shown_key = row.key if row is not None else None
-        if row is None:
+        if row is None and text_filter:
+            self.update(
+                Text.assemble(
+                    "No run matches ",
+                    (text_filter, "bold"),
+                    ". Every word must appear in the run id, version, status, script or args; "
+                    "esc clears the filter.",
+                )
+            )
+        elif row is None:
             self.update("No runs recorded yet. Run a training script that imports florwb.")
         elif row.run is not None:
-            self.update(self._run(row.run, metric, series, last, live))
+            self.update(self._run(row.run, metric, series, (last, low, high), live))
         else:
             self.update(self._version(row, pending))
 
@@ -51,9 +63,12 @@ class RunSummary(Static):
         run: RunRow,
         metric: str | None,
         series: list[float] | None,
-        last: float | None,
+        numbers: tuple[float | None, float | None, float | None],
         live: str | None,
     ) -> Group:
+        """`numbers`: the exact last, min and max over all the run's values (the
+        sparkline averages, so its own extremes would hide spikes)."""
+        last, low, high = numbers
         status = run_status(run)
         head = Text()
         head.append(f"run {run.run_id}", "bold")
@@ -74,9 +89,8 @@ class RunSummary(Static):
                 (sparkline(series, 32), "cyan"),
                 f"  last {fmt.number(last)}",
             )
-            finite = [v for v in series if v == v]
-            if finite:
-                spark.append(f"  min {fmt.number(min(finite))}  max {fmt.number(max(finite))}")
+            if low is not None and high is not None:
+                spark.append(f"  min {fmt.number(low)}  max {fmt.number(high)}")
             lines.append(spark)
         facts = [
             f"{run.n_logs:,} logs",

@@ -1,0 +1,228 @@
+"""The history's values counted once per run and name, recorded or replayed.
+
+A run may hold a name from several sources: recorded, and replays that re-executed the
+statement (older replays re-logged names a run already had). The history shows one: the
+recorded values when there are any, else the first replay's. So a name only replays ever
+produced (hindsight logging's whole point) is offered by metric cycling and shown for the
+runs that have it, and nothing is counted twice.
+
+Beside the sparkline sample (averaged buckets) this reads each run's exact last, min and
+max over all its values: a spike averaged away in the sparkline still shows in the numbers.
+Versions are dated by their first run's start, not by when the store ingested them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import duckdb
+import numpy as np
+
+from florwb_engine.store import Store
+from florwb_engine.store.queries import (
+    SAMPLE_ROWS,
+    SERIES_POINTS,
+    History,
+    MetricInfo,
+    _session,
+    default_metric,
+)
+from florwb_engine.store.queries import (
+    VersionRow as _VersionRow,
+)
+from florwb_engine.store.runs import list_runs
+
+# Per run and name, the one source the history reads: recorded (source_key 0) first.
+CHOSEN = "SELECT run_key, name_key, min(source_key) AS source_key FROM name_stats GROUP BY ALL"
+
+
+@dataclass
+class SeriesValues:
+    """One name's values per run id: sparkline points, and exact last, min and max."""
+
+    series: dict[str, list[float]] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)
+    low: dict[str, float] = field(default_factory=dict)
+    high: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class HistoryValues(History):
+    """A History whose metrics and series include replayed values, with exact ranges."""
+
+    low: dict[str, float] = field(default_factory=dict)
+    high: dict[str, float] = field(default_factory=dict)
+    # per script: how many finished, versioned runs it has, and how many of them have each
+    # name from any source (florwb_engine.store.name_coverage reads them)
+    finished: dict[str, int] = field(default_factory=dict)
+    having: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def load_history_values(store: Store, metric: str | None = None) -> HistoryValues:
+    """Runs, versions (dated by their first run), names from every source, one series."""
+    with _session(store) as con:
+        runs = list_runs(con)
+        versions = _versions(con)
+        metrics = _metrics(con)
+        chosen = metric if any(m.name == metric for m in metrics) else default_metric(metrics)
+        values = _series(con, chosen) if chosen else SeriesValues()
+        finished, having = _coverage(con)
+    return HistoryValues(
+        runs,
+        versions,
+        metrics,
+        chosen,
+        values.series,
+        values.last,
+        values.low,
+        values.high,
+        finished,
+        having,
+    )
+
+
+def _coverage(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """Read in the history's session, so the pending check opens no connection of its own."""
+    finished = dict(
+        con.execute(
+            "SELECT script, count(*) FROM runs WHERE script IS NOT NULL "
+            "AND version IS NOT NULL AND status = 'finished' GROUP BY script"
+        ).fetchall()
+    )
+    having: dict[str, dict[str, int]] = {}
+    for script, name, n in con.execute(
+        """
+        SELECT r.script, k.name, count(DISTINCT s.run_key)
+        FROM name_stats s JOIN name_keys k ON k.name_key = s.name_key
+        JOIN runs r ON r.run_key = s.run_key
+        WHERE r.script IS NOT NULL AND r.version IS NOT NULL AND r.status = 'finished'
+        GROUP BY ALL
+        """
+    ).fetchall():
+        having.setdefault(script, {})[name] = int(n)
+    return {k: int(v) for k, v in finished.items()}, having
+
+
+def load_series_values(store: Store, metric: str) -> SeriesValues:
+    """Sparkline points, exact last, min and max per run of one name (any source)."""
+    with _session(store) as con:
+        return _series(con, metric)
+
+
+def _versions(con: duckdb.DuckDBPyConnection) -> list[_VersionRow]:
+    rows = con.execute(
+        "SELECT v.version, coalesce(r.first_start, v.first_seen), v.n_files, v.n_bytes "
+        "FROM versions v LEFT JOIN (SELECT version, min(start_time) AS first_start FROM runs "
+        "GROUP BY version) r ON r.version = v.version ORDER BY 2"
+    ).fetchall()
+    return [_VersionRow(*row) for row in rows]
+
+
+def _metrics(con: duckdb.DuckDBPyConnection) -> list[MetricInfo]:
+    rows = con.execute(
+        f"""
+        SELECT k.name, sum(s.n), sum(s.n_numeric), count(DISTINCT s.run_key),
+               min(CASE WHEN s.path = '' THEN 0
+                   ELSE length(s.path) - length(replace(s.path, '/', '')) END)
+        FROM name_stats s JOIN ({CHOSEN}) c USING (run_key, name_key, source_key)
+        JOIN name_keys k ON k.name_key = s.name_key
+        GROUP BY k.name ORDER BY k.name
+        """
+    ).fetchall()
+    return [MetricInfo(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
+
+
+def _series(con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POINTS) -> SeriesValues:
+    """Per run, the values of `name` from its chosen source, averaged into at most `points`
+    buckets by place in the run's log sequence (hash-sampled above SAMPLE_ROWS rows, in the
+    scan itself), plus the exact last, min and max."""
+    row = con.execute("SELECT name_key FROM name_keys WHERE name = ?", [name]).fetchall()
+    if not row:
+        return SeriesValues()
+    key = row[0][0]
+    stats = con.execute(
+        f"""
+        SELECT c.run_key, c.source_key,
+               (SELECT sum(n) FROM name_stats a
+                WHERE a.run_key = c.run_key AND a.source_key = c.source_key),
+               (SELECT sum(n) FROM name_stats a WHERE a.run_key = c.run_key
+                AND a.source_key = c.source_key AND a.name_key = c.name_key)
+        FROM ({CHOSEN}) c WHERE c.name_key = ?
+        """,
+        [key],
+    ).fetchall()
+    if not stats:
+        return SeriesValues()
+    largest = max(int(mine or 0) for *_k, mine in stats)
+    modulus = max(largest // SAMPLE_ROWS, 1)
+    con.register(
+        "florwb_chosen",
+        {
+            "run_key": np.array([s[0] for s in stats], dtype=np.int64),
+            "source_key": np.array([s[1] for s in stats], dtype=np.int64),
+            "total": np.array([max(int(s[2] or 0), 1) for s in stats], dtype=np.int64),
+            "keep_all": np.array(
+                [int(s[3] or 0) < SAMPLE_ROWS * modulus for s in stats], dtype=np.bool_
+            ),
+        },
+    )
+    try:
+        sample = f" AND (t.keep_all OR hash(l.seq) % {modulus} = 0)" if modulus > 1 else ""
+        rows = con.execute(
+            f"""
+            SELECT l.run_key, CAST(l.seq * {int(points)} // t.total AS INTEGER) AS bucket,
+                   avg(l.value) FILTER (WHERE isfinite(l.value))
+            FROM log_rows l JOIN florwb_chosen t
+                 ON t.run_key = l.run_key AND t.source_key = l.source_key
+            WHERE l.name_key = ? AND l.vtype <= 2{sample}
+            GROUP BY ALL
+            """,
+            [key],
+        ).fetchall()
+        exact = con.execute(
+            """
+            SELECT l.run_key, arg_max(l.value, l.seq),
+                   min(l.value) FILTER (WHERE isfinite(l.value)),
+                   max(l.value) FILTER (WHERE isfinite(l.value))
+            FROM log_rows l JOIN florwb_chosen t
+                 ON t.run_key = l.run_key AND t.source_key = l.source_key
+            WHERE l.name_key = ? AND l.vtype <= 2
+            GROUP BY l.run_key
+            """,
+            [key],
+        ).fetchall()
+    finally:
+        con.unregister("florwb_chosen")
+    run_ids = dict(con.execute("SELECT run_key, run_id FROM runs").fetchall())
+    buckets: dict[str, list[tuple[int, float]]] = {}
+    for run_key, bucket, mean in rows:
+        run_id = run_ids.get(run_key)
+        if run_id is not None:
+            buckets.setdefault(run_id, []).append((bucket, _nan(mean)))
+    out = SeriesValues(
+        series={run_id: [v for _b, v in sorted(pairs)] for run_id, pairs in buckets.items()}
+    )
+    for run_key, last, low, high in exact:
+        run_id = run_ids.get(run_key)
+        if run_id is None:
+            continue
+        if last is not None:
+            out.last[run_id] = float(last)
+        if low is not None:
+            out.low[run_id] = float(low)
+        if high is not None:
+            out.high[run_id] = float(high)
+    return out
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+__all__ = [
+    "HistoryValues",
+    "SeriesValues",
+    "load_history_values",
+    "load_series_values",
+]

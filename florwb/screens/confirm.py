@@ -1,0 +1,47 @@
+"""A yes/no question before something that loses work, such as quitting while a replay
+runs (issue 14, defect 5: `q` used to quit without asking)."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Dismissed with True for y/⏎/Yes, False for n/esc/No."""
+
+    BINDINGS = [
+        Binding("y,enter", "answer(True)", "Yes", id="confirm.yes"),
+        Binding("n,escape,q", "answer(False)", "No", id="confirm.no"),
+    ]
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > Vertical { width: 64; max-width: 95%; height: auto;
+        border: thick $warning; background: $surface; padding: 0 1; }
+    ConfirmScreen #confirm-title { text-style: bold; }
+    ConfirmScreen #confirm-text { margin: 1 0; }
+    ConfirmScreen Horizontal { height: 3; align-horizontal: right; }
+    ConfirmScreen Button { margin-left: 1; }
+    """
+
+    def __init__(self, title: str, question: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.title_text, id="confirm-title", markup=False)
+            yield Static(self.question, id="confirm-text", markup=False)
+            with Horizontal():
+                yield Button("Yes y", id="confirm-yes", variant="warning")
+                yield Button("No n", id="confirm-no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "confirm-yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)

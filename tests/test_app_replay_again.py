@@ -1,0 +1,272 @@
+"""Workbench: the replay loop run more than once in one session (issue 14, defects 1, 2, 4, 5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest_app import copy_demo, loaded, make_app, wait_for, wait_until
+
+from florwb.screens.confirm import ConfirmScreen
+from florwb.ui.format import short_run
+from florwb_engine.store import Store
+
+# A hindsight statement that takes a while (0.3 s an epoch): a replay of it can be cancelled
+# midway on any machine.
+SLOW_LINE = '        flor.log("slow_sum", __import__("time").sleep(0.3) or 1.0)\n'
+GRAD_LINE = '        flor.log("bias_sum", float(sum(p.sum().item() for p in model.parameters())))\n'
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Path:
+    return copy_demo(tmp_path)
+
+
+def _replays(project: Path):
+    return Store(project).query("SELECT replay_id, status, names FROM replays ORDER BY started")
+
+
+def add_statement(project: Path, line: str = GRAD_LINE) -> None:
+    """A second hindsight statement, next to the demo's pending weight_norm."""
+    script = project / "train.py"
+    text = script.read_text()
+    anchor = '        flor.log("acc", evaluate(model))\n'
+    assert anchor in text
+    script.write_text(text.replace(anchor, anchor + line))
+
+
+async def replay_marked(pilot, app, what: str) -> None:
+    """`r`, wait for the plan, `⏎`, wait for the replay's end."""
+    await pilot.press("r")
+    await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what=f"the plan ({what})")
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: app.replay_running, timeout=30, what=f"{what} running")
+    await wait_until(pilot, lambda: not app.replay_running, timeout=120, what=f"{what} ended")
+
+
+async def test_a_second_replay_in_one_session_runs_and_shows_its_progress(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pilot.press("g", "j", "space")  # one run: quick
+        (run_id,) = app.marked_runs
+        await replay_marked(pilot, app, "first replay")
+        await wait_for(pilot, lambda t: "Past replays: 1" in t, what="first replay listed")
+        add_statement(demo)
+        await pilot.press("1")
+        await wait_for(pilot, lambda t: "bias_sum" in t, what="the new statement")
+        await replay_marked(pilot, app, "second replay")
+        text = await wait_for(pilot, lambda t: "Past replays: 2" in t, what="second replay listed")
+        assert app.is_running
+        line = next(line for line in text.splitlines() if short_run(run_id) in line)
+        assert "finished" in line
+    # the store is read once the app is closed: no second handle on the file meanwhile
+    second = _replays(demo)
+    assert list(second["status"]) == ["finished", "finished"]
+    assert "bias_sum" in second["names"].iloc[-1]
+    assert f"Replay {second['replay_id'].iloc[-1]}" in text
+    n = Store(demo).query(
+        f"SELECT count(*) AS n FROM logs WHERE name = 'bias_sum' AND run_id = '{run_id}'"
+    )["n"][0]
+    assert n > 0
+
+
+async def test_replayed_names_are_offered_by_metric_cycling_and_show_their_values(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pilot.press("g", "j", "space")
+        (run_id,) = app.marked_runs
+        await replay_marked(pilot, app, "replay")
+        await pilot.press("1")
+        await wait_until(
+            pilot,
+            lambda: (
+                app.history is not None
+                and any(m.name == "weight_norm" for m in app.history.metrics)
+            ),
+            what="weight_norm among the metrics",
+        )
+        seen = []
+        for _ in range(len(app.history.metrics) + 1):
+            if app.history.metric == "weight_norm":
+                break
+            seen.append(app.history.metric)
+            await pilot.press("m")
+            await wait_until(pilot, lambda s=seen: app.history.metric != s[-1], what="next metric")
+        assert app.history.metric == "weight_norm", seen
+        text = await wait_for(pilot, lambda t: "weight_norm" in t, what="the metric header")
+        line = next(line for line in text.splitlines() if short_run(run_id) in line)
+    last = Store(demo).query(
+        "SELECT arg_max(value, seq) AS v FROM logs "
+        f"WHERE name = 'weight_norm' AND run_id = '{run_id}'"
+    )["v"][0]
+    assert f"{float(last):.4g}" in line
+
+
+async def test_a_name_a_run_has_is_not_replayed_again_and_the_default_query_counts_once(
+    demo: Path,
+):
+    from florwb.panes.query import DEFAULT_SQL
+
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pilot.press("g", "j", "space")
+        (run_id,) = app.marked_runs
+        await replay_marked(pilot, app, "first replay")
+        add_statement(demo)
+        await pilot.press("1")
+        await wait_for(pilot, lambda t: "bias_sum" in t, what="the new statement")
+        await replay_marked(pilot, app, "second replay")
+        # the Query tab's default query: each recorded acc once, replays or not
+        await pilot.press("4")
+        app.query_one("#query-pane").run_sql(DEFAULT_SQL)
+        text = await wait_for(pilot, lambda t: "4 rows" in t, what="the default query")
+        assert short_run(run_id) in text or run_id in text
+    first, second = _replays(demo)["replay_id"]
+    sources = Store(demo).query(
+        "SELECT name, list(DISTINCT source ORDER BY source) AS s FROM logs "
+        f"WHERE run_id = '{run_id}' AND name IN ('weight_norm', 'bias_sum') GROUP BY name"
+    )
+    by_name = dict(zip(sources["name"], (list(s) for s in sources["s"]), strict=True))
+    assert by_name == {"weight_norm": [first], "bias_sum": [second]}
+    recorded = Store(demo).query(
+        f"SELECT count(*) AS n FROM logs WHERE name = 'acc' AND run_id = '{run_id}' "
+        "AND source = 'record'"
+    )["n"][0]
+    shown = Store(demo).query(DEFAULT_SQL)
+    acc = dict(zip(shown["run_id"], shown["acc"], strict=True))[run_id]
+    assert len(acc) == recorded
+
+
+async def test_the_offer_to_replay_goes_once_every_run_has_the_name(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "new in train.py: weight_norm" in t, what="the offer")
+        await replay_marked(pilot, app, "replay of every run")
+        await pilot.press("1")
+        text = await wait_for(pilot, lambda t: "new in train.py" not in t, what="offer gone")
+        assert "r: replay past runs" not in text
+        await pilot.press("r")
+        await wait_for(pilot, lambda t: "Nothing to replay" in t, what="nothing to replay")
+    runs = Store(demo).query(
+        "SELECT count(DISTINCT run_id) AS n FROM logs WHERE name = 'weight_norm'"
+    )["n"][0]
+    assert runs == 4
+
+
+async def test_after_a_cancelled_replay_r_plans_the_runs_still_lacking_the_name(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        add_statement(demo, SLOW_LINE)
+        await wait_for(pilot, lambda t: "slow_sum" in t, what="the slow statement")
+        await pilot.press("r")
+        await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
+        for _ in range(4):  # one worker: the four runs one after another
+            await pilot.press("minus")
+        await wait_for(pilot, lambda t: "with 1 worker " in t, what="one worker")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.replay_running, what="replay running")
+        await pilot.press("c")
+        await wait_until(pilot, lambda: not app.replay_running, timeout=60, what="cancelled")
+        await pilot.press("1")
+        await wait_for(pilot, lambda t: "new in train.py: weight_norm" in t, what="the offer")
+        await pilot.press("r")
+        text = await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="a new plan")
+        assert "Replay plan: weight_norm" in text and "Nothing to replay" not in text
+    assert list(_replays(demo)["status"]) == ["cancelled"]
+
+
+async def test_q_during_a_replay_asks_before_quitting(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pilot.press("r")
+        await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.replay_running, what="replay running")
+        await pilot.press("q")
+        text = await wait_for(pilot, lambda t: "Quit and cancel it?" in t, what="the question")
+        assert "A replay is running" in text
+        await pilot.press("n")
+        await wait_for(pilot, lambda t: "Quit and cancel it?" not in t, what="question gone")
+        assert app.is_running
+        await pilot.press("q")  # asked again, unless the replay finished meanwhile
+        await wait_until(
+            pilot,
+            lambda: not app.is_running or isinstance(app.screen, ConfirmScreen),
+            what="the question or the end",
+        )
+        if app.is_running:
+            await pilot.press("y")
+            await wait_until(pilot, lambda: not app.is_running, what="the app to quit")
+    statuses = list(_replays(demo)["status"])
+    assert len(statuses) == 1 and statuses[0] in ("cancelled", "finished")
+
+
+async def test_plan_says_segment_counts_in_words_and_caps_workers_at_the_cores(demo: Path):
+    import os
+    import re
+
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pilot.press("g", "j", "space")
+        await pilot.press("r")
+        await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
+        for _ in range(4):
+            await pilot.press("minus")
+        text = await wait_for(pilot, lambda t: "with 1 worker " in t, what="one worker")
+        count, word = re.search(r"· (\d+) (segments?)\b", text).groups()
+        assert word == ("segment" if count == "1" else "segments"), text
+        cores = os.cpu_count() or 1
+        for _ in range(cores + 2):
+            await pilot.press("plus")
+        text = await wait_for(pilot, lambda t: "core" in t, what="the word about cores")
+        text = await wait_for(pilot, lambda t: f"with {cores} worker" in t, what="capped")
+        assert f"with {cores + 1} workers" not in text
+
+
+async def test_cancel_keeps_the_runs_that_had_finished(demo: Path):
+    """One worker replays the four runs one after another; cancelled once one is done."""
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        add_statement(demo, SLOW_LINE)
+        await wait_for(pilot, lambda t: "slow_sum" in t, what="the slow statement")
+        await pilot.press("r")
+        await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
+        for _ in range(4):
+            await pilot.press("minus")
+        await wait_for(pilot, lambda t: "with 1 worker " in t, what="one worker")
+        await pilot.press("enter")
+        text = await wait_for(pilot, lambda t: "✓ done" in t, timeout=120, what="a run done")
+        await pilot.press("c")
+        done = [r.run_id for r in app.history.runs if _line_of(text, r.run_id, "✓ done")]
+        assert done
+        await wait_until(pilot, lambda: not app.replay_running, timeout=60, what="cancelled")
+        text = await wait_for(pilot, lambda t: "Past replays: 1" in t, what="listed")
+        for run_id in done:
+            assert "finished" in _line_of(text, run_id), app.query_one("#replay-pane").result
+    ((replay_id, status, _names),) = _replays(demo).itertuples(index=False)
+    assert status == "cancelled"
+    kept = Store(demo).query(
+        f"SELECT DISTINCT run_id FROM logs WHERE source = '{replay_id}' AND name = 'weight_norm'"
+    )
+    assert set(kept["run_id"]) >= set(done)
+    assert len(kept) < 4  # the runs stopped midway left nothing
+
+
+def _line_of(text: str, run_id: str, needle: str = "") -> str:
+    line = next((line for line in text.splitlines() if short_run(run_id) in line), "")
+    return line if needle in line else ""
