@@ -33,6 +33,7 @@ from florwb_engine.journal import (
     replay_journal_name,
 )
 from florwb_engine.record import args as cli_args
+from florwb_engine.record import start_rng
 from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
 from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
@@ -66,6 +67,7 @@ class Run:
     checkpointer: Checkpointer
 
     def __init__(self, project: Path | None = None) -> None:
+        start_states = start_rng.capture()  # first: before anything here could draw
         script = main_script()
         self.project = project or projects.find_project(script.parent if script else None)
         self.store = projects.store_dir(self.project)
@@ -77,6 +79,7 @@ class Run:
             self.source = spec.replay_id
             journal_name = replay_journal_name(spec.replay_id, spec.segment)
             self.replayer = Replayer(spec, lambda: self.checkpointer.objects)
+            _restore_start_rng(spec.start_rng)
             self.replayer.on_finish = lambda: self.finish("finished")
         else:
             self.run_id = new_run_id()
@@ -87,6 +90,8 @@ class Run:
         self.checkpointer = Checkpointer(
             projects.checkpoint_dir(self.project) / self.run_id, EVENTS.append, DEFAULT_BUDGET
         )
+        if self.replayer is None:
+            self._save_start_rng(start_states)
         self.args: dict[str, object] = {}
         self.exception: BaseException | None = None
         self.finished = False
@@ -103,6 +108,17 @@ class Run:
         self._snapshotter = threading.Thread(target=self._snapshot, name="florwb-snap", daemon=True)
         if self.replayer is None:
             self._snapshotter.start()
+
+    def _save_start_rng(self, states: dict) -> None:
+        """Written at once (tens of KiB) so a replay of a run killed early still has them."""
+        try:
+            start_rng.save(states, self.checkpointer.folder)
+        except OSError as exc:  # the run goes on; its replays may then diverge and say so
+            print(
+                f"florwb: RNG states at run start not saved ({exc.strerror or exc}); "
+                "a replay of this run may not draw the same random numbers",
+                file=sys.stderr,
+            )
 
     def _write_start_event(self) -> None:
         pid = os.getpid()
@@ -284,6 +300,24 @@ class Run:
             time.sleep(RETRY_INTERVAL_S / 4)
         with contextlib.suppress(OSError):  # durability: a later power cut keeps the run
             self.journal.sync()
+
+
+def _restore_start_rng(path: str) -> None:
+    """Put back the recorded run's RNG states at this, the replay's first florwb call (the
+    point where the run captured them). A run recorded before they were saved has none."""
+    if not path or not os.path.exists(path):
+        return
+    try:
+        missing = start_rng.restore(start_rng.load(Path(path)))
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # replay goes on, checked
+        print(f"florwb: RNG states at run start not restored: {exc}", file=sys.stderr)
+        return
+    if missing:
+        print(
+            f"florwb: RNG states at run start not restored for {', '.join(missing)} "
+            "(not imported or initialised yet at the first florwb call)",
+            file=sys.stderr,
+        )
 
 
 def _plain_names(names: list) -> bool:

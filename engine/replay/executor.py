@@ -27,6 +27,7 @@ import duckdb
 from florwb_engine import versions
 from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
+from florwb_engine.record import start_rng
 from florwb_engine.replay.cores import thread_env, threads_per_worker
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
@@ -153,6 +154,8 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
         cwd = _mapped_cwd(project, code_dir, run.cwd, mirror)
         for segment in run.segments:
             stem = f"{segment.index:03d}"
+            checkpoint_dir = store_dir(project) / "checkpoints" / run.run_id
+            start_states = checkpoint_dir / start_rng.FILE
             spec = ReplaySpec(
                 replay_id=plan.replay_id,
                 run_id=run.run_id,
@@ -162,10 +165,11 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
                 first=segment.first,
                 last=segment.last,
                 skip_inner=segment.skip_inner,
-                checkpoint_dir=str(store_dir(project) / "checkpoints" / run.run_id),
+                checkpoint_dir=str(checkpoint_dir),
                 checkpoints=run.checkpoints,
                 args=run.args,
                 progress_file=str(workdir / f"{stem}.progress"),
+                start_rng=str(start_states) if start_states.exists() else "",
             )
             spec_path = workdir / f"{stem}.spec.json"
             spec.save(spec_path)

@@ -35,6 +35,7 @@ class ReplaySpec:
     checkpoints: dict[str, str] = field(default_factory=dict)  # iteration -> file name
     args: dict[str, object] = field(default_factory=dict)
     progress_file: str = ""
+    start_rng: str = ""  # the run's RNG states at its first florwb call, when recorded
 
     def checkpoint(self, iteration: int) -> Path | None:
         name = self.checkpoints.get(str(iteration))
