@@ -88,9 +88,9 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
     """Every run (or the one `run_id`), oldest first.
 
     `n_replayed` leaves out what replays recomputed of names the run recorded (kept to
-    check fidelity): those are not new values. Counts come from the integer-keyed tables (`name_stats`, `iteration_rows`) joined
-    once per run, not from per-row views: the workbench lists 1,000 runs over tens of
-    millions of log rows without waiting.
+    check fidelity): those are not new values. Counts come from the integer-keyed tables
+    (`name_stats`, `iteration_rows`) joined once per run, not from per-row views: the
+    workbench lists 1,000 runs over tens of millions of log rows without waiting.
     """
     only = "WHERE r.run_id = ?" if run_id is not None else ""
     params = [run_id] if run_id is not None else []
