@@ -237,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return open_workbench(path)
     args = parser.parse_args(argv)
+    _say_lock_waits()
     try:
         return _run_command(args)
     except (CommandError, ReplayCommandError) as exc:
@@ -253,6 +254,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("florwb: interrupted", file=sys.stderr)
         return 130
+
+
+def _say_lock_waits() -> None:
+    """A store connection waiting on another process's lock says so on stderr, once
+    (engine/store/db.py logs it; importing logging does not load DuckDB)."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("florwb: %(message)s"))
+    store_log = logging.getLogger("florwb_engine.store.db")
+    store_log.addHandler(handler)
+    store_log.setLevel(logging.INFO)
+    store_log.propagate = False
 
 
 def _run_command(args: argparse.Namespace) -> int:

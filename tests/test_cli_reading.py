@@ -5,6 +5,10 @@ an arg shadowed by a log stays reachable, durations print (issue 14, item 9)."""
 from __future__ import annotations
 
 import json
+import queue
+import subprocess
+import sys
+import threading
 
 import pytest
 from conftest import florwb, run_py, write
@@ -110,3 +114,58 @@ def test_query_prints_intervals_as_seconds(sweep):
     assert all(r["ninety"] == 90.0 and 0 < r["took"] < 600 for r in rows)
     csv = florwb(sweep, "query", sql, "--format", "csv").stdout.splitlines()
     assert csv[0] == "run_id,took,ninety" and csv[1].endswith(",90.0")
+
+
+def test_runs_says_who_holds_the_database_and_goes_on_when_released(sweep):
+    """Another process holds the catalog with a write lock (as harlequin or a notebook's
+    `duckdb.connect` does): `florwb runs` says once who, keeps retrying, and lists the
+    runs once the lock is released."""
+    florwb(sweep, "runs")  # the catalog exists and is up to date
+    path = sweep / ".florwb" / "florwb.duckdb"
+    hold = (
+        "import duckdb, sys\n"
+        f"con = duckdb.connect({str(path)!r})\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "con.close()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "florwb.cli", "runs"],
+            cwd=sweep,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def read_stderr() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                lines.put(line)
+            lines.put(None)
+
+        reader = threading.Thread(target=read_stderr, daemon=True)
+        reader.start()
+        notice = lines.get(timeout=60)  # the first thing it says is who holds the file
+        assert notice is not None
+        assert f"is locked by another process (PID {holder.pid}," in notice, notice
+        assert "retrying" in notice and proc.poll() is None
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert proc.wait(timeout=120) == 0
+    reader.join(timeout=60)
+    rest = []
+    while (line := lines.get(timeout=10)) is not None:
+        rest.append(line)
+    assert not any("locked" in line for line in rest), rest  # said once
+    assert proc.stdout is not None
+    listing = proc.stdout.read()
+    assert "lr=0.05" in listing and "lr=0.2" in listing
