@@ -61,6 +61,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     rows = []
+    first = _differing_args(runs)
     for r in runs:
         stall = r.data_wait_share
         lost = values_lost(r.issues)
@@ -75,13 +76,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 (r.version or "")[:8],
                 r.script,
                 f"{r.duration_s:.1f}s" if r.duration_s is not None else "",
-                r.n_logs,
+                f"{r.n_logs}+{r.n_replayed}" if r.n_replayed else r.n_logs,
                 f"{stall:.0%}" if stall is not None else "",
-                _args_text(r.args),
+                _args_text(r.args, first),
             ]
         )
     columns = ["run", "started", "status", "version", "script", "time", "logs", "stall", "args"]
-    write_table(columns, rows, sys.stdout)
+    write_table(columns, rows, sys.stdout, last="fit")
     from florwb_engine.store.hints import data_wait_hint
 
     for r in runs:
@@ -162,8 +163,26 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def _args_text(values: dict) -> str:
-    return " ".join(f"{k}={_short(v)}" for k, v in values.items())
+def _differing_args(runs) -> list[str]:
+    """Arg names whose value is not the same in every listed run (or that some runs lack):
+    what tells runs of a sweep apart, so the table shows them before the rest."""
+    names = sorted({name for r in runs for name in r.args})
+    differ = []
+    for name in names:
+        seen = {repr(r.args.get(name, _MISSING)) for r in runs}
+        if len(seen) > 1:
+            differ.append(name)
+    return differ
+
+
+_MISSING = object()
+
+
+def _args_text(values: dict, first: list[str] | None = None) -> str:
+    """`name=value` pairs: the names in `first` (in that order) before the others."""
+    order = [n for n in first or [] if n in values]
+    order += [n for n in values if n not in order]
+    return " ".join(f"{k}={_short(values[k])}" for k in order)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return open_workbench(path)
     args = parser.parse_args(argv)
+    _say_lock_waits()
     try:
         return _run_command(args)
     except (CommandError, ReplayCommandError) as exc:
@@ -234,6 +254,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("florwb: interrupted", file=sys.stderr)
         return 130
+
+
+def _say_lock_waits() -> None:
+    """A store connection waiting on another process's lock says so on stderr, once
+    (engine/store/db.py logs it; importing logging does not load DuckDB)."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("florwb: %(message)s"))
+    store_log = logging.getLogger("florwb_engine.store.db")
+    store_log.addHandler(handler)
+    store_log.setLevel(logging.INFO)
+    store_log.propagate = False
 
 
 def _run_command(args: argparse.Namespace) -> int:

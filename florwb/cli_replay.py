@@ -179,7 +179,10 @@ def _print_plan(plan: Plan, workers_why: str) -> None:
             )
         else:
             rows.append([run.run_id, (run.version or "")[:8], run.status, "", "", run.reason])
-    write_table(["run", "version", "mode", "replays", "estimate", "notes"], rows, sys.stdout)
+    # The notes say why a run is skipped or how it replays: written whole, never cut.
+    write_table(
+        ["run", "version", "mode", "replays", "estimate", "notes"], rows, sys.stdout, last="full"
+    )
 
 
 def _progress_printer():

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
+import shutil
 import sys
 from collections.abc import Iterable
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 TABLE_ROW_LIMIT = 200
+CELL_LIMIT = 40  # characters of a cell in a table, except the last column where told
 
 
 def json_safe(value: Any) -> Any:
@@ -21,6 +24,8 @@ def json_safe(value: Any) -> Any:
         return value
     if value is None or isinstance(value, (bool, int, str)):
         return value
+    if isinstance(value, dt.timedelta):  # an INTERVAL (pandas.Timedelta is one too)
+        return _seconds(value)
     if isinstance(value, dict):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -43,15 +48,33 @@ def _is_missing(value: Any) -> bool:
         return False
 
 
-def _cell(value: Any) -> str:
+def _seconds(value: dt.timedelta) -> float | None:
+    """An interval as seconds: what a reader compares and sums (a missing one is None)."""
+    if _is_missing(value):
+        return None
+    return value.total_seconds()
+
+
+def _cell(value: Any, limit: int | None = CELL_LIMIT) -> str:
     if value is None or _is_missing(value):
         return ""
     if isinstance(value, float):
         return f"{value:.6g}"
+    if isinstance(value, dt.timedelta):
+        return f"{value.total_seconds():.6g}s"
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        if isinstance(value, dt.datetime):
+            return value.isoformat(sep=" ", timespec="seconds")
+        return value.isoformat()
     if hasattr(value, "isoformat"):
-        return value.isoformat(sep=" ", timespec="seconds")
+        return value.isoformat()
     text = str(value)
-    return text if len(text) <= 40 else text[:39] + "…"
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+
+
+def terminal_width() -> int:
+    """Columns of the terminal (COLUMNS wins, as for any Unix tool); 80 under a pipe."""
+    return shutil.get_terminal_size((80, 24)).columns
 
 
 def write_table(
@@ -60,11 +83,26 @@ def write_table(
     out: TextIO,
     total: int | None = None,
     more: bool = False,
+    last: Literal["cut", "fit", "full"] = "cut",
 ):
-    cells = [[_cell(v) for v in row] for row in rows[:TABLE_ROW_LIMIT]]
+    """A plain aligned table. Cells are cut at CELL_LIMIT characters; the last column may
+    instead fill what the terminal's width leaves ("fit", at least CELL_LIMIT) or be
+    written whole ("full": a reason nobody may lose)."""
+    shown = rows[:TABLE_ROW_LIMIT]
+    cells = [[_cell(v) for v in row[:-1]] + [_cell(v, None) for v in row[-1:]] for row in shown]
     widths = [len(c) for c in columns]
     for row in cells:
-        widths = [max(w, len(c)) for w, c in zip(widths, row)]
+        widths[:-1] = [max(w, len(c)) for w, c in zip(widths[:-1], row[:-1])]
+    if columns and last != "full":
+        limit = CELL_LIMIT
+        if last == "fit":
+            limit = max(CELL_LIMIT, terminal_width() - sum(w + 2 for w in widths[:-1]))
+        for row in cells:
+            if row and len(row[-1]) > limit:
+                row[-1] = row[-1][: limit - 1] + "…"
+    for row in cells:
+        if row:
+            widths[-1] = max(widths[-1], len(row[-1]))
     out.write("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip() + "\n")
     for row in cells:
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
@@ -112,7 +150,7 @@ def write_chunks(chunks: Iterable[Any], fmt: str, out: TextIO = sys.stdout) -> N
     for chunk in chunks:
         columns = [str(c) for c in chunk.columns]
         if fmt == "csv":
-            chunk.to_csv(out, index=False, header=first)
+            _intervals_as_seconds(chunk).to_csv(out, index=False, header=first)
         else:
             for record in _records(chunk, columns):
                 text = json.dumps(record, indent=1).replace("\n", "\n ")
@@ -122,6 +160,17 @@ def write_chunks(chunks: Iterable[Any], fmt: str, out: TextIO = sys.stdout) -> N
         first = False
     if fmt == "json":
         out.write("[]\n" if first else "\n]\n")
+
+
+def _intervals_as_seconds(frame: Any) -> Any:
+    """INTERVAL columns (timedelta64) as seconds, the unit every table, CSV and JSON
+    output of florwb uses for a duration (pandas would write "0 days 00:00:01.5")."""
+    import pandas as pd
+
+    spans = [c for c, t in frame.dtypes.items() if pd.api.types.is_timedelta64_dtype(t)]
+    if not spans:
+        return frame
+    return frame.assign(**{str(c): frame[c].dt.total_seconds() for c in spans})
 
 
 def _write_table_head(chunks: Iterable[Any], out: TextIO) -> None:

@@ -51,13 +51,14 @@ def run_py(project: Path, script: str, *args: str, check: bool = True, env=None,
     return proc
 
 
-def florwb(project: Path, *args: str, check: bool = True):
+def florwb(project: Path, *args: str, check: bool = True, env=None):
     proc = subprocess.run(
         [sys.executable, "-m", "florwb.cli", *args],
         cwd=project,
         capture_output=True,
         text=True,
         timeout=180,
+        env={**os.environ, **(env or {})},
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"florwb {args} failed ({proc.returncode}):\n{proc.stderr}")

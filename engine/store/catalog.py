@@ -93,7 +93,10 @@ class Store:
             return _logged_names(con)
 
     def dataframe(self, *names: str) -> pd.DataFrame:
-        """One row per run x loop coordinates, one column per name (logs or args)."""
+        """One row per run x loop coordinates, one column per name (logs or args).
+
+        A name both logged and passed as an arg (`lr` and a logged `lr` schedule) is the
+        log; `arg:lr` and `log:lr` pick one, and the column is named as asked."""
         if not names:
             raise StoreError("dataframe needs at least one log name")
         with self.session() as con:
@@ -109,8 +112,19 @@ def _logged_names(con: duckdb.DuckDBPyConnection) -> list[str]:
     ]
 
 
-def _pivot(con: duckdb.DuckDBPyConnection, names: list[str]) -> pd.DataFrame:
+def _requested(token: str) -> tuple[str, str | None]:
+    """`arg:NAME` / `log:NAME` pick the arg or the log of that name; a bare NAME is the
+    log when one was logged under it, else the arg."""
+    for kind in ("arg", "log"):
+        if token.startswith(kind + ":") and len(token) > len(kind) + 1:
+            return token[len(kind) + 1 :], kind
+    return token, None
+
+
+def _pivot(con: duckdb.DuckDBPyConnection, tokens: list[str]) -> pd.DataFrame:
     """Conditional aggregation over integer name keys: one pass over the selected rows."""
+    wanted = {token: _requested(token) for token in tokens}
+    log_names = [n for n, kind in wanted.values() if kind != "arg"]
     logged = {
         r[0]: r[1:]
         for r in con.execute(
@@ -118,20 +132,26 @@ def _pivot(con: duckdb.DuckDBPyConnection, names: list[str]) -> pd.DataFrame:
             "sum(s.n_numeric), sum(s.n_int), coalesce(sum(s.n_repeat) = 0, false) "
             "FROM name_stats s JOIN name_keys k USING (name_key) "
             "WHERE k.name IN (SELECT unnest(?)) GROUP BY ALL",
-            [names],
+            [log_names],
         ).fetchall()
     }
     arg_names = {
         r[0]
         for r in con.execute(
-            "SELECT DISTINCT name FROM args WHERE name IN (SELECT unnest(?))", [names]
+            "SELECT DISTINCT name FROM args WHERE name IN (SELECT unnest(?))",
+            [[n for n, kind in wanted.values() if kind != "log"]],
         ).fetchall()
     }
-    unknown = [n for n in names if n not in logged and n not in arg_names]
+    for kind, known_names in (("log", logged), ("arg", arg_names)):
+        missing = [n for n, k in wanted.values() if k == kind and n not in known_names]
+        if missing:
+            raise StoreError(f"no {kind} named {', '.join(map(repr, missing))}")
+    unknown = [n for n, k in wanted.values() if k is None and n not in logged.keys() | arg_names]
     if unknown:
         known = _logged_names(con)
         hint = (", ".join(known[:20]) + (" ..." if len(known) > 20 else "")) or "none yet"
         raise StoreError(f"unknown log name {', '.join(map(repr, unknown))} (logged names: {hint})")
+    from_log = {t: n in logged and k != "arg" for t, (n, k) in wanted.items()}
     existing = {c.lower(): c for c in loop_columns(con)}
     loops_used: list[str] = []
     for name in logged:
@@ -144,11 +164,11 @@ def _pivot(con: duckdb.DuckDBPyConnection, names: list[str]) -> pd.DataFrame:
     aliases: dict[str, str] = {}
     aggregates: dict[str, str] = {}  # output column -> aggregate over log_rows
     casts = {}
-    for name in names:
-        alias = name if name.lower() not in taken else f"{name}_value"
+    for token, (name, _kind) in wanted.items():
+        alias = token if token.lower() not in taken else f"{token}_value"
         taken.add(alias.lower())
-        aliases[name] = alias
-        if name not in logged:
+        aliases[token] = alias
+        if not from_log[token]:
             continue
         key, _paths, n, n_numeric, n_int, once = logged[name]
         value = "value" if n_numeric == n else "coalesce(text, CAST(value AS VARCHAR))"
@@ -160,18 +180,18 @@ def _pivot(con: duckdb.DuckDBPyConnection, names: list[str]) -> pd.DataFrame:
             casts[alias] = "Int64"
     keys = [int(v[0]) for v in logged.values()]
     frame = _aggregate(con, keys, loops_used, aggregates).astype(casts)
-    arg_only = [n for n in names if n not in logged]
+    arg_only = {t: wanted[t][0] for t in wanted if not from_log[t]}
     if arg_only:
         values: dict[tuple, object] = {
             (run_id, name): decode_value(value, text, vtype)
             for run_id, name, value, text, vtype in con.execute(
                 "SELECT run_id, name, value, text, vtype FROM args "
                 "WHERE name IN (SELECT unnest(?))",
-                [arg_only],
+                [list(set(arg_only.values()))],
             ).fetchall()
         }
-        for name in arg_only:
-            frame[aliases[name]] = [values.get((r, name)) for r in frame["run_id"]]
+        for token, name in arg_only.items():
+            frame[aliases[token]] = [values.get((r, name)) for r in frame["run_id"]]
         frame = frame[["run_id", "version", "start_time", *loops_used, *aliases.values()]]
     return frame
 

@@ -7,7 +7,9 @@ another process holds the lock, so concurrent readers and ingesters take turns.
 
 from __future__ import annotations
 
+import logging
 import random
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,11 @@ import duckdb
 
 DB_FILENAME = "florwb.duckdb"
 LOCK_TIMEOUT_S = 120.0
+LOCK_NOTICE_AFTER_S = 1.0  # a wait longer than this is said once (logged at INFO level)
+
+# Who waits on whose lock: said through logging, so the engine stays silent under a TUI
+# unless its reader asks (the CLI sends this logger to stderr).
+log = logging.getLogger(__name__)
 
 
 class StoreBusy(RuntimeError):
@@ -30,6 +37,14 @@ class StoreError(RuntimeError):
 
 class NoProject(StoreError):
     """Readers found no `.florwb/` folder: there is nothing to read, and they create none."""
+
+
+def lock_holder(message: str) -> str:
+    """The process DuckDB names in a lock conflict ("... held in /usr/bin/python3 (PID 42)")."""
+    found = re.search(r"held in (.+?) \(PID (\d+)\)", message)
+    if found is None:
+        return "another process"
+    return f"another process (PID {found.group(2)}, {found.group(1)})"
 
 
 def _is_lock_conflict(exc: Exception) -> bool:
@@ -58,6 +73,8 @@ def connect(
         )
     path = store / DB_FILENAME
     deadline = time.monotonic() + timeout_s
+    noticed_at = time.monotonic() + LOCK_NOTICE_AFTER_S
+    said = False
     delay = 0.01
     while True:
         try:
@@ -68,10 +85,12 @@ def connect(
             # process opening or closing the same file at this moment; it passes like a lock
             if not _is_lock_conflict(exc):
                 raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
+            holder = lock_holder(str(exc))
             if time.monotonic() > deadline:
-                raise StoreBusy(
-                    f"{path} stayed locked by another process for {timeout_s:.0f} s"
-                ) from None
+                raise StoreBusy(f"{path} stayed locked by {holder} for {timeout_s:.0f} s") from None
+            if not said and time.monotonic() > noticed_at and "Conflicting lock" in str(exc):
+                log.info("%s is locked by %s; retrying for up to %.0f s", path, holder, timeout_s)
+                said = True
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 0.5)
     try:

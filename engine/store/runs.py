@@ -42,7 +42,8 @@ class RunRow:
     git_dirty: bool | None
     args: dict[str, Any]
     issues: list[dict[str, Any]]  # what could not be kept exactly (store/issues.py)
-    n_logs: int
+    n_logs: int  # values the run recorded
+    n_replayed: int  # values replays filled in for names it never recorded
     n_checkpoints: int
     replays: list[str]  # replay ids that filled in values for this run
     data_wait_s: float | None  # seconds spent waiting on data iterators (all loops)
@@ -75,6 +76,7 @@ class RunRow:
             "args": self.args,
             "issues": self.issues,
             "n_logs": self.n_logs,
+            "n_replayed": self.n_replayed,
             "n_checkpoints": self.n_checkpoints,
             "data_wait_s": self.data_wait_s,
             "data_wait_share": self.data_wait_share,
@@ -85,9 +87,10 @@ class RunRow:
 def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list[RunRow]:
     """Every run (or the one `run_id`), oldest first.
 
-    Counts come from the integer-keyed tables (`name_stats`, `iteration_rows`) joined
-    once per run, not from per-row views: the workbench lists 1,000 runs over tens of
-    millions of log rows without waiting.
+    `n_replayed` leaves out what replays recomputed of names the run recorded (kept to
+    check fidelity): those are not new values. Counts come from the integer-keyed tables
+    (`name_stats`, `iteration_rows`) joined once per run, not from per-row views: the
+    workbench lists 1,000 runs over tens of millions of log rows without waiting.
     """
     only = "WHERE r.run_id = ?" if run_id is not None else ""
     params = [run_id] if run_id is not None else []
@@ -96,9 +99,13 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
         SELECT r.run_id, r.version, r.script, r.start_time, r.end_time, r.status,
                r.exception, r.message, r.host, r.argv, r.git_head, r.git_branch, r.git_dirty,
                coalesce(ns.n_logs, 0), coalesce(ck.n, 0), coalesce(rp.sources, []),
-               w.wait_s, w.loop_s
+               w.wait_s, w.loop_s, coalesce(ns.n_replayed, 0)
         FROM runs r
-        LEFT JOIN (SELECT run_key, sum(n) AS n_logs FROM name_stats WHERE source_key = 0
+        LEFT JOIN (SELECT run_key, sum(n) FILTER (WHERE source_key = 0) AS n_logs,
+                          sum(n) FILTER (WHERE NOT recorded) AS n_replayed
+                   FROM (SELECT run_key, source_key, n, bool_or(source_key = 0)
+                                OVER (PARTITION BY run_key, name_key) AS recorded
+                         FROM name_stats)
                    GROUP BY run_key) ns ON ns.run_key = r.run_key
         LEFT JOIN (SELECT run_id, count(*) AS n FROM checkpoints GROUP BY run_id) ck
                ON ck.run_id = r.run_id
@@ -138,6 +145,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                 args=args.get(r[0], {}),
                 issues=issues.get(r[0], []),
                 n_logs=int(r[13]),
+                n_replayed=int(r[18]),
                 n_checkpoints=int(r[14]),
                 replays=list(r[15]),
                 data_wait_s=wait_s,
