@@ -36,12 +36,24 @@ def add_statement(project: Path, line: str = GRAD_LINE) -> None:
 
 
 async def replay_marked(pilot, app, what: str) -> None:
-    """`r`, wait for the plan, `⏎`, wait for the replay's end."""
+    """`r`, wait for the plan, `⏎`, wait for the replay's end: one more replay in the store
+    with a final status and the app no longer running one (a replay of one run can start
+    and end between two looks at the app, so "it was running" is not waited for)."""
+    ended_before = _ended_replays(app.project)
     await pilot.press("r")
     await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what=f"the plan ({what})")
     await pilot.press("enter")
-    await wait_until(pilot, lambda: app.replay_running, timeout=30, what=f"{what} running")
-    await wait_until(pilot, lambda: not app.replay_running, timeout=120, what=f"{what} ended")
+    await wait_until(
+        pilot,
+        lambda: not app.replay_running and _ended_replays(app.project) > ended_before,
+        timeout=120,
+        what=f"{what} ended",
+    )
+
+
+def _ended_replays(project: Path) -> int:
+    ended = _replays(project)
+    return int((ended["status"] != "running").sum()) if len(ended) else 0
 
 
 async def test_a_second_replay_in_one_session_runs_and_shows_its_progress(demo: Path):
@@ -189,6 +201,8 @@ async def test_q_during_a_replay_asks_before_quitting(demo: Path):
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
         await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        add_statement(demo, SLOW_LINE)  # a replay long enough to be seen running
+        await wait_for(pilot, lambda t: "slow_sum" in t, what="the slow statement")
         await pilot.press("r")
         await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
         await pilot.press("enter")

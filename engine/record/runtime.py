@@ -65,6 +65,7 @@ def main_script() -> Path | None:
 
 class Run:
     checkpointer: Checkpointer
+    _start_rng_pending: dict | None = None  # start RNG states the disk refused so far
 
     def __init__(self, project: Path | None = None) -> None:
         start_states = start_rng.capture()  # first: before anything here could draw
@@ -110,15 +111,20 @@ class Run:
             self._snapshotter.start()
 
     def _save_start_rng(self, states: dict) -> None:
-        """Written at once (tens of KiB) so a replay of a run killed early still has them."""
+        """Written at once (tens of KiB) so a replay of a run killed early still has them.
+        When the disk refuses, they are kept and written again with the journal (the
+        disk-full warning already says it once); only what is still unsaved at the end of
+        the run is reported."""
         try:
             start_rng.save(states, self.checkpointer.folder)
-        except OSError as exc:  # the run goes on; its replays may then diverge and say so
-            print(
-                f"florwb: RNG states at run start not saved ({exc.strerror or exc}); "
-                "a replay of this run may not draw the same random numbers",
-                file=sys.stderr,
-            )
+        except OSError:
+            self._start_rng_pending = states
+
+    def _retry_start_rng(self) -> None:
+        if self._start_rng_pending is not None:
+            with contextlib.suppress(OSError):  # still refused: kept, said at the end
+                start_rng.save(self._start_rng_pending, self.checkpointer.folder)
+                self._start_rng_pending = None
 
     def _write_start_event(self) -> None:
         pid = os.getpid()
@@ -185,6 +191,7 @@ class Run:
                 self._buffer.add((None, None, [{"kind": "issues", "counts": issues}]), 0)
                 self._say_replaced_once(issues)
             self._buffer.write(self.journal)
+        self._retry_start_rng()
         if self._write_failed:  # written again: say what it cost, once
             self._write_failed = False
             lost = self._buffer.lost_total
@@ -293,11 +300,21 @@ class Run:
                 lost = self._buffer.pending_values + self._buffer.lost_total
                 print(
                     f"florwb: run {self.run_id} ended without its journal written: "
-                    f"{lost} values lost",
+                    f"{lost} values lost" + self._start_rng_unsaved(),
                     file=sys.stderr,
                 )
                 return
             time.sleep(RETRY_INTERVAL_S / 4)
+        if unsaved := self._start_rng_unsaved():
+            print(f"florwb: run {self.run_id}{unsaved}", file=sys.stderr)
+
+    def _start_rng_unsaved(self) -> str:
+        if self.replayer is not None or self._start_rng_pending is None:
+            return ""
+        return (
+            "; its RNG states at run start were not saved, so a replay may not draw the "
+            "same random numbers"
+        )
         with contextlib.suppress(OSError):  # durability: a later power cut keeps the run
             self.journal.sync()
 
