@@ -15,7 +15,7 @@ from typing import cast
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from florwb_engine.propagate.aliases import (
+from florwb_engine.flor_calls import (
     FlorImports,
     ast_log_call_lines,
     imports_from_nodes,

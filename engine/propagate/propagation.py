@@ -41,7 +41,7 @@ from typing import cast
 
 import libcst as cst
 
-from florwb_engine.propagate.aliases import FlorImports, log_call_parts
+from florwb_engine.flor_calls import FlorImports, log_call_parts
 from florwb_engine.propagate.edits import (
     EditPlan,
     apply_edits,
