@@ -51,6 +51,20 @@ async def replay_marked(pilot, app, what: str) -> None:
     )
 
 
+async def start_slow_replay_on_one_worker(pilot, demo: Path) -> None:
+    """Add the slow statement, plan it, bring the plan to one worker (the four runs one
+    after another) and start it: long enough to be cancelled midway on any machine."""
+    await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+    add_statement(demo, SLOW_LINE)
+    await wait_for(pilot, lambda t: "slow_sum" in t, what="the slow statement")
+    await pilot.press("r")
+    await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
+    for _ in range(4):
+        await pilot.press("minus")
+    await wait_for(pilot, lambda t: "with 1 worker " in t, what="one worker")
+    await pilot.press("enter")
+
+
 def _ended_replays(project: Path) -> int:
     ended = _replays(project)
     return int((ended["status"] != "running").sum()) if len(ended) else 0
@@ -176,15 +190,7 @@ async def test_after_a_cancelled_replay_r_plans_the_runs_still_lacking_the_name(
     app = make_app(demo)
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
-        add_statement(demo, SLOW_LINE)
-        await wait_for(pilot, lambda t: "slow_sum" in t, what="the slow statement")
-        await pilot.press("r")
-        await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
-        for _ in range(4):  # one worker: the four runs one after another
-            await pilot.press("minus")
-        await wait_for(pilot, lambda t: "with 1 worker " in t, what="one worker")
-        await pilot.press("enter")
+        await start_slow_replay_on_one_worker(pilot, demo)
         await wait_until(pilot, lambda: app.replay_running, what="replay running")
         await pilot.press("c")
         await wait_until(pilot, lambda: not app.replay_running, timeout=60, what="cancelled")
@@ -255,15 +261,7 @@ async def test_cancel_keeps_the_runs_that_had_finished(demo: Path):
     app = make_app(demo)
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
-        add_statement(demo, SLOW_LINE)
-        await wait_for(pilot, lambda t: "slow_sum" in t, what="the slow statement")
-        await pilot.press("r")
-        await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
-        for _ in range(4):
-            await pilot.press("minus")
-        await wait_for(pilot, lambda t: "with 1 worker " in t, what="one worker")
-        await pilot.press("enter")
+        await start_slow_replay_on_one_worker(pilot, demo)
         text = await wait_for(pilot, lambda t: "✓ done" in t, timeout=120, what="a run done")
         await pilot.press("c")
         done = [r.run_id for r in app.history.runs if _line_of(text, r.run_id, "✓ done")]
