@@ -206,12 +206,7 @@ async def test_q_during_a_replay_asks_before_quitting(demo: Path):
     app = make_app(demo)
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
-        add_statement(demo, SLOW_LINE)  # a replay long enough to be seen running
-        await wait_for(pilot, lambda t: "slow_sum" in t, what="the slow statement")
-        await pilot.press("r")
-        await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
-        await pilot.press("enter")
+        await start_slow_replay_on_one_worker(pilot, demo)
         await wait_until(pilot, lambda: app.replay_running, what="replay running")
         await pilot.press("q")
         text = await wait_for(pilot, lambda t: "Quit and cancel it?" in t, what="the question")

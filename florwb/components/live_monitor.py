@@ -85,7 +85,8 @@ class LiveMonitor(Widget):
     def _loaded(self, message: HistoryLoaded) -> None:
         """Keep what the next poll and check need; the message goes on to the app."""
         self.history = message.history
-        self.metric = message.history.metric
+        if self.metric is None:  # the loader's default; a metric the user chose stays
+            self.metric = message.history.metric
         if self._watching:
             self._update_watch()
             self.check_pending()

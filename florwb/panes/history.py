@@ -43,6 +43,7 @@ class HistoryPane(Vertical):
         self.history: History | None = None
         self.pending: list[PendingStatements] = []
         self.text_filter = ""
+        self.chosen_metric: str | None = None  # the metric the user cycled to, if any
 
     def compose(self) -> ComposeResult:
         yield Static(id="history-header")
@@ -57,6 +58,14 @@ class HistoryPane(Vertical):
         return self.query_one(HistoryList)
 
     def show(self, history: History) -> None:
+        previous, chosen = self.history, self.chosen_metric
+        if chosen is not None and history.metric != chosen:
+            # a reload that began before the user cycled the metric: show the series on
+            # screen until the chosen metric's fresh one arrives, instead of snapping back
+            if previous is not None and previous.metric == chosen:
+                _carry_series(previous, history)
+            if any(m.name == chosen for m in history.metrics):
+                self._load_series(chosen)
         self.history = history
         listing = self.history_list
         listing.set_series(history.series, history.last)
@@ -87,8 +96,9 @@ class HistoryPane(Vertical):
             self.notify("No numeric metrics logged yet.")
             return
         index = numeric.index(history.metric) if history.metric in numeric else -1
-        metric = numeric[(index + message.step) % len(numeric)]
+        self._load_series(numeric[(index + message.step) % len(numeric)])
 
+    def _load_series(self, metric: str) -> None:
         def work() -> None:
             values = load_series_values(self.store, metric)
             self.post_message(
@@ -100,6 +110,7 @@ class HistoryPane(Vertical):
     @on(SeriesLoaded)
     def _series_loaded(self, message: SeriesLoaded) -> None:
         message.stop()
+        self.chosen_metric = message.metric
         if self.history is not None:
             self.history.metric = message.metric
             self.history.series, self.history.last = message.series, message.last
@@ -182,6 +193,14 @@ class HistoryPane(Vertical):
             self.apply_filter("")
             box.remove_class("-shown")
             self.history_list.focus()
+
+
+def _carry_series(source: History, target: History) -> None:
+    """Give `target` the metric and the series `source` shows."""
+    target.metric = source.metric
+    target.series, target.last = source.series, source.last
+    if isinstance(source, HistoryValues) and isinstance(target, HistoryValues):
+        target.low, target.high = source.low, source.high
 
 
 def _get(history: History, field: str, run_id: str | None) -> float | None:
