@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from florwb_engine import versions
 from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.record import start_rng
+from florwb_engine.replay import contain
 from florwb_engine.replay.cores import thread_env, threads_per_worker
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
@@ -92,6 +94,7 @@ class _Task:
     argv: list[str]
     cwd: Path
     project: Path
+    contain: dict | None = None  # how the worker enters its private overlay (namespace mode)
     request: int | None = None  # the fork server's number for this worker
     pid: int | None = None
     returncode: int | None = None
@@ -111,14 +114,21 @@ def execute(
     project = plan.project
     store = Store(project)
     workdir = store_dir(project) / "replays" / plan.replay_id
+    try:
+        containment = contain.choose(project, store_dir(project))  # before anything starts
+    except contain.ContainmentError:
+        if server is not None:
+            server.close()
+        raise
     server = server or warm_workers(project)
     result = ReplayResult(plan.replay_id, "finished")
+    tasks: list[_Task] = []
     try:
         with store.session() as con:
             record_replay(con, plan.replay_id, plan.names, plan.to_json())
         # after its row: a work folder without a running replay is a leftover readers remove
         workdir.mkdir(parents=True, exist_ok=True)
-        tasks = _prepare(plan, workdir, server)
+        tasks = _prepare(plan, workdir, server, containment)
         _run_all(tasks, plan.workers, server, store, on_progress, cancel)
         result = _collect(plan, tasks, store, cancel.is_set())
     except BaseException:
@@ -129,11 +139,16 @@ def execute(
     finally:
         server.close()
         shutil.rmtree(workdir, ignore_errors=True)
+        for task in tasks:
+            if task.contain is not None:
+                contain.remove_scratch(Path(task.contain["scratch"]))
     result.elapsed_s = time.perf_counter() - started
     return result
 
 
-def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
+def _prepare(
+    plan: Plan, workdir: Path, server: ForkServer, containment: contain.Containment
+) -> list[_Task]:
     project = plan.project
     code_dirs: dict[str, Path] = {}
     tasks = []
@@ -145,7 +160,10 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
             code_dir = mirrored_project(mirror, project)  # `..` reaches the project's parent
             versions.materialize(store_dir(project), run.version, code_dir)
             (code_dir / run.script).write_text(run.code)
-            _link_missing(project, code_dir)
+            if containment.mode == "namespace":
+                _link_missing(project, code_dir)  # writes through them land in the overlay
+            else:
+                contain.copy_missing(project, code_dir, _SKIP_LINKS)
             code_dirs[key] = code_dir
         code_dir = code_dirs[key]
         server.preload(
@@ -184,6 +202,9 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
                     argv,
                     cwd,
                     project,
+                    containment.request(
+                        Path(tempfile.gettempdir()) / f"florwb-{plan.replay_id}-{stem}"
+                    ),
                 )
             )
     return tasks
@@ -246,7 +267,7 @@ def _run_all(
         while waiting and len(active) < max(1, workers):
             task = waiting.pop(0)
             env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project), **threads}
-            task.request = server.start(task.argv, task.cwd, env, task.log_path)
+            task.request = server.start(task.argv, task.cwd, env, task.log_path, task.contain)
             active.append(task)
 
     with _sigint_sets(cancel):
