@@ -209,4 +209,6 @@ def _print_result(result: ReplayResult) -> None:
             print(f"{r.run_id} diverged: {r.divergence}")
         if r.error:
             print(f"{r.run_id} failed, {r.error}")
+        if r.at_risk:
+            print(f"{r.run_id} values at risk: {', '.join(r.at_risk)} changed since the run")
     print(f"replay {result.replay_id} {result.status} in {result.elapsed_s:.1f} s")

@@ -44,6 +44,7 @@ from florwb_engine.store.replays import (
     record_replay,
     remove_results,
 )
+from florwb_engine.versions.inputs import run_bytes
 
 POLL_S = 0.2
 
@@ -71,6 +72,7 @@ class RunResult:
     divergence: str | None = None
     compared: int = 0
     rows: int = 0
+    at_risk: list[str] = field(default_factory=list)  # changed left-out files it read
 
 
 @dataclass
@@ -154,12 +156,13 @@ def _prepare(
     tasks = []
     for run in plan.ready():
         assert run.version and run.script and run.code is not None and run.mode is not None
-        key = run.version
-        mirror = workdir / "code" / run.version[:12]
+        key = f"{run.version}:{sorted(run.inputs.items())}"  # the run's bytes of left-out files
+        mirror = workdir / "code" / f"{run.version[:12]}-{len(code_dirs)}"
         if key not in code_dirs:
             code_dir = mirrored_project(mirror, project)  # `..` reaches the project's parent
             versions.materialize(store_dir(project), run.version, code_dir)
             (code_dir / run.script).write_text(run.code)
+            _restore_inputs(project, code_dir, run.inputs)
             if containment.mode == "namespace":
                 _link_missing(project, code_dir)  # writes through them land in the overlay
             else:
@@ -208,6 +211,22 @@ def _prepare(
                 )
             )
     return tasks
+
+
+def _restore_inputs(project: Path, code_dir: Path, inputs: dict[str, str]) -> None:
+    """Write the run's bytes of left-out files that changed since (from the user's git),
+    before the rest is linked or copied: the old script reads what the run read."""
+    for path, blob in inputs.items():
+        data = run_bytes(project, blob)
+        if data is None:
+            raise ReplayInputError(f"git no longer holds the bytes {path} had in the run")
+        target = code_dir / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+
+class ReplayInputError(Exception):
+    """A left-out file's run bytes vanished from git between planning and replaying."""
 
 
 def _mapped_cwd(project: Path, code_dir: Path, cwd: str | None, mirror: Path) -> Path:
@@ -417,7 +436,14 @@ def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> R
                 [plan.replay_id, run.run_id],
             ).fetchall()[0][0]
             status: RunReplayStatus = "diverged" if mismatch else "finished"
-            results.append(RunResult(run.run_id, status, None, mismatch, compared, int(rows)))
+            results.append(
+                RunResult(run.run_id, status, None, mismatch, compared, int(rows), run.at_risk)
+            )
+            for path in run.at_risk:  # said where the run's other issues are said
+                con.execute(
+                    "INSERT OR REPLACE INTO run_issues VALUES (?, ?, 'input changed', ?, 1)",
+                    [run.run_id, plan.replay_id, f"{path} changed since the run"],
+                )
         overall: ReplayStatus = (
             "cancelled"
             if stopped
