@@ -79,7 +79,7 @@ def choose(project: Path, store: Path) -> Containment:
         return Containment("copy", why=f"{MODE_ENV}=copy")
     lower = _overlaid(project.resolve())
     keep = tuple(str(p) for p in (store.resolve(),) if p.is_relative_to(lower))
-    problem = _probe()
+    problem = _probe(lower)
     if problem is None:
         return Containment("namespace", (str(lower),), keep)
     if wanted == "namespace":
@@ -97,43 +97,46 @@ def _overlaid(project: Path) -> Path:
     return parent
 
 
-_PROBED: list[str | None] = []
+_PROBED: dict[str, str | None] = {}
 
 
-def _probe() -> str | None:
-    """None when a forked process here can unshare its mounts and overlay a folder; else
-    the reason, in words. Run in a fresh interpreter: the caller may have threads."""
-    if _PROBED:
-        return _PROBED[0]
+def _probe(real: Path | None = None) -> str | None:
+    """None when a process here can unshare its mounts and overlay `real` (mounted, never
+    written) and a scratch folder (written: the write must not reach it); else the reason,
+    in words. Run in a fresh interpreter, once per folder: the caller may have threads."""
+    key = str(real)
+    if key in _PROBED:
+        return _PROBED[key]
     if not sys.platform.startswith("linux"):
-        _PROBED.append("private mount namespaces exist only on Linux")
-        return _PROBED[0]
+        _PROBED[key] = "private mount namespaces exist only on Linux"
+        return _PROBED[key]
     with tempfile.TemporaryDirectory(prefix="florwb-probe-") as folder:
         lower = Path(folder, "lower")
         lower.mkdir()
         (lower / "file").write_text("user")
         code = (
             "import sys; from florwb_engine.replay.contain import enter; "
-            "enter({'lower': [sys.argv[1]], 'keep': [], 'scratch': sys.argv[2]}); "
+            "enter({'lower': sys.argv[3:], 'keep': [], 'scratch': sys.argv[2]}); "
             "open(sys.argv[1] + '/file', 'w').write('replay')"
         )
+        folders = [str(lower), *([str(real)] if real is not None else [])]
         try:
             done = subprocess.run(
-                [sys.executable, "-c", code, str(lower), str(Path(folder, "scratch"))],
+                [sys.executable, "-c", code, str(lower), str(Path(folder, "scratch")), *folders],
                 capture_output=True,
                 text=True,
                 timeout=20,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            _PROBED.append(f"the namespace probe failed ({exc})")
-            return _PROBED[0]
+            _PROBED[key] = f"the namespace probe failed ({exc})"
+            return _PROBED[key]
         contained = (lower / "file").read_text() == "user"
         if done.returncode == 0 and contained:
-            _PROBED.append(None)
+            _PROBED[key] = None
         else:
             last = (done.stderr.strip().splitlines() or ["writes reached the real folder"])[-1]
-            _PROBED.append(f"no private mount namespace here ({last})")
-    return _PROBED[0]
+            _PROBED[key] = f"no private mount namespace here ({last})"
+    return _PROBED[key]
 
 
 # ------------------------------------------------------------------ in the worker
