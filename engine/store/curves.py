@@ -1,8 +1,9 @@
 """Metric curves of chosen runs: x/y per run and source, for the workbench's chart view.
 
-One read returns, for one logged name and a set of runs, every numeric value of every
-source (recorded, and each replay that filled the name in) with its x on one of three
-axes shared by all runs:
+One read returns, for one logged name and a set of runs, each run's numeric values from the
+one source the history shows too (florwb_engine.store.history_values.CHOSEN: recorded when
+the run recorded the name, else the replay that filled it in; a replay's re-check of a
+recorded name is not drawn twice), with x on one of three axes shared by all runs:
 
 - `step`: iterations of the run's innermost loop done when the value was logged (a value
   logged once per epoch sits at the steps done by the end of that epoch);
@@ -30,6 +31,7 @@ import pandas as pd
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.store.catalog import Store
+from florwb_engine.store.history_values import CHOSEN
 from florwb_engine.store.queries import _session
 from florwb_engine.store.schema import RECORDED, loop_column, loop_columns
 
@@ -88,12 +90,12 @@ def load_curves(store: Store, run_ids: list[str], metric: str | None, axis: str)
         prefixes = _entry_prefixes(con, list(keys))
         values = con.execute(
             f"""
-            SELECT run_key, source_key, ctx_id >> {ENTRY_SHIFT}, ctx_id & {ITERATION_MASK},
-                   value
-            FROM log_rows
-            WHERE name_key = ? AND run_key IN (SELECT unnest(?)) AND vtype <= 2
-              AND isfinite(value)
-            ORDER BY run_key, source_key, seq
+            SELECT l.run_key, l.source_key, l.ctx_id >> {ENTRY_SHIFT},
+                   l.ctx_id & {ITERATION_MASK}, l.value
+            FROM log_rows l JOIN ({CHOSEN}) c USING (run_key, name_key, source_key)
+            WHERE l.name_key = ? AND l.run_key IN (SELECT unnest(?)) AND l.vtype <= 2
+              AND isfinite(l.value)
+            ORDER BY l.run_key, l.source_key, l.seq
             """,
             [name_key, list(keys)],
         ).fetchnumpy()
