@@ -106,7 +106,7 @@ async def test_replayed_values_are_told_apart_from_recorded(demo: Path):
         while chart.state.metric != "weight_norm":
             loads = chart.loads
             await pilot.press("m")
-            await wait_until(pilot, lambda: chart.loads > loads, what="the next metric")
+            await wait_until(pilot, lambda n=loads: chart.loads > n, what="the next metric")
         await wait_until(
             pilot,
             lambda: chart.curves.metric == "weight_norm" and "replayed" in chart.drawing.legend[0],
@@ -124,8 +124,8 @@ async def test_replayed_values_are_told_apart_from_recorded(demo: Path):
         await pilot.press("M")
         await wait_until(
             pilot,
-            lambda: chart.curves.metric == "loss" and "replayed" not in " ".join(
-                chart.drawing.legend
+            lambda: (
+                chart.curves.metric == "loss" and "replayed" not in " ".join(chart.drawing.legend)
             ),
             what="the recorded loss",
         )
@@ -160,8 +160,9 @@ async def test_a_run_recording_live_adds_points(demo: Path):
         try:
             await wait_until(
                 pilot,
-                lambda: app.history is not None
-                and any(r.script == "slow.py" for r in app.history.runs),
+                lambda: (
+                    app.history is not None and any(r.script == "slow.py" for r in app.history.runs)
+                ),
                 timeout=60,
                 what="the live run listed",
             )
