@@ -15,6 +15,8 @@ from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for, wai
 from florwb.screens.chart import ChartScreen
 from florwb.ui.format import short_run
 from florwb.widgets.chart_view import REPLAYED_MARKER
+from florwb_engine.store import Store
+from florwb_engine.store.curves import load_curves
 
 
 @pytest.fixture
@@ -130,6 +132,16 @@ async def test_replayed_values_are_told_apart_from_recorded(demo: Path):
             what="the recorded loss",
         )
         assert not any(c.replayed for c in chart.curves.curves)
+    # the replay computed weight_norm after each epoch: its values sit where the recorded
+    # acc (also logged after each epoch) sits, on every axis
+    store = Store(demo)
+    ids = [r.run_id for r in store.run_rows()]
+    for axis in ("step", "epoch", "wall"):
+        replayed = {
+            c.run_id: c.x.tolist() for c in load_curves(store, ids, "weight_norm", axis).curves
+        }
+        recorded = {c.run_id: c.x.tolist() for c in load_curves(store, ids, "acc", axis).curves}
+        assert replayed == recorded, axis
 
 
 async def test_a_run_recording_live_adds_points(demo: Path):

@@ -85,8 +85,8 @@ def load_curves(store: Store, run_ids: list[str], metric: str | None, axis: str)
         chosen = metric if metric in metrics else (metrics[0] if metrics else None)
         if chosen is None:
             return Curves(None, axis, metrics=metrics)
-        found = con.execute("SELECT name_key FROM name_keys WHERE name = ?", [chosen]).fetchall()
-        name_key = found[0][0]
+        named = con.execute("SELECT name_key FROM name_keys WHERE name = ?", [chosen]).fetchall()
+        name_key = named[0][0]
         prefixes = _entry_prefixes(con, list(keys))
         values = con.execute(
             f"""

@@ -98,7 +98,7 @@ def draw_chart(spec: ChartSpec) -> ChartDrawing:
     # plotext caps a figure at the terminal's size (80x24 when it cannot tell, as on a
     # worker thread); the public `limitsize` acts only on plotext's global figure, so
     # this figure object is told directly, as textual-plotext itself sizes its figures
-    plot._limit_size(False, False)
+    plot._limit_size(False, False)  # type: ignore[attr-defined]
     plot.plotsize(max(spec.width, 20), max(spec.height, 5))
     columns = max(spec.width - Y_AXIS_CELLS, 10)
     colors: dict[str, tuple[int, int, int]] = {}
