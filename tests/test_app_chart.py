@@ -208,3 +208,21 @@ async def test_a_run_recording_live_adds_points(demo: Path):
         )
         assert [c.run_id for c in chart.curves.curves] == [live.run_id]
         assert chart.curves.curves[0].y.tolist()[-1] == pytest.approx(1 / 8)
+
+
+async def test_the_command_palette_opens_the_chart(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await loaded(pilot)
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Chart a metric")
+        await wait_for(pilot, lambda t: "Chart a metric" in t, what="palette hit")
+        await pilot.press("enter")
+        await wait_until(
+            pilot,
+            lambda: isinstance(app.screen, ChartScreen) and app.screen.drawing is not None,
+            what="the chart from the palette",
+        )
+        version = app.query_one("#history-list").current.version
+        expected = {r.run_id for r in app.history.runs if r.version == version}
+        assert {c.run_id for c in _chart(app).curves.curves} == expected
