@@ -276,4 +276,5 @@ class ChartScreen(Screen[None]):
 
 
 def _glyph(marker: str) -> str:
-    return "⣿" if marker == "braille" else marker
+    """How plotext's legend shows a marker."""
+    return "⢕⢕" if marker == "braille" else marker * 2
