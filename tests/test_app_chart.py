@@ -215,8 +215,8 @@ async def test_the_command_palette_opens_the_chart(demo: Path):
     async with app.run_test(size=(120, 36)) as pilot:
         await loaded(pilot)
         await pilot.press("ctrl+p")
-        await pilot.press(*"Chart a metric")
-        await wait_for(pilot, lambda t: "Chart a metric" in t, what="palette hit")
+        await pilot.press(*"Chart marked runs")
+        await wait_for(pilot, lambda t: "Chart marked runs" in t, what="palette hit")
         await pilot.press("enter")
         await wait_until(
             pilot,

@@ -79,14 +79,8 @@ KEYS: dict[str, tuple[Key, ...]] = {
             "history.metric", "m", "next_metric", "Next metric for sparklines", True, label="metric"
         ),
         Key("history.metric_back", "M", "previous_metric", "Previous metric"),
-        Key(
-            "history.chart",
-            "c",
-            "chart",
-            "Chart a metric of the marked runs (none marked: the version's runs)",
-            True,
-            label="chart",
-        ),
+        # not in the footer: at 80 columns it would push `q quit` off (help and palette list it)
+        Key("history.chart", "c", "chart", "Chart marked runs (or the version)"),
     ),
     "statements": (
         Key(
