@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -24,6 +25,7 @@ from textual.color import Color
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
+from textual.worker import Worker, WorkerState
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
@@ -82,9 +84,10 @@ class ChartScreen(Screen[None]):
         self.curves: Curves | None = None
         self.drawing: ChartDrawing | None = None
         self.loads = 0  # reads finished (tests wait on it)
-        self._serial = 0
+        self._load_serial = 0  # the newest read asked for; older answers are dropped
+        self._draw_serial = 0
         self._drawn_serial = 0
-        self._loading = False
+        self._load_worker: Worker[Any] | None = None
         self._last_load = 0.0
         self._trailing: Timer | None = None
 
@@ -102,23 +105,29 @@ class ChartScreen(Screen[None]):
 
     def load(self) -> None:
         """Read the curves of the state's metric and axis (in a worker)."""
-        self._serial += 1
-        serial, state = self._serial, self.state
-        self._loading = True
+        self._load_serial += 1
+        serial, state = self._load_serial, self.state
         self._last_load = time.monotonic()
 
         def work() -> None:
             curves = load_curves(self.store, self.run_ids, state.metric, state.axis)
             self.post_message(CurvesLoaded(serial, curves))
 
-        run_in_thread(self, work, group="curves", description="loading the curves")
+        self._load_worker = run_in_thread(
+            self, work, group="curves", description="loading the curves"
+        )
+
+    @property
+    def _loading(self) -> bool:
+        """A read is under way (one that failed is over: the app showed why)."""
+        worker = self._load_worker
+        return worker is not None and worker.state in (WorkerState.PENDING, WorkerState.RUNNING)
 
     @on(CurvesLoaded)
     def _loaded(self, message: CurvesLoaded) -> None:
         message.stop()
-        if message.serial != self._serial:
+        if message.serial != self._load_serial:
             return  # the user changed the metric or axis meanwhile: a newer read follows
-        self._loading = False
         self.loads += 1
         curves: Curves = message.curves
         self.curves = curves
@@ -165,8 +174,8 @@ class ChartScreen(Screen[None]):
             background=Color.parse(theme.get("surface", "black")).rgb,
             foreground=Color.parse(theme.get("foreground", "white")).rgb,
         )
-        self._serial += 1
-        serial = self._serial
+        self._draw_serial += 1
+        serial = self._draw_serial
 
         def work() -> None:
             self.post_message(ChartDrawn(serial, draw_chart(spec)))
