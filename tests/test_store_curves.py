@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_py, write
 from conftest_app import copy_demo
 
 from florwb_engine.store import Store
@@ -87,3 +88,39 @@ def test_no_numeric_metric_and_unknown_runs(demo: Path):
     assert load_curves(store, ["no-such-run"], "loss", "step").curves == []
     with pytest.raises(ValueError):
         load_curves(store, [], "loss", "sideways")
+
+
+def test_values_outside_loops_are_counted_and_a_loop_without_inner_timing(repo: Path):
+    """A three-level script (epoch/step/micro) with a value logged outside any loop: the
+    outside one is counted, not drawn; the innermost values get x on every axis."""
+    write(
+        repo / "train.py",
+        """
+        import florwb as flor
+
+        for epoch in flor.loop("epoch", range(2)):
+            for step in flor.loop("step", range(3)):
+                for micro in flor.loop("micro", range(2)):
+                    flor.log("m", epoch * 100 + step * 10 + micro)
+            flor.log("e", float(epoch))
+        flor.log("final", 1.0)
+        flor.commit()
+        """,
+    )
+    run_py(repo, "train.py")
+    store = Store(repo)
+    ids = [r.run_id for r in store.run_rows()]
+    final = load_curves(store, ids, "final", "step")
+    assert final.curves == [] and final.outside_loops == 1
+    deep = load_curves(store, ids, "m", "step")
+    (curve,) = deep.curves
+    assert curve.x.tolist() == list(range(1, 13))  # 2 x 3 x 2 innermost iterations
+    assert curve.y.tolist() == [
+        e * 100 + s * 10 + m for e in (0, 1) for s in (0, 1, 2) for m in (0, 1)
+    ]
+    epochs = load_curves(store, ids, "e", "step").curves[0]
+    assert epochs.x.tolist() == [6, 12]
+    by_epoch = load_curves(store, ids, "m", "epoch").curves[0]
+    assert by_epoch.x[0] == pytest.approx(1 / 3) and by_epoch.x[-1] == pytest.approx(2.0)
+    wall = load_curves(store, ids, "m", "wall").curves[0]
+    assert np.all(np.isfinite(wall.x)) and np.all(np.diff(wall.x) >= 0)
