@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
-import pandas as pd
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.store.catalog import Store
@@ -355,6 +354,8 @@ def smooth(y: np.ndarray, weight: float) -> np.ndarray:
     debiased at the start (so the first point is not pulled towards zero)."""
     if weight <= 0 or len(y) < 2:
         return y
+    import pandas as pd  # here, not at the top: the workbench's first frame does without it
+
     return pd.Series(y).ewm(alpha=1.0 - weight, adjust=True).mean().to_numpy()
 
 
