@@ -226,3 +226,25 @@ async def test_the_command_palette_opens_the_chart(demo: Path):
         version = app.query_one("#history-list").current.version
         expected = {r.run_id for r in app.history.runs if r.version == version}
         assert {c.run_id for c in _chart(app).curves.curves} == expected
+
+
+async def test_query_sparklines_share_one_scale_per_column_and_say_so(demo: Path):
+    """Row a (0..2) drawn against the column's 0..20 stays low; row b reaches the top."""
+    app = make_app(demo)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("4")
+        editor = app.query_one("#sql")
+        editor.load_text(
+            "SELECT 'row_a' AS k, [0.0, 1.0, 2.0] AS s "
+            "UNION ALL SELECT 'row_b', [0.0, 10.0, 20.0] ORDER BY k"
+        )
+        editor.focus()
+        await pilot.press("ctrl+j")
+        text = await wait_for(pilot, lambda t: "✓ 2 rows" in t, what="results")
+        assert "one scale 0..20" in text
+        rows = [line for line in text.splitlines() if "SELECT" not in line]  # not the editor
+        row_a = next(line for line in rows if "row_a" in line)
+        row_b = next(line for line in rows if "row_b" in line)
+        assert "█" not in row_a and "▁" in row_a
+        assert "█" in row_b
