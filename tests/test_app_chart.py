@@ -248,3 +248,17 @@ async def test_query_sparklines_share_one_scale_per_column_and_say_so(demo: Path
         row_b = next(line for line in rows if "row_b" in line)
         assert "█" not in row_a and "▁" in row_a
         assert "█" in row_b
+
+
+def test_without_textual_plotext_the_chart_says_how_to_install_it(monkeypatch):
+    import numpy as np
+
+    from florwb.widgets.chart_view import ChartSpec, draw_chart
+    from florwb_engine.store.curves import Curve
+
+    curve = Curve("run", "record", np.arange(3.0), np.arange(3.0))
+    spec = ChartSpec((curve,), {}, "step", False, 0.0, (0.0, 1.0), 80, 20)
+    assert draw_chart(spec).points == 3  # installed here (the dev extra)
+    monkeypatch.setitem(sys.modules, "textual_plotext", None)  # as if not installed
+    drawing = draw_chart(spec)
+    assert "pip install 'florwb[charts]'" in drawing.text.plain and drawing.points == 0
