@@ -90,6 +90,9 @@ async def test_axis_key_and_log_toggle_change_the_chart(demo: Path):
         await pilot.press("s")
         await wait_for(pilot, lambda t: "smoothing 0.6" in t, what="smoothing")
         assert "linear y" not in text
+        before = chart.drawing
+        app.theme = "textual-light"  # the plot's colors follow the theme
+        await wait_until(pilot, lambda: chart.drawing is not before, what="redrawn for the theme")
 
 
 async def test_replayed_values_are_told_apart_from_recorded(demo: Path):

@@ -99,6 +99,8 @@ class ChartScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.sub_title = self.title_text
+        # the plot's background and text colors come from the theme: redraw on a change
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.redraw())
         self.load()
 
     # --- reading ------------------------------------------------------------------------
