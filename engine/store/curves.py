@@ -228,9 +228,12 @@ def _quote(identifier: str) -> str:
 class _Timeline:
     """The recorded run's iterations in order, per loop depth, with their end times.
 
-    Coordinates become one sortable integer (mixed radix, outer loop most significant).
-    A depth whose iterations were not timed (a run still in it, or journals without
-    them) takes the iterations the values themselves sit in, sharing their parent's time."""
+        Coordinates become one sortable integer: each level's iteration is replaced by its rank
+    among the iterations seen at that level (so the key stays small however large the loop
+    counters are), then mixed radix with the outer loop most significant; rank 0 and the
+    level's top rank stand for "before" and "after" every iteration there.
+        A depth whose iterations were not timed (a run still in it, or journals without
+        them) takes the iterations the values themselves sit in, sharing their parent's time."""
 
     def __init__(
         self, recorded: _Coordinates, seconds: np.ndarray, values: list[_Coordinates]
@@ -238,7 +241,8 @@ class _Timeline:
         seconds = seconds[recorded.inside]
         every = np.concatenate([recorded.matrix] + [v.matrix for v in values])
         width = every.shape[1]
-        self.radix = (every.max(axis=0) + 2) if len(every) else np.full(width, 2, np.int64)
+        self.levels = [np.unique(every[:, k]) for k in range(width)]
+        self.radix = np.array([len(level) + 2 for level in self.levels], dtype=np.int64)
         self.weights = np.ones(width, dtype=np.int64)
         for k in range(width - 2, -1, -1):
             self.weights[k] = self.weights[k + 1] * self.radix[k + 1]
@@ -270,7 +274,10 @@ class _Timeline:
         """Coordinates as integers; levels past `depth` count as 0 (or as after the last)."""
         levels = np.arange(matrix.shape[1])
         past = levels[None, :] > depth[:, None]
-        filled = np.where(past, (self.radix - 1)[None, :] if pad_high else 0, matrix)
+        ranks = np.empty_like(matrix)
+        for k, level in enumerate(self.levels):
+            ranks[:, k] = np.searchsorted(level, matrix[:, k]) + 1
+        filled = np.where(past, (self.radix - 1)[None, :] if pad_high else 0, ranks)
         return filled @ self.weights
 
     def _parent(self, depth: int, keys: np.ndarray) -> np.ndarray:
@@ -328,7 +335,7 @@ class _Timeline:
         outer = coords.matrix[:, 0].astype(np.float64)
         if coords.matrix.shape[1] < 2 or 1 not in self.keys:
             return outer + 1
-        inner = self.keys[1] // self.weights[0]
+        inner = self.levels[0][self.keys[1] // self.weights[0] - 1]  # each one's epoch
         counts = np.bincount(inner, minlength=int(outer.max(initial=0)) + 1).astype(np.float64)
         typical = counts.max(initial=1.0)
         mine = counts[coords.matrix[:, 0]] if len(counts) else np.zeros(len(outer))
