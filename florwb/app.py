@@ -213,8 +213,9 @@ class WorkbenchApp(App[int]):
 
     @on(ChartRequested)
     def _chart_requested(self, message: ChartRequested) -> None:
+        m = message
         self.push_screen(
-            ChartScreen(self.store, message.run_ids, message.labels, message.metric, message.title)
+            ChartScreen(self.store, m.run_ids, m.labels, m.metric, m.title, version=m.version)
         )
 
     def _chart_data_changed(self) -> None:

@@ -124,3 +124,17 @@ def test_values_outside_loops_are_counted_and_a_loop_without_inner_timing(repo: 
     assert by_epoch.x[0] == pytest.approx(1 / 3) and by_epoch.x[-1] == pytest.approx(2.0)
     wall = load_curves(store, ids, "m", "wall").curves[0]
     assert np.all(np.isfinite(wall.x)) and np.all(np.diff(wall.x) >= 0)
+
+
+def test_a_version_brings_all_its_runs(demo: Path):
+    """The chart of a version (nothing marked) asks by version, so runs started after it
+    opened are read too."""
+    store = Store(demo)
+    runs = store.run_rows()
+    version = runs[-1].version
+    mine = {r.run_id for r in runs if r.version == version}
+    assert 0 < len(mine) < len(runs)
+    curves = load_curves(store, [], "loss", "step", version=version)
+    assert {c.run_id for c in curves.curves} == mine
+    one = sorted(mine)[0]
+    assert {c.run_id for c in load_curves(store, [one], "loss", "step").curves} == {one}

@@ -67,15 +67,23 @@ class Curves:
         return sum(len(c.x) for c in self.curves)
 
 
-def load_curves(store: Store, run_ids: list[str], metric: str | None, axis: str) -> Curves:
-    """The curves of `metric` (or the runs' first numeric name) for `run_ids` on `axis`."""
+def load_curves(
+    store: Store,
+    run_ids: list[str],
+    metric: str | None,
+    axis: str,
+    version: str | None = None,
+) -> Curves:
+    """The curves of `metric` (or the runs' first numeric name) for `run_ids` on `axis`;
+    with `version`, every run of that code version too (runs started since included)."""
     if axis not in AXES:
         raise ValueError(f"unknown x axis {axis!r}: one of {', '.join(AXES)}")
     with _session(store) as con:
         keys = dict(
             con.execute(
-                "SELECT run_key, run_id FROM runs WHERE run_id IN (SELECT unnest(?))",
-                [list(run_ids)],
+                "SELECT run_key, run_id FROM runs WHERE run_id IN (SELECT unnest(?)) "
+                "OR version = ?",
+                [list(run_ids), version],
             ).fetchall()
         )
         if not keys:

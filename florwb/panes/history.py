@@ -168,6 +168,7 @@ class HistoryPane(Vertical):
         versions = listing.marked_versions
         runs = [r for r in history.runs if r.run_id in marked or (r.version in versions)]
         title = f"{fmt.plural(len(runs), 'marked run')}"
+        version = None  # nothing marked: the version's runs, also those started later
         if not runs and message.row is not None:
             version = message.row.version
             runs = [r for r in history.runs if r.version == version]
@@ -182,7 +183,8 @@ class HistoryPane(Vertical):
             )
             for r in runs
         }
-        self.post_message(ChartRequested([r.run_id for r in runs], labels, history.metric, title))
+        run_ids = [r.run_id for r in runs]
+        self.post_message(ChartRequested(run_ids, labels, history.metric, title, version))
 
     @on(HistoryList.FilterRequested)
     def _open_filter(self) -> None:

@@ -74,10 +74,14 @@ class ChartScreen(Screen[None]):
         labels: dict[str, str],
         metric: str | None,
         title: str,
+        *,
+        version: str | None = None,
     ) -> None:
+        """`version`: chart every run of that version, also those started later."""
         super().__init__()
         self.store = store
         self.run_ids = list(run_ids)
+        self.version = version
         self.labels = dict(labels)
         self.title_text = title
         self.state = ChartState(metric)
@@ -112,7 +116,9 @@ class ChartScreen(Screen[None]):
         self._last_load = time.monotonic()
 
         def work() -> None:
-            curves = load_curves(self.store, self.run_ids, state.metric, state.axis)
+            curves = load_curves(
+                self.store, self.run_ids, state.metric, state.axis, version=self.version
+            )
             self.post_message(CurvesLoaded(serial, curves))
 
         self._load_worker = run_in_thread(

@@ -161,6 +161,7 @@ class ChartRequested(Message):
     labels: dict[str, str]  # run id -> legend text
     metric: str | None
     title: str
+    version: str | None = None  # nothing marked: the version's runs, new ones included
 
 
 @dataclass

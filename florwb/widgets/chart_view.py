@@ -22,6 +22,7 @@ import numpy as np
 from rich.text import Text
 from textual.widget import Widget
 
+from florwb.ui.format import short_run
 from florwb_engine.store.curves import AXIS_LABELS, Curve, downsample, smooth
 
 RECORDED_MARKER = "braille"
@@ -114,7 +115,7 @@ def draw_chart(spec: ChartSpec) -> ChartDrawing:
         x, y = downsample(x, y, lo, hi, columns)
         if not len(x):
             continue
-        label = spec.labels.get(curve.run_id, curve.run_id)
+        label = spec.labels.get(curve.run_id) or short_run(curve.run_id)
         if curve.replayed:
             label = f"{label} replayed"
         plot.plot(
