@@ -261,7 +261,7 @@ def test_without_textual_plotext_the_chart_says_how_to_install_it(monkeypatch):
 
     curve = Curve("run", "record", np.arange(3.0), np.arange(3.0))
     spec = ChartSpec((curve,), {}, "step", False, 0.0, (0.0, 1.0), 80, 20)
-    assert draw_chart(spec).points == 3  # installed here (the dev extra)
+    assert draw_chart(spec).points == 3  # installed with florwb
     monkeypatch.setitem(sys.modules, "textual_plotext", None)  # as if not installed
     drawing = draw_chart(spec)
-    assert "pip install 'florwb[charts]'" in drawing.text.plain and drawing.points == 0
+    assert "pip install textual-plotext" in drawing.text.plain and drawing.points == 0

@@ -41,7 +41,7 @@ COLORS = (
     (180, 225, 40),
     (250, 190, 212),
 )
-MISSING = "The chart needs textual-plotext: pip install 'florwb[charts]'"
+MISSING = "The chart needs textual-plotext (a dependency of florwb): pip install textual-plotext"
 
 
 @dataclass(frozen=True)
