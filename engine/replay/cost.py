@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from florwb_engine.replay.facts import RunFacts
 from florwb_engine.replay.spec import OUTER, PREFIX, ReplayMode
+
+# Where segments run: the local fork server, or tasks on a Ray cluster (ray_executor.py).
+ExecutorName = Literal["local", "ray"]
 
 LOAD_BYTES_PER_S = 300e6
 PROCESS_START_S = 1.0

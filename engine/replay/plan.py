@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-from florwb_engine.replay.cost import Work, run_work, schedule, segment_parts
+from florwb_engine.replay.cost import ExecutorName, Work, run_work, schedule, segment_parts
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.replay.facts import RunFacts, SelectedRun, run_facts, select_runs
 from florwb_engine.replay.mode import replay_mode
@@ -75,6 +75,7 @@ class Plan:
     workers: int
     runs: list[RunPlan]
     estimate_s: float
+    executor: ExecutorName = "local"
 
     def ready(self) -> list[RunPlan]:
         return [r for r in self.runs if r.status == READY]
@@ -84,6 +85,7 @@ class Plan:
             "replay_id": self.replay_id,
             "names": self.names,
             "workers": self.workers,
+            "executor": self.executor,
             "estimate_s": self.estimate_s,
             "runs": [
                 {
@@ -103,9 +105,11 @@ def plan_replay(
     where: str | None = None,
     run_ids: Sequence[str] | None = None,
     workers: int = 1,
+    executor: ExecutorName = "local",
 ) -> Plan:
     """Plan replaying `names` for the runs matching `where` (SQL over runs and args) and,
-    when given, only the runs in `run_ids` (the workbench's marked runs)."""
+    when given, only the runs in `run_ids` (the workbench's marked runs). `executor` is
+    where the segments will run: its start and transfer costs enter the estimate."""
     names = list(dict.fromkeys(n.strip() for n in names if n.strip()))
     if not names:
         raise PlanError("name at least one log statement to replay")
@@ -144,6 +148,7 @@ def plan_replay(
         workers=workers,
         runs=plans,
         estimate_s=schedule([s.estimate_s for p in plans for s in p.segments], workers),
+        executor=executor,
     )
 
 

@@ -1,0 +1,369 @@
+"""Replay segments as Ray tasks: the same segments, specs and journals as the local fork
+server, run on the nodes of a Ray cluster instead of this box.
+
+Nothing is assumed shared between this machine and the nodes: each task gets the version's
+code (a tar of the materialised copy, from the private version store), the checkpoints its
+segment restores (iterations first-1 .. last) and its replay spec, all through Ray's object
+store. On the node the task rebuilds the layout a local replay has (the code at the project's
+own absolute path inside a mirror, so `..` and the run's working directory map the same; a
+private `.florwb/` holding the journal and the shipped checkpoints), runs the old script
+with `python` in a process of its own and returns the journal bytes. The driver writes them
+where a local worker would have written its journal, so ingestion, the fidelity check and
+cancel are the executor's own (executor.py), unchanged.
+
+Files the snapshot left out (data folders, large files) are linked from the project's path
+when the node has that path (a local cluster, a shared filesystem); elsewhere the script
+reads them as it would on a fresh checkout. The cluster's Python needs florwb and the
+script's imports installed, as any Ray job does.
+
+Cancel (Ctrl-C, or the `cancel` event): every task is cancelled through Ray, which raises
+KeyboardInterrupt in the task; the task stops its script's process group. A task still
+there after 3 s is force-cancelled (its worker killed; the script dies with it through
+PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import io
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from florwb_engine.journal import replay_journal_name
+from florwb_engine.project import journal_dir, store_dir
+from florwb_engine.replay.cores import thread_env
+from florwb_engine.replay.spec import ENV, ReplaySpec
+from florwb_engine.store import Store
+
+if TYPE_CHECKING:
+    from florwb_engine.replay.executor import Progress, _Task
+
+POLL_S = 0.2
+STOP_GRACE_S = 3.0
+INSTALL_HINT = "the ray executor needs Ray: pip install 'florwb[ray]'"
+
+
+class RayUnavailable(RuntimeError):
+    """Ray is not installed or the cluster cannot be reached: said in one line."""
+
+
+@dataclass
+class RayOptions:
+    """Where and how the segments run on Ray. `address`: an existing cluster (`auto`,
+    `ray://host:10001`, `host:6379`); None connects to RAY_ADDRESS or the driver's
+    initialised Ray, else starts Ray on this machine for the replay. Per-task resources:
+    given, or from the run's recorded devices (GPUs the run used; one CPU)."""
+
+    address: str | None = None
+    gpus_per_task: float | None = None
+    cpus_per_task: float | None = None
+
+
+@dataclass
+class Shipment:
+    """What one segment's task receives and what it cost to send."""
+
+    code_bytes: int
+    checkpoint_bytes: int
+
+    @property
+    def total(self) -> int:
+        return self.code_bytes + self.checkpoint_bytes
+
+
+def connect(options: RayOptions) -> bool:
+    """Connect to (or start) Ray; True when this call started it (then the caller shuts
+    it down). RayUnavailable, with the reason in one line, when it cannot."""
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable(INSTALL_HINT) from None
+    if ray.is_initialized():
+        return False
+    address = options.address or os.environ.get("RAY_ADDRESS") or None
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = address or "this machine"
+        raise RayUnavailable(f"cannot reach Ray at {where}: {str(exc).splitlines()[0]}") from exc
+    return True
+
+
+def code_archive(code_dir: Path) -> bytes:
+    """The materialised version as a tar: real files only (links to the project's data are
+    made again on the node, where they resolve)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
+        for root, dirs, files in os.walk(code_dir):
+            dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink()]
+            for name in files:
+                path = Path(root) / name
+                if not path.is_symlink():
+                    tar.add(path, arcname=str(path.relative_to(code_dir)), recursive=False)
+    return buffer.getvalue()
+
+
+def segment_checkpoints(spec: ReplaySpec) -> dict[str, str]:
+    """The checkpoint files the segment restores: iterations first-1 .. last."""
+    wanted = {str(i) for i in range(spec.first - 1, spec.last + 1)}
+    return {i: name for i, name in spec.checkpoints.items() if i in wanted}
+
+
+def task_resources(project: Path, run_id: str, options: RayOptions) -> tuple[float, float]:
+    """(CPUs, GPUs) one of the run's segments asks Ray for: the flags, else one CPU and the
+    GPUs the run used (run_context: device_kind 'cuda', gpu_count)."""
+    cpus = options.cpus_per_task if options.cpus_per_task is not None else 1.0
+    if options.gpus_per_task is not None:
+        return cpus, options.gpus_per_task
+    with Store(project).session() as con:
+        row = con.execute(
+            "SELECT device_kind, gpu_count FROM run_context WHERE run_id = ?", [run_id]
+        ).fetchall()
+    gpus = float(row[0][1] or 1) if row and row[0][0] == "cuda" else 0.0
+    return cpus, gpus
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def run_all(
+    tasks: list[_Task],
+    store: Store,
+    on_progress: Callable[[Progress], None] | None,
+    cancel: threading.Event,
+    options: RayOptions,
+    ingest_early: Callable[[Store], None],
+) -> dict[int, Shipment]:
+    """Run every task on Ray, writing each returned journal where a local worker writes
+    it and setting each task's returncode; the bytes shipped per segment are returned."""
+    from florwb_engine.replay.executor import Progress, _sigint_sets
+
+    started_here = connect(options)
+    import ray
+
+    notify = on_progress or (lambda _p: None)
+    try:
+        remote = ray.remote(max_retries=0)(run_segment)
+        archives: dict[Path, Any] = {}
+        blobs: dict[Path, Any] = {}
+        resources: dict[str, tuple[float, float]] = {}
+        shipped: dict[int, Shipment] = {}
+        pending: dict[Any, _Task] = {}
+        for task in tasks:
+            assert task.code_dir is not None
+            if task.code_dir not in archives:
+                archives[task.code_dir] = code_archive(task.code_dir)
+                blobs[task.code_dir] = ray.put(archives[task.code_dir])
+            spec = ReplaySpec.load(task.spec_path)
+            files = {}
+            sizes = 0
+            for name in segment_checkpoints(spec).values():
+                path = Path(spec.checkpoint_dir) / name
+                if path not in blobs:
+                    blobs[path] = ray.put(path.read_bytes())
+                files[name] = blobs[path]
+                sizes += path.stat().st_size
+            if spec.start_rng:
+                path = Path(spec.start_rng)
+                if path not in blobs:
+                    blobs[path] = ray.put(path.read_bytes())
+                files[path.name] = blobs[path]
+                sizes += path.stat().st_size
+            if task.plan.run_id not in resources:
+                resources[task.plan.run_id] = task_resources(
+                    task.project, task.plan.run_id, options
+                )
+            cpus, gpus = resources[task.plan.run_id]
+            job = {
+                "spec": spec.__dict__,
+                "project": str(task.project),
+                "mirror": str(task.mirror),
+                "code_dir": str(task.code_dir.relative_to(task.mirror)),
+                "script": str(Path(task.argv[0]).relative_to(task.code_dir)),
+                "argv": task.argv[1:],
+                "cwd": _relative_cwd(task),
+                "threads": max(1, int(cpus)),
+            }
+            ref = remote.options(num_cpus=cpus, num_gpus=gpus).remote(
+                job, blobs[task.code_dir], files
+            )
+            pending[ref] = task
+            task.request = len(pending)
+            shipped[task.segment.index] = Shipment(len(archives[task.code_dir]), sizes)
+            total = task.segment.last - task.segment.first + 1
+            notify(Progress(task.plan.run_id, task.segment.index, 0, total, "running"))
+        _wait(pending, store, notify, cancel, ingest_early, _sigint_sets)
+        return shipped
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _relative_cwd(task: _Task) -> str:
+    """The task's working directory relative to the mirror base when it is inside it
+    (the usual case), else the absolute path (used on the node when it exists there)."""
+    with contextlib.suppress(ValueError):
+        return str(task.cwd.relative_to(task.mirror))
+    return str(task.cwd)
+
+
+def _wait(pending, store, notify, cancel, ingest_early, sigint_sets) -> None:
+    import ray
+    from ray.exceptions import RayError, TaskCancelledError
+
+    from florwb_engine.replay.executor import Progress
+
+    cancelled_at: float | None = None
+    with sigint_sets(cancel):
+        while pending:
+            try:
+                if cancel.is_set() and cancelled_at is None:
+                    cancelled_at = time.monotonic()
+                    for ref in pending:
+                        ray.cancel(ref, force=False)
+                elif cancelled_at is not None and time.monotonic() - cancelled_at > STOP_GRACE_S:
+                    for ref in pending:
+                        ray.cancel(ref, force=True)
+                    cancelled_at = float("inf")  # asked once; Ray reports them ended
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+                for ref in ready:
+                    task = pending.pop(ref)
+                    total = task.segment.last - task.segment.first + 1
+                    try:
+                        out = ray.get(ref)
+                    except TaskCancelledError:
+                        task.returncode = -signal.SIGTERM
+                        task.log_path.write_text("cancelled\n")
+                    except RayError as exc:
+                        task.returncode = -1
+                        task.log_path.write_text(f"ray: {str(exc).strip()[-2000:]}\n")
+                    else:
+                        task.returncode = _land(task, out)
+                    done = total if task.returncode == 0 else 0
+                    state = (
+                        "finished"
+                        if task.returncode == 0
+                        else "cancelled"
+                        if cancel.is_set()
+                        else "failed"
+                    )
+                    notify(Progress(task.plan.run_id, task.segment.index, done, total, state))
+                    if task.returncode == 0 and pending and not cancel.is_set():
+                        ingest_early(store)
+            except KeyboardInterrupt:  # Ctrl-C where the handler is not installed
+                cancel.set()
+
+
+def _land(task: _Task, out: dict) -> int:
+    """Write what the task returned where a local worker leaves it; its returncode."""
+    task.log_path.write_bytes(out["log"])
+    if out["journal"] is not None:
+        spec = ReplaySpec.load(task.spec_path)
+        target = journal_dir(task.project) / replay_journal_name(spec.replay_id, spec.segment)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_bytes(out["journal"])
+        os.replace(tmp, target)
+    return int(out["returncode"])
+
+
+# ---------------------------------------------------------------- on the node
+
+
+def run_segment(job: dict, code: bytes, files: dict[str, Any]) -> dict:
+    """One segment, inside a Ray task: unpack, run the old script, return its journal."""
+    import ray
+
+    base = Path(tempfile.mkdtemp(prefix="florwb-ray-"))
+    proc: subprocess.Popen | None = None
+    try:
+        # the mirror of the project's ancestry, as a local replay has it (mirror.py)
+        from florwb_engine.replay.executor import _link_missing
+        from florwb_engine.replay.mirror import mirrored_project
+
+        project = Path(job["project"])
+        mirror = base / "code"
+        code_dir = mirrored_project(mirror, project)
+        with tarfile.open(fileobj=io.BytesIO(code), mode="r:gz") as tar:
+            tar.extractall(code_dir, filter="data")
+        if project.is_dir():
+            _link_missing(project, code_dir)
+        home = base / "home"  # the task's own project: journal and checkpoints
+        spec = ReplaySpec(**job["spec"])
+        ckpt_dir = store_dir(home) / "checkpoints" / spec.run_id
+        ckpt_dir.mkdir(parents=True)
+        values = ray.get(list(files.values())) if files else []
+        for name, data in zip(files, values):
+            (ckpt_dir / name).write_bytes(data)
+        spec.checkpoint_dir = str(ckpt_dir)
+        if spec.start_rng:
+            spec.start_rng = str(ckpt_dir / Path(spec.start_rng).name)
+        spec.progress_file = str(base / "progress.json")
+        spec_path = base / "spec.json"
+        spec.save(spec_path)
+        cwd = Path(job["cwd"])
+        cwd = cwd if cwd.is_absolute() and cwd.is_dir() else mirror / cwd
+        if not cwd.is_dir():
+            cwd = code_dir
+        env = {
+            **os.environ,
+            ENV: str(spec_path),
+            "FLORWB_PROJECT": str(home),
+            **thread_env(int(job["threads"])),
+        }
+        log_path = base / "stderr.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, str(code_dir / job["script"]), *job["argv"]],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+            while proc.poll() is None:
+                time.sleep(POLL_S)
+        journal = journal_dir(home) / replay_journal_name(spec.replay_id, spec.segment)
+        return {
+            "returncode": proc.returncode,
+            "journal": journal.read_bytes() if journal.exists() else None,
+            "log": log_path.read_bytes()[-64_000:],
+        }
+    finally:  # also on KeyboardInterrupt (ray.cancel): the script stops with the task
+        if proc is not None and proc.poll() is None:
+            _stop_group(proc)
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _die_with_parent() -> None:
+    """In the script's process, before exec: die when the Ray worker does (a forced
+    cancel kills the worker without running its cleanup). Linux only; elsewhere a no-op."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
