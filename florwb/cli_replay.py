@@ -101,7 +101,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     ray_flags = [args.address, args.gpus_per_task, args.cpus_per_task]
     if args.executor != "ray" and any(flag is not None for flag in ray_flags):
         raise ReplayCommandError("--address, --gpus-per-task, --cpus-per-task need --executor ray")
-    for flag, value in (("--gpus-per-task", args.gpus_per_task), ("--cpus-per-task", args.cpus_per_task)):
+    for flag, value in (
+        ("--gpus-per-task", args.gpus_per_task),
+        ("--cpus-per-task", args.cpus_per_task),
+    ):
         if value is not None and value < 0:
             raise ReplayCommandError(f"{flag} must not be negative")
     names = [n for n in args.names.split(",") if n.strip()]
@@ -137,6 +140,10 @@ def _replay(
 
     cores = available_cores()
     executor = _executor(args)
+    if executor != "local":  # the cluster's task slots stand for the cores
+        from florwb_engine.replay.ray_executor import cluster_slots
+
+        cores = cluster_slots(executor)
     try:
         plan = plan_replay(
             project,
@@ -150,7 +157,8 @@ def _replay(
     segments = sum(len(run.segments) for run in plan.ready())
     if args.workers is None:  # planned for every core; use no more workers than segments
         plan.workers = default_workers(segments, cores)
-        why = f"the default: {cores} core(s), {segments} independent segment(s)"
+        where = "core(s)" if executor == "local" else "Ray task slot(s)"
+        why = f"the default: {cores} {where}, {segments} independent segment(s)"
     else:
         why = "--workers" + (f", more than the {cores} core(s)" if args.workers > cores else "")
     threads = threads_per_worker(min(plan.workers, max(1, segments)), cores)

@@ -100,6 +100,15 @@ def connect(options: RayOptions) -> bool:
     return True
 
 
+def cluster_slots(options: RayOptions) -> int:
+    """How many tasks of `options.cpus_per_task` CPUs the connected cluster runs at once."""
+    import ray
+
+    cpus = float(ray.cluster_resources().get("CPU", 1.0))
+    per_task = options.cpus_per_task or 1.0
+    return max(1, int(cpus // per_task))
+
+
 def code_archive(code_dir: Path) -> bytes:
     """The materialised version as a tar: real files only (links to the project's data are
     made again on the node, where they resolve)."""
