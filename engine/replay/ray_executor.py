@@ -47,7 +47,7 @@ from florwb_engine.replay.spec import ENV, ReplaySpec
 from florwb_engine.store import Store
 
 if TYPE_CHECKING:
-    from florwb_engine.replay.executor import Progress, _Task
+    from florwb_engine.replay.executor import Progress, SegmentState, _Task
 
 POLL_S = 0.2
 STOP_GRACE_S = 3.0
@@ -197,8 +197,6 @@ def run_all(
             job = {
                 "spec": spec.__dict__,
                 "project": str(task.project),
-                "mirror": str(task.mirror),
-                "code_dir": str(task.code_dir.relative_to(task.mirror)),
                 "script": str(Path(task.argv[0]).relative_to(task.code_dir)),
                 "argv": task.argv[1:],
                 "cwd": _relative_cwd(task),
@@ -222,8 +220,9 @@ def run_all(
 def _relative_cwd(task: _Task) -> str:
     """The task's working directory relative to the mirror base when it is inside it
     (the usual case), else the absolute path (used on the node when it exists there)."""
-    with contextlib.suppress(ValueError):
-        return str(task.cwd.relative_to(task.mirror))
+    if task.mirror is not None:
+        with contextlib.suppress(ValueError):
+            return str(task.cwd.relative_to(task.mirror))
     return str(task.cwd)
 
 
@@ -260,7 +259,7 @@ def _wait(pending, store, notify, cancel, ingest_early, sigint_sets) -> None:
                     else:
                         task.returncode = _land(task, out)
                     done = total if task.returncode == 0 else 0
-                    state = (
+                    state: SegmentState = (
                         "finished"
                         if task.returncode == 0
                         else "cancelled"
