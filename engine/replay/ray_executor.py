@@ -7,7 +7,8 @@ segment restores (iterations first-1 .. last) and its replay spec, all through R
 store. On the node the task rebuilds the layout a local replay has (the code at the project's
 own absolute path inside a mirror, so `..` and the run's working directory map the same; a
 private `.florwb/` holding the journal and the shipped checkpoints), runs the old script
-with `python` in a process of its own and returns the journal bytes. The driver writes them
+in a process forked from a fork server the Ray worker keeps between its tasks (so only its
+first segment pays `import torch`), and returns the journal bytes. The driver writes them
 where a local worker would have written its journal, so ingestion, the fidelity check and
 cancel are the executor's own (executor.py), unchanged.
 
@@ -18,19 +19,16 @@ script's imports installed, as any Ray job does.
 
 Cancel (Ctrl-C, or the `cancel` event): every task is cancelled through Ray, which raises
 KeyboardInterrupt in the task; the task stops its script's process group. A task still
-there after 3 s is force-cancelled (its worker killed; the script dies with it through
-PR_SET_PDEATHSIG).
+there after 3 s is force-cancelled: its Ray worker is killed, and its fork server, no
+longer listened to, stops the script.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import io
 import os
 import signal
-import subprocess
-import sys
 import tarfile
 import tempfile
 import threading
@@ -43,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.replay.cores import thread_env
+from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker
 from florwb_engine.replay.spec import ENV, ReplaySpec
 from florwb_engine.store import Store
 
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
 
 POLL_S = 0.2
 STOP_GRACE_S = 3.0
+GIVE_UP_S = 30.0  # after a forced cancel, how long Ray gets to report the tasks ended
 INSTALL_HINT = "the ray executor needs Ray: pip install 'florwb[ray]'"
 
 
@@ -233,6 +233,7 @@ def _wait(pending, store, notify, cancel, ingest_early, sigint_sets) -> None:
     from florwb_engine.replay.executor import Progress
 
     cancelled_at: float | None = None
+    forced_at: float | None = None
     with sigint_sets(cancel):
         while pending:
             try:
@@ -241,9 +242,16 @@ def _wait(pending, store, notify, cancel, ingest_early, sigint_sets) -> None:
                     for ref in pending:
                         ray.cancel(ref, force=False)
                 elif cancelled_at is not None and time.monotonic() - cancelled_at > STOP_GRACE_S:
-                    for ref in pending:
-                        ray.cancel(ref, force=True)
-                    cancelled_at = float("inf")  # asked once; Ray reports them ended
+                    if forced_at is None:
+                        forced_at = time.monotonic()
+                        for ref in pending:
+                            ray.cancel(ref, force=True)
+                    elif time.monotonic() - forced_at > GIVE_UP_S:  # Ray never answered
+                        for task in pending.values():
+                            task.returncode = -signal.SIGKILL
+                            task.log_path.write_text("cancelled; Ray did not confirm\n")
+                        pending.clear()
+                        break
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
                 for ref in ready:
                     task = pending.pop(ref)
@@ -294,7 +302,6 @@ def run_segment(job: dict, code: bytes, files: dict[str, Any]) -> dict:
     import ray
 
     base = Path(tempfile.mkdtemp(prefix="florwb-ray-"))
-    proc: subprocess.Popen | None = None
     try:
         # the mirror of the project's ancestry, as a local replay has it (mirror.py)
         from florwb_engine.replay.executor import _link_missing
@@ -331,47 +338,68 @@ def run_segment(job: dict, code: bytes, files: dict[str, Any]) -> dict:
             **thread_env(int(job["threads"])),
         }
         log_path = base / "stderr.log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, str(code_dir / job["script"]), *job["argv"]],
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-            while proc.poll() is None:
-                time.sleep(POLL_S)
+        script = code_dir / job["script"]
+        server = _warm_server()
+        server.preload(
+            script_imports(script.read_text(errors="replace")), [project, code_dir, script.parent]
+        )
+        request = server.start([str(script), *job["argv"]], cwd, env, log_path)
+        returncode = _wait_for_worker(server, request, log_path)
         journal = journal_dir(home) / replay_journal_name(spec.replay_id, spec.segment)
         return {
-            "returncode": proc.returncode,
+            "returncode": returncode,
             "journal": journal.read_bytes() if journal.exists() else None,
             "log": log_path.read_bytes()[-64_000:],
         }
-    finally:  # also on KeyboardInterrupt (ray.cancel): the script stops with the task
-        if proc is not None and proc.poll() is None:
-            _stop_group(proc)
+    finally:
         import shutil
 
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
+# The Ray worker process outlives its tasks: its fork server (forkserver.py) is kept, so
+# only the first segment on a worker pays `import torch`; later ones fork a warm process.
+_WARM: ForkServer | None = None
+
+
+def _warm_server() -> ForkServer:
+    global _WARM
+    if _WARM is None or _WARM.lost():
+        log = Path(tempfile.gettempdir()) / f"florwb-ray-forkserver-{os.getpid()}.log"
+        _WARM = ForkServer(log)
+    return _WARM
+
+
+def _wait_for_worker(server: ForkServer, request: int, log_path: Path) -> int:
+    """The segment's exit code. On KeyboardInterrupt (ray.cancel) the script's process
+    group gets SIGTERM, SIGKILL after STOP_GRACE_S, before the interrupt goes on."""
+    pid: int | None = None
     try:
-        proc.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        while True:
+            server.poll(POLL_S)
+            started = server.started.get(request)
+            if isinstance(started, str):  # could not fork: say why where stderr would be
+                log_path.write_text(started + "\n")
+                return -1
+            pid = started
+            if pid is not None and pid in server.exited:
+                return server.exited.pop(pid)
+    except KeyboardInterrupt:
+        if pid is not None:
+            _stop_worker(server, pid)
+        raise
+    finally:
+        server.started.pop(request, None)
 
 
-def _die_with_parent() -> None:
-    """In the script's process, before exec: die when the Ray worker does (a forced
-    cancel kills the worker without running its cleanup). Linux only; elsewhere a no-op."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+def _stop_worker(server: ForkServer, pid: int) -> None:
+    signal_worker(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while pid not in server.exited and time.monotonic() < deadline:
+        server.poll(POLL_S)
+    if pid not in server.exited:
+        signal_worker(pid, signal.SIGKILL)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while pid not in server.exited and time.monotonic() < deadline:
+            server.poll(POLL_S)
+    server.exited.pop(pid, None)
