@@ -155,7 +155,9 @@ def plan_replay(
         plans.append(plan)
     factor = 1.0 if ratio is None else min(max(ratio, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
     _assign_segments([p for p in plans if p.status == READY], work, workers, factor)
-    raw = replay_estimate([s.estimate_s / factor for p in plans for s in p.segments], workers)
+    raw = replay_estimate(
+        [s.estimate_s / factor for p in plans for s in p.segments], workers, executor
+    )
     return Plan(
         replay_id=time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2),
         project=project,
