@@ -15,7 +15,7 @@ from conftest import florwb, git, run_py, write
 from conftest_app import copy_demo
 
 from florwb_engine.replay import execute, plan_replay
-from florwb_engine.replay.ray_executor import RayOptions
+from florwb_engine.replay.ray_executor import RayOptions, task_resources
 from florwb_engine.store import Store
 
 ray = pytest.importorskip("ray")  # the `ray` extra is in `dev`: present wherever tests run
@@ -149,3 +149,29 @@ def test_cancelling_a_ray_replay_stops_its_tasks_and_leaves_nothing(repo, tmp_pa
         time.sleep(0.05)
     assert not _alive(pid), "the replayed script outlived its cancelled task"
     hold.unlink()
+
+
+def test_task_resources_come_from_the_flags_or_the_runs_recorded_devices(tmp_path):
+    demo = copy_demo(tmp_path)
+    store = Store(demo)
+    run_id = store.query("SELECT run_id FROM runs ORDER BY run_id LIMIT 1").run_id[0]
+    assert task_resources(demo, run_id, RayOptions()) == (1.0, 0.0)  # recorded on CPU
+    with store.session() as con:
+        con.execute(
+            "UPDATE run_context SET device_kind = 'cuda', gpu_count = 2 WHERE run_id = ?", [run_id]
+        )
+    assert task_resources(demo, run_id, RayOptions()) == (1.0, 2.0)
+    assert task_resources(demo, run_id, RayOptions(gpus_per_task=0.5, cpus_per_task=4)) == (
+        4,
+        0.5,
+    )
+
+
+def test_ray_flags_without_the_ray_executor_are_refused(tmp_path):
+    demo = copy_demo(tmp_path)
+    proc = florwb(demo, "replay", "weight_norm", "--address", "auto", "--yes", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "florwb: --address, --gpus-per-task, --cpus-per-task need --executor ray"
+    ]
+    assert Store(demo).query("SELECT count(*) AS n FROM replays").n[0] == 0
