@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -111,13 +115,35 @@ def _state(pid: int) -> str:
         return "X"
 
 
-def test_cancelling_a_ray_replay_stops_its_tasks_and_leaves_nothing(repo, tmp_path, ray_address):
-    mark, hold = tmp_path / "mark", tmp_path / "hold"
+def _held_project(repo: Path, mark: Path, hold: Path) -> None:
     write(repo / "train.py", HELD.format(mark=str(mark), hold=str(hold)))
     git(repo, "add", "train.py")
     git(repo, "commit", "-q", "-m", "v1")
     run_py(repo, "train.py")
     write(repo / "train.py", HELD_TODAY.format(mark=str(mark), hold=str(hold)))
+
+
+def _left_nothing(repo: Path, pid: int) -> None:
+    store = Store(repo)
+    assert store.query("SELECT status FROM replays").status.tolist() == ["cancelled"]
+    assert store.query("SELECT count(*) AS n FROM logs WHERE source != 'record'").n[0] == 0
+    assert not list((repo / ".florwb" / "journal").glob("replay-*"))
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), "the replayed script outlived its cancelled task"
+
+
+def _wait_for(path: Path, still: Callable[[], bool], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists() and still() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), "the old script never ran inside a Ray task"
+
+
+def test_cancelling_a_ray_replay_stops_its_tasks_and_leaves_nothing(repo, tmp_path, ray_address):
+    mark, hold = tmp_path / "mark", tmp_path / "hold"
+    _held_project(repo, mark, hold)
     plan = plan_replay(repo, ["held"], workers=1, executor="ray")
     assert plan.ready()
     hold.write_text("")
@@ -129,26 +155,19 @@ def test_cancelling_a_ray_replay_stops_its_tasks_and_leaves_nothing(repo, tmp_pa
         )
     )
     worker.start()
-    deadline = time.monotonic() + 120
-    while not mark.exists() and worker.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert mark.exists(), out  # the old script runs inside a Ray task
-    pid = int(mark.read_text())
-    cancel.set()
-    worker.join(timeout=60)
-    assert not worker.is_alive()
-    result = out["result"]
-    assert result.status == "cancelled"
-    assert [r.status for r in result.runs] == ["cancelled"]
-    store = Store(repo)
-    assert store.query("SELECT status FROM replays").status.tolist() == ["cancelled"]
-    assert store.query("SELECT count(*) AS n FROM logs WHERE source != 'record'").n[0] == 0
-    assert not list((repo / ".florwb" / "journal").glob("replay-*"))
-    deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid), "the replayed script outlived its cancelled task"
-    hold.unlink()
+    try:
+        try:
+            _wait_for(mark, worker.is_alive)
+        finally:
+            cancel.set()  # also when the script never ran: the replay must end
+            worker.join(timeout=60)
+        assert not worker.is_alive()
+        result = out["result"]
+        assert result.status == "cancelled"
+        assert [r.status for r in result.runs] == ["cancelled"]
+        _left_nothing(repo, int(mark.read_text()))
+    finally:
+        hold.unlink()  # a script that outlived its task ends too
 
 
 def test_task_resources_come_from_the_flags_or_the_runs_recorded_devices(tmp_path):
@@ -175,3 +194,27 @@ def test_ray_flags_without_the_ray_executor_are_refused(tmp_path):
         "florwb: --address, --gpus-per-task, --cpus-per-task need --executor ray"
     ]
     assert Store(demo).query("SELECT count(*) AS n FROM replays").n[0] == 0
+
+
+def test_ctrl_c_on_a_ray_replay_cancels_it(repo, tmp_path, ray_address):
+    mark, hold = tmp_path / "mark", tmp_path / "hold"
+    _held_project(repo, mark, hold)
+    hold.write_text("")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "florwb.cli", "replay", "held", "--yes"]
+        + ["--executor", "ray", "--address", ray_address],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(mark, lambda: proc.poll() is None)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, (out, err)
+        assert "cancelled" in out
+        _left_nothing(repo, int(mark.read_text()))
+    finally:
+        proc.kill()  # no-op when it ended
+        hold.unlink()  # a script that outlived its task ends too

@@ -156,7 +156,7 @@ def run_all(
 ) -> dict[int, Shipment]:
     """Run every task on Ray, writing each returned journal where a local worker writes
     it and setting each task's returncode; the bytes shipped per segment are returned."""
-    from florwb_engine.replay.executor import Progress, _sigint_sets
+    from florwb_engine.replay.executor import _sigint_sets
 
     started_here = connect(options)
     import ray
@@ -164,57 +164,65 @@ def run_all(
     notify = on_progress or (lambda _p: None)
     try:
         remote = ray.remote(max_retries=0)(run_segment)
-        archives: dict[Path, Any] = {}
-        blobs: dict[Path, Any] = {}
-        resources: dict[str, tuple[float, float]] = {}
         shipped: dict[int, Shipment] = {}
         pending: dict[Any, _Task] = {}
-        for task in tasks:
-            assert task.code_dir is not None
-            if task.code_dir not in archives:
-                archives[task.code_dir] = code_archive(task.code_dir)
-                blobs[task.code_dir] = ray.put(archives[task.code_dir])
-            spec = ReplaySpec.load(task.spec_path)
-            files = {}
-            sizes = 0
-            for name in segment_checkpoints(spec).values():
-                path = Path(spec.checkpoint_dir) / name
-                if path not in blobs:
-                    blobs[path] = ray.put(path.read_bytes())
-                files[name] = blobs[path]
-                sizes += path.stat().st_size
-            if spec.start_rng:
-                path = Path(spec.start_rng)
-                if path not in blobs:
-                    blobs[path] = ray.put(path.read_bytes())
-                files[path.name] = blobs[path]
-                sizes += path.stat().st_size
-            if task.plan.run_id not in resources:
-                resources[task.plan.run_id] = task_resources(
-                    task.project, task.plan.run_id, options
-                )
-            cpus, gpus = resources[task.plan.run_id]
-            job = {
-                "spec": spec.__dict__,
-                "project": str(task.project),
-                "script": str(Path(task.argv[0]).relative_to(task.code_dir)),
-                "argv": task.argv[1:],
-                "cwd": _relative_cwd(task),
-                "threads": max(1, int(cpus)),
-            }
-            ref = remote.options(num_cpus=cpus, num_gpus=gpus).remote(
-                job, blobs[task.code_dir], files
-            )
-            pending[ref] = task
-            task.request = len(pending)
-            shipped[task.segment.index] = Shipment(len(archives[task.code_dir]), sizes)
-            total = task.segment.last - task.segment.first + 1
-            notify(Progress(task.plan.run_id, task.segment.index, 0, total, "running"))
-        _wait(pending, store, notify, cancel, ingest_early, _sigint_sets)
+        with _sigint_sets(cancel):  # Ctrl-C while submitting cancels what was submitted
+            _submit(tasks, remote, options, pending, shipped, notify, cancel)
+            _wait(pending, store, notify, cancel, ingest_early)
         return shipped
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _submit(tasks, remote, options, pending, shipped, notify, cancel) -> None:
+    """Ship each task's code (once per version), checkpoints and spec, and start it."""
+    import ray
+
+    from florwb_engine.replay.executor import Progress
+
+    archives: dict[Path, Any] = {}
+    blobs: dict[Path, Any] = {}
+    resources: dict[str, tuple[float, float]] = {}
+    for task in tasks:
+        if cancel.is_set():
+            return
+        assert task.code_dir is not None
+        if task.code_dir not in archives:
+            archives[task.code_dir] = code_archive(task.code_dir)
+            blobs[task.code_dir] = ray.put(archives[task.code_dir])
+        spec = ReplaySpec.load(task.spec_path)
+        files = {}
+        sizes = 0
+        for name in segment_checkpoints(spec).values():
+            path = Path(spec.checkpoint_dir) / name
+            if path not in blobs:
+                blobs[path] = ray.put(path.read_bytes())
+            files[name] = blobs[path]
+            sizes += path.stat().st_size
+        if spec.start_rng:
+            path = Path(spec.start_rng)
+            if path not in blobs:
+                blobs[path] = ray.put(path.read_bytes())
+            files[path.name] = blobs[path]
+            sizes += path.stat().st_size
+        if task.plan.run_id not in resources:
+            resources[task.plan.run_id] = task_resources(task.project, task.plan.run_id, options)
+        cpus, gpus = resources[task.plan.run_id]
+        job = {
+            "spec": spec.__dict__,
+            "project": str(task.project),
+            "script": str(Path(task.argv[0]).relative_to(task.code_dir)),
+            "argv": task.argv[1:],
+            "cwd": _relative_cwd(task),
+            "threads": max(1, int(cpus)),
+        }
+        ref = remote.options(num_cpus=cpus, num_gpus=gpus).remote(job, blobs[task.code_dir], files)
+        pending[ref] = task
+        task.request = len(pending)
+        shipped[task.segment.index] = Shipment(len(archives[task.code_dir]), sizes)
+        total = task.segment.last - task.segment.first + 1
+        notify(Progress(task.plan.run_id, task.segment.index, 0, total, "running"))
 
 
 def _relative_cwd(task: _Task) -> str:
@@ -226,7 +234,7 @@ def _relative_cwd(task: _Task) -> str:
     return str(task.cwd)
 
 
-def _wait(pending, store, notify, cancel, ingest_early, sigint_sets) -> None:
+def _wait(pending, store, notify, cancel, ingest_early) -> None:
     import ray
     from ray.exceptions import RayError, TaskCancelledError
 
@@ -234,51 +242,50 @@ def _wait(pending, store, notify, cancel, ingest_early, sigint_sets) -> None:
 
     cancelled_at: float | None = None
     forced_at: float | None = None
-    with sigint_sets(cancel):
-        while pending:
-            try:
-                if cancel.is_set() and cancelled_at is None:
-                    cancelled_at = time.monotonic()
+    while pending:
+        try:
+            if cancel.is_set() and cancelled_at is None:
+                cancelled_at = time.monotonic()
+                for ref in pending:
+                    ray.cancel(ref, force=False)
+            elif cancelled_at is not None and time.monotonic() - cancelled_at > STOP_GRACE_S:
+                if forced_at is None:
+                    forced_at = time.monotonic()
                     for ref in pending:
-                        ray.cancel(ref, force=False)
-                elif cancelled_at is not None and time.monotonic() - cancelled_at > STOP_GRACE_S:
-                    if forced_at is None:
-                        forced_at = time.monotonic()
-                        for ref in pending:
-                            ray.cancel(ref, force=True)
-                    elif time.monotonic() - forced_at > GIVE_UP_S:  # Ray never answered
-                        for task in pending.values():
-                            task.returncode = -signal.SIGKILL
-                            task.log_path.write_text("cancelled; Ray did not confirm\n")
-                        pending.clear()
-                        break
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
-                for ref in ready:
-                    task = pending.pop(ref)
-                    total = task.segment.last - task.segment.first + 1
-                    try:
-                        out = ray.get(ref)
-                    except TaskCancelledError:
-                        task.returncode = -signal.SIGTERM
-                        task.log_path.write_text("cancelled\n")
-                    except RayError as exc:
-                        task.returncode = -1
-                        task.log_path.write_text(f"ray: {str(exc).strip()[-2000:]}\n")
-                    else:
-                        task.returncode = _land(task, out)
-                    done = total if task.returncode == 0 else 0
-                    state: SegmentState = (
-                        "finished"
-                        if task.returncode == 0
-                        else "cancelled"
-                        if cancel.is_set()
-                        else "failed"
-                    )
-                    notify(Progress(task.plan.run_id, task.segment.index, done, total, state))
-                    if task.returncode == 0 and pending and not cancel.is_set():
-                        ingest_early(store)
-            except KeyboardInterrupt:  # Ctrl-C where the handler is not installed
-                cancel.set()
+                        ray.cancel(ref, force=True)
+                elif time.monotonic() - forced_at > GIVE_UP_S:  # Ray never answered
+                    for task in pending.values():
+                        task.returncode = -signal.SIGKILL
+                        task.log_path.write_text("cancelled; Ray did not confirm\n")
+                    pending.clear()
+                    break
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+            for ref in ready:
+                task = pending.pop(ref)
+                total = task.segment.last - task.segment.first + 1
+                try:
+                    out = ray.get(ref)
+                except TaskCancelledError:
+                    task.returncode = -signal.SIGTERM
+                    task.log_path.write_text("cancelled\n")
+                except RayError as exc:
+                    task.returncode = -1
+                    task.log_path.write_text(f"ray: {str(exc).strip()[-2000:]}\n")
+                else:
+                    task.returncode = _land(task, out)
+                done = total if task.returncode == 0 else 0
+                state: SegmentState = (
+                    "finished"
+                    if task.returncode == 0
+                    else "cancelled"
+                    if cancel.is_set()
+                    else "failed"
+                )
+                notify(Progress(task.plan.run_id, task.segment.index, done, total, state))
+                if task.returncode == 0 and pending and not cancel.is_set():
+                    ingest_early(store)
+        except KeyboardInterrupt:  # Ctrl-C where the handler is not installed
+            cancel.set()
 
 
 def _land(task: _Task, out: dict) -> int:
