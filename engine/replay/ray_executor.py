@@ -12,10 +12,12 @@ first segment pays `import torch`), and returns the journal bytes. The driver wr
 where a local worker would have written its journal, so ingestion, the fidelity check and
 cancel are the executor's own (executor.py), unchanged.
 
-Files the snapshot left out (data folders, large files) are linked from the project's path
-when the node has that path (a local cluster, a shared filesystem); elsewhere the script
-reads them as it would on a fresh checkout. The cluster's Python needs florwb and the
-script's imports installed, as any Ray job does.
+Files the snapshot left out (data folders, large files) are copied from the project's path
+when the node has that path (a local cluster, a shared filesystem), within the copy budget
+of contain.py, so the old script's writes never reach the user's files; elsewhere the
+script reads them as it would on a fresh checkout. Left-out files that changed since the
+run are restored from git on this machine (executor._prepare) and shipped with the code.
+The cluster's Python needs florwb and the script's imports installed, as any Ray job does.
 
 Cancel (Ctrl-C, or the `cancel` event): every task is cancelled through Ray, which raises
 KeyboardInterrupt in the task; the task stops its script's process group. A task still
@@ -311,7 +313,8 @@ def run_segment(job: dict, code: bytes, files: dict[str, Any]) -> dict:
     base = Path(tempfile.mkdtemp(prefix="florwb-ray-"))
     try:
         # the mirror of the project's ancestry, as a local replay has it (mirror.py)
-        from florwb_engine.replay.executor import _link_missing
+        from florwb_engine.replay import contain
+        from florwb_engine.replay.executor import _SKIP_LINKS
         from florwb_engine.replay.mirror import mirrored_project
 
         project = Path(job["project"])
@@ -319,8 +322,8 @@ def run_segment(job: dict, code: bytes, files: dict[str, Any]) -> dict:
         code_dir = mirrored_project(mirror, project)
         with tarfile.open(fileobj=io.BytesIO(code), mode="r:gz") as tar:
             tar.extractall(code_dir, filter="data")
-        if project.is_dir():
-            _link_missing(project, code_dir)
+        if project.is_dir():  # copies, never links: the script's writes stay in the task
+            contain.copy_missing(project, code_dir, _SKIP_LINKS)
         home = base / "home"  # the task's own project: journal and checkpoints
         spec = ReplaySpec(**job["spec"])
         ckpt_dir = store_dir(home) / "checkpoints" / spec.run_id
