@@ -34,10 +34,12 @@ REPLAY_FIXED_S = 0.5
 # Per segment: fork from the warm server, the florwb runtime's start and its last flush.
 LOCAL_START_S = 0.35
 # Per Ray task: scheduling, unpacking the code and checkpoints, forking the script from the
-# Ray worker's fork server. Once per Ray worker, in parallel: that server's interpreter and
-# the script's imports (torch is most of it).
-RAY_START_S = 0.5
-RAY_IMPORT_S = 2.0
+# Ray worker's fork server. Once per replay, the workers side by side: each `florwb replay`
+# is a new Ray job, whose worker processes start (Python, ray, florwb) and whose fork
+# servers import the script's modules (torch is most of it). Measured with
+# `bench_replay.py --executor ray` on a busy 2-core box.
+RAY_START_S = 1.0
+RAY_IMPORT_S = 3.0
 RAY_BYTES_PER_S = 100e6  # object-store transfer of code and checkpoints to the node
 PREFIX_FLOOR_S = 0.2
 PREFIX_EPOCHS = 2.0
