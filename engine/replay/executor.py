@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Union
 
 import duckdb
 
@@ -46,6 +46,9 @@ from florwb_engine.store.replays import (
 )
 from florwb_engine.versions.inputs import run_bytes
 
+if TYPE_CHECKING:
+    from florwb_engine.replay.ray_executor import RayOptions, Shipment
+
 POLL_S = 0.2
 
 # A segment's process: queued, forked, or ended (`cancelled` when the replay was).
@@ -53,6 +56,8 @@ SegmentState = Literal["waiting", "running", "finished", "failed", "cancelled"]
 # One run's outcome: `diverged` when recomputed values differ from what the run recorded.
 RunReplayStatus = Literal["finished", "diverged", "failed", "cancelled"]
 _SKIP_LINKS = {".florwb", ".git", "__pycache__"}
+# Where segments run: "local" (the fork server) or "ray" / RayOptions (ray_executor.py).
+Executor = Union[Literal["local", "ray"], "RayOptions"]
 
 
 @dataclass
@@ -81,6 +86,7 @@ class ReplayResult:
     status: ReplayStatus
     runs: list[RunResult] = field(default_factory=list)
     elapsed_s: float = 0.0
+    shipped: dict[int, Shipment] = field(default_factory=dict)  # segment -> bytes sent (ray)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -97,6 +103,8 @@ class _Task:
     cwd: Path
     project: Path
     contain: dict | None = None  # how the worker enters its private overlay (namespace mode)
+    code_dir: Path | None = None  # the materialised version (shipped by remote executors)
+    mirror: Path | None = None  # the base of the project's mirror holding code_dir
     request: int | None = None  # the fork server's number for this worker
     pid: int | None = None
     returncode: int | None = None
@@ -108,21 +116,29 @@ def execute(
     on_progress: Callable[[Progress], None] | None = None,
     cancel: threading.Event | None = None,
     server: ForkServer | None = None,
+    executor: Executor = "local",
 ) -> ReplayResult:
     """Run the plan on `plan.workers` processes forked by `server` (from warm_workers),
-    which is used and closed; without one, one is started."""
+    which is used and closed; without one, one is started. `executor="ray"` (or
+    RayOptions) runs the segments as Ray tasks instead (ray_executor.py)."""
     started = time.perf_counter()
     cancel = cancel or threading.Event()
     project = plan.project
     store = Store(project)
     workdir = store_dir(project) / "replays" / plan.replay_id
+    remote = _remote_options(executor)
+    if remote is not None and server is not None:
+        server.close()  # a warm local server is not needed: the tasks run on Ray
+        server = None
+    containment: contain.Containment | None = None  # Ray tasks contain themselves
     try:
-        containment = contain.choose(project, store_dir(project))  # before anything starts
+        if remote is None:
+            containment = contain.choose(project, store_dir(project))  # before anything starts
     except contain.ContainmentError:
         if server is not None:
             server.close()
         raise
-    server = server or warm_workers(project)
+    server = server or (warm_workers(project) if remote is None else None)
     result = ReplayResult(plan.replay_id, "finished")
     tasks: list[_Task] = []
     try:
@@ -131,15 +147,26 @@ def execute(
         # after its row: a work folder without a running replay is a leftover readers remove
         workdir.mkdir(parents=True, exist_ok=True)
         tasks = _prepare(plan, workdir, server, containment)
-        _run_all(tasks, plan.workers, server, store, on_progress, cancel)
+        if remote is None:
+            assert server is not None
+            _run_all(tasks, plan.workers, server, store, on_progress, cancel)
+        else:
+            from florwb_engine.replay import ray_executor
+
+            result.shipped = ray_executor.run_all(
+                tasks, store, on_progress, cancel, remote, _ingest_early
+            )
+        shipped = result.shipped
         result = _collect(plan, tasks, store, cancel.is_set())
+        result.shipped = shipped
     except BaseException:
         _remove_results(store, project, plan.replay_id)
         with store.session() as con:
             finish_replay(con, plan.replay_id, "failed", plan.to_json())
         raise
     finally:
-        server.close()
+        if server is not None:
+            server.close()
         shutil.rmtree(workdir, ignore_errors=True)
         for task in tasks:
             if task.contain is not None:
@@ -148,9 +175,28 @@ def execute(
     return result
 
 
+def _remote_options(executor: Executor) -> RayOptions | None:
+    """None for the local fork server; the Ray executor's options otherwise."""
+    if executor == "local":
+        return None
+    from florwb_engine.replay.ray_executor import RayOptions
+
+    if executor == "ray":
+        return RayOptions()
+    if isinstance(executor, RayOptions):
+        return executor
+    raise ValueError(f"unknown executor {executor!r}: local or ray")
+
+
 def _prepare(
-    plan: Plan, workdir: Path, server: ForkServer, containment: contain.Containment
+    plan: Plan,
+    workdir: Path,
+    server: ForkServer | None,
+    containment: contain.Containment | None,
 ) -> list[_Task]:
+    """Materialise each version and write each segment's spec. Without `containment` (a
+    Ray replay) the files the snapshot left out are not placed here: each task copies
+    them on its node (ray_executor.py)."""
     project = plan.project
     code_dirs: dict[str, Path] = {}
     tasks = []
@@ -163,15 +209,16 @@ def _prepare(
             versions.materialize(store_dir(project), run.version, code_dir)
             (code_dir / run.script).write_text(run.code)
             _restore_inputs(project, code_dir, run.inputs)
-            if containment.mode == "namespace":
+            if containment is not None and containment.mode == "namespace":
                 _link_missing(project, code_dir)  # writes through them land in the overlay
-            else:
+            elif containment is not None:
                 contain.copy_missing(project, code_dir, _SKIP_LINKS)
             code_dirs[key] = code_dir
         code_dir = code_dirs[key]
-        server.preload(
-            script_imports(run.code), [project, code_dir, (code_dir / run.script).parent]
-        )
+        if server is not None:
+            server.preload(
+                script_imports(run.code), [project, code_dir, (code_dir / run.script).parent]
+            )
         cwd = _mapped_cwd(project, code_dir, run.cwd, mirror)
         for segment in run.segments:
             stem = f"{segment.index:03d}"
@@ -207,7 +254,11 @@ def _prepare(
                     project,
                     containment.request(
                         Path(tempfile.gettempdir()) / f"florwb-{plan.replay_id}-{stem}"
-                    ),
+                    )
+                    if containment is not None
+                    else None,
+                    code_dir,
+                    mirror,
                 )
             )
     return tasks

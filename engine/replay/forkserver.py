@@ -396,6 +396,10 @@ class ForkServer:
         except (BrokenPipeError, OSError):
             self._lost()
 
+    def lost(self) -> bool:
+        """Whether the server process has ended."""
+        return self._process.poll() is not None
+
     def kill(self) -> None:
         """Stop the server now (its workers run in their own sessions and go on)."""
         self._process.kill()

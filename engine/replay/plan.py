@@ -21,9 +21,16 @@ from pathlib import Path
 from typing import Final, Literal
 
 from florwb_engine.replay import run_inputs
-from florwb_engine.replay.cost import Work, run_work, schedule, segment_parts
+from florwb_engine.replay.cost import (
+    CALIBRATION_BOUNDS,
+    ExecutorName,
+    Work,
+    replay_estimate,
+    run_work,
+    segment_parts,
+)
 from florwb_engine.replay.errors import PlanError
-from florwb_engine.replay.facts import RunFacts, SelectedRun, run_facts, select_runs
+from florwb_engine.replay.facts import RunFacts, SelectedRun, past_ratio, run_facts, select_runs
 from florwb_engine.replay.mode import replay_mode
 from florwb_engine.replay.placing import Placer, placed_statements
 from florwb_engine.replay.spec import ReplayMode
@@ -78,6 +85,10 @@ class Plan:
     workers: int
     runs: list[RunPlan]
     estimate_s: float
+    executor: ExecutorName = "local"
+    # the cost model's own estimate, before the project's past replays calibrated it
+    estimate_raw_s: float = 0.0
+    calibration: float = 1.0
 
     def ready(self) -> list[RunPlan]:
         return [r for r in self.runs if r.status == READY]
@@ -87,7 +98,10 @@ class Plan:
             "replay_id": self.replay_id,
             "names": self.names,
             "workers": self.workers,
+            "executor": self.executor,
             "estimate_s": self.estimate_s,
+            "estimate_raw_s": self.estimate_raw_s,
+            "calibration": self.calibration,
             "runs": [
                 {
                     key: value
@@ -106,9 +120,11 @@ def plan_replay(
     where: str | None = None,
     run_ids: Sequence[str] | None = None,
     workers: int = 1,
+    executor: ExecutorName = "local",
 ) -> Plan:
     """Plan replaying `names` for the runs matching `where` (SQL over runs and args) and,
-    when given, only the runs in `run_ids` (the workbench's marked runs)."""
+    when given, only the runs in `run_ids` (the workbench's marked runs). `executor` is
+    where the segments will run: its start and transfer costs enter the estimate."""
     names = list(dict.fromkeys(n.strip() for n in names if n.strip()))
     if not names:
         raise PlanError("name at least one log statement to replay")
@@ -121,6 +137,7 @@ def plan_replay(
             if not runs:
                 raise PlanError("none of the chosen runs is recorded")
         facts = {run.run_id: run_facts(con, run.run_id) for run in runs}
+        ratio = past_ratio(con, executor)
         seen_inputs = {run.run_id: run_inputs.load(con, run.run_id) for run in runs}
     placer = Placer(project, names)
     plans = []
@@ -129,7 +146,7 @@ def plan_replay(
         plan = _plan_run(placer, names, run, facts[run.run_id])
         if plan.status == READY:
             assert plan.mode is not None
-            found = run_work(plan.mode, plan.main_loop, facts[run.run_id])
+            found = run_work(plan.mode, plan.main_loop, facts[run.run_id], executor)
             if isinstance(found, str):
                 plan.status, plan.reason = SKIP, found
             else:
@@ -143,14 +160,21 @@ def plan_replay(
                     *inputs.notes,
                 ]
         plans.append(plan)
-    _assign_segments([p for p in plans if p.status == READY], work, workers)
+    factor = 1.0 if ratio is None else min(max(ratio, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
+    _assign_segments([p for p in plans if p.status == READY], work, workers, factor)
+    raw = replay_estimate(
+        [s.estimate_s / factor for p in plans for s in p.segments], workers, executor
+    )
     return Plan(
         replay_id=time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2),
         project=project,
         names=names,
         workers=workers,
         runs=plans,
-        estimate_s=schedule([s.estimate_s for p in plans for s in p.segments], workers),
+        estimate_s=raw * factor,
+        executor=executor,
+        estimate_raw_s=raw,
+        calibration=factor,
     )
 
 
@@ -188,8 +212,11 @@ def _plan_run(placer: Placer, names: list[str], run: SelectedRun, facts: RunFact
     return plan
 
 
-def _assign_segments(ready: list[RunPlan], work: dict[str, Work], workers: int) -> None:
-    """Give each run as many segments as keeps `workers` busy, balancing estimated time."""
+def _assign_segments(
+    ready: list[RunPlan], work: dict[str, Work], workers: int, factor: float
+) -> None:
+    """Give each run as many segments as keeps `workers` busy, balancing estimated time;
+    `factor` calibrates the estimates from the project's past replays."""
     per_run = max(1, math.ceil(workers / max(len(ready), 1)))
     index = 0
     for plan in ready:
@@ -201,11 +228,13 @@ def _assign_segments(ready: list[RunPlan], work: dict[str, Work], workers: int) 
                     first=part.first,
                     last=part.last,
                     skip_inner=part.skip_inner,
-                    estimate_s=part.estimate_s,
+                    estimate_s=part.estimate_s * factor,
                 )
             )
             index += 1
-        plan.estimate_s = sum(s.estimate_s for s in plan.segments)
+        # the run's own wall time with its segments side by side: more workers cut a run
+        # into more segments, which never makes the run itself look longer
+        plan.estimate_s = max((s.estimate_s for s in plan.segments), default=0.0)
 
 
 __all__ = ["Plan", "PlanError", "RunPlan", "RunPlanStatus", "Segment", "plan_replay"]
