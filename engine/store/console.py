@@ -127,16 +127,20 @@ def _where(run_id: str | None, grep: str | None) -> tuple[str, list]:
 def frame(con: duckdb.DuckDBPyConnection, run_id: str | None = None, grep: str | None = None):
     """pandas DataFrame of lines (all runs, or one), in order: run_id, loop coordinates,
     channel, text, n. `grep` is a regular expression (RE2) a line must contain."""
-    from florwb_engine.store.schema import loop_columns
-
     if run_id is not None:
         run_id = resolve_run(con, run_id)
     where, params = _where(run_id, grep)
-    coords = _used_coordinates(
-        con, run_id, [c for c in loop_columns(con) if c.lower() not in VIEW_COLUMNS]
-    )
+    coords = _coordinates(con, run_id)
     select = ", ".join(["run_id", *(_q(c) for c in coords), "channel", "text", "n"])
     return con.execute(f"SELECT {select} FROM console{where} ORDER BY run_id, seq", params).df()
+
+
+def _coordinates(con: duckdb.DuckDBPyConnection, run_id: str | None) -> list[str]:
+    """The view's loop columns that the selected lines have values in."""
+    from florwb_engine.store.schema import loop_columns
+
+    columns = [c for c in loop_columns(con) if c.lower() not in VIEW_COLUMNS]
+    return _used_coordinates(con, run_id, columns)
 
 
 def _q(name: str) -> str:
@@ -158,10 +162,7 @@ def tail(
     con: duckdb.DuckDBPyConnection, run_id: str, limit: int = 200
 ) -> tuple[list[ConsoleLine], int]:
     """The last `limit` lines of a run, oldest first, and how many it has in all."""
-    from florwb_engine.store.schema import loop_columns
-
-    columns = [c for c in loop_columns(con) if c.lower() not in VIEW_COLUMNS]
-    coords = _used_coordinates(con, run_id, columns)
+    coords = _coordinates(con, run_id)
     extra = "".join(f", {_q(c)}" for c in coords)
     rows = con.execute(
         f"SELECT seq, channel, text, n{extra} FROM console WHERE run_id = ? "
@@ -245,10 +246,7 @@ def extract(
     run_id = resolve_run(con, run_id)
     names = list(compiled.groupindex)
     result = Extraction(run_id, names)
-    from florwb_engine.store.schema import loop_columns
-
-    columns = [c for c in loop_columns(con) if c.lower() not in VIEW_COLUMNS]
-    coords = _used_coordinates(con, run_id, columns)
+    coords = _coordinates(con, run_id)
     extra = "".join(f", {_q(c)}" for c in coords)
     rows = con.execute(
         f"SELECT ctx_id, text{extra} FROM console WHERE run_id = ? ORDER BY seq", [run_id]
