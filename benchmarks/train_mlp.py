@@ -3,6 +3,7 @@
 BENCH_FLOR picks the backend: plain (a no-op shim, the zero-cost baseline; default), florwb
 (`import florwb as flor`) or flordb (`import flordb as flor`). Sizes come from BENCH_EPOCHS,
 BENCH_STEPS (batches per epoch), BENCH_HIDDEN and BENCH_BATCH; the defaults take a few seconds.
+BENCH_PRINT=1 prints a line every step, as many scripts do (bench_capture.py).
 When BENCH_TIMING_FILE is set, the script writes its own timings there as JSON: flor_import_s
 (importing the backend) and train_s (first flor call through flor.commit()).
 CPU only, one thread, fixed seeds, no downloads.
@@ -96,6 +97,7 @@ def main():
     )
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
+    print_steps = os.environ.get("BENCH_PRINT") == "1"
 
     # epoch and step stay named although unused: hindsight log statements added later use them.
     with flor.checkpointing(model=net, optimizer=opt):
@@ -107,6 +109,8 @@ def main():
                 loss.backward()
                 opt.step()
                 flor.log("loss", loss.item())
+                if print_steps:
+                    print(f"epoch {epoch} step {step} loss {loss.item():.4f}")
             net.eval()
             with torch.no_grad():
                 acc = (net(x_val).argmax(dim=1) == y_val).float().mean().item()
