@@ -142,12 +142,12 @@ def install() -> bool:
     _api = importlib.import_module("florwb_engine.record.api")
     _state.reset()
     if not isinstance(sys.stdout, Tee) and sys.stdout is not None:
-        sys.stdout = Tee(sys.stdout, "stdout")  # type: ignore[assignment]
+        sys.stdout = Tee(sys.stdout, "stdout")
     if not isinstance(sys.stderr, Tee) and sys.stderr is not None:
-        sys.stderr = Tee(sys.stderr, "stderr")  # type: ignore[assignment]
+        sys.stderr = Tee(sys.stderr, "stderr")
     if _saved_handle is None:
         _saved_handle = logging.Logger.handle
-        logging.Logger.handle = _handle  # type: ignore[method-assign]
+        logging.Logger.handle = _handle  # type: ignore[method-assign, assignment]
     _on = True
     return True
 
