@@ -81,7 +81,7 @@ def render_detail(detail: RunDetail) -> Group:
     if detail.metrics:
         metrics = _table()
         metrics.add_column("name", style="cyan", no_wrap=True, max_width=18)
-        metrics.add_column("source", no_wrap=True, max_width=10)
+        metrics.add_column("source", no_wrap=True, max_width=13)
         metrics.add_column("n", justify="right")
         metrics.add_column("last", justify="right")
         metrics.add_column("min", justify="right")
@@ -178,7 +178,7 @@ def _context_lines(run: RunRow) -> list[Text]:
     kind = ctx.get("device_kind")
     name = ctx.get("device_name") or ctx.get("cpu_name")
     if kind or name:
-        device.append(f"{kind or '?'}: {name or '?'}")
+        device.append(f"{kind}: {name or '?'}" if kind else str(name))
         if ctx.get("gpu_count"):
             device.append(f" · {ctx['gpu_count']} × {ctx.get('gpu_name') or 'GPU'}")
         elif ctx.get("cpu_count"):
