@@ -100,8 +100,6 @@ def render_detail(detail: RunDetail) -> Group:
     else:
         parts.append(Text("nothing logged", "dim"))
 
-    parts.extend(_where_time_goes(detail))
-
     parts.append(_section(f"Checkpoints ({len(detail.checkpoints)})"))
     if detail.checkpoints:
         ckpt = _table("loop", "iteration", "size", "written", "file")
@@ -124,6 +122,7 @@ def render_detail(detail: RunDetail) -> Group:
     else:
         parts.append(Text("none yet", "dim"))
 
+    parts.extend(_where_time_goes(detail))
     parts.extend(_console(detail))
     return Group(*parts)
 
