@@ -5,7 +5,8 @@ BENCH_FLOR picks the backend: plain (a no-op shim, the zero-cost baseline; defau
 BENCH_STEPS (batches per epoch), BENCH_HIDDEN and BENCH_BATCH; the defaults take a few seconds.
 BENCH_PRINT=1 prints a line every step, as many scripts do (bench_capture.py).
 When BENCH_TIMING_FILE is set, the script writes its own timings there as JSON: flor_import_s
-(importing the backend) and train_s (first flor call through flor.commit()).
+(importing the backend), train_s (first flor call through flor.commit()) and train_cpu_s
+(the CPU seconds of all the process's threads over the same span).
 CPU only, one thread, fixed seeds, no downloads.
 """
 
@@ -63,6 +64,7 @@ def load_flor(backend):
 _t_import = time.perf_counter()
 flor = load_flor(os.environ.get("BENCH_FLOR", "plain"))
 _t_imported = time.perf_counter()
+_cpu_imported = time.process_time()
 
 
 def make_data(steps, batch_size, seed):
@@ -124,8 +126,13 @@ def main():
 if __name__ == "__main__":
     main()
     t_end = time.perf_counter()
+    cpu_end = time.process_time()
     timing_file = os.environ.get("BENCH_TIMING_FILE")
     if timing_file:
-        timings = {"flor_import_s": _t_imported - _t_import, "train_s": t_end - _t_imported}
+        timings = {
+            "flor_import_s": _t_imported - _t_import,
+            "train_s": t_end - _t_imported,
+            "train_cpu_s": cpu_end - _cpu_imported,
+        }
         with open(timing_file, "w") as f:
             json.dump(timings, f)
