@@ -246,3 +246,44 @@ def test_flor_io_in_the_script_and_set_capture_off(repo: Path) -> None:
     )
     run_py(repo, "quiet.py")
     assert read_io(Store(repo), grep="quiet").empty
+
+
+def test_a_store_of_schema_5_gains_the_console_and_keeps_its_runs(repo: Path) -> None:
+    import duckdb
+
+    write(repo / "train.py", "import florwb as flor\nflor.log('x', 1)\nprint('first')\n")
+    run_py(repo, "train.py")
+    assert Store(repo).runs()[0]["status"] == "finished"
+    con = duckdb.connect(str(repo / ".florwb" / "florwb.duckdb"))
+    con.execute("DROP VIEW console")
+    con.execute("DROP TABLE console_rows")
+    con.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+    con.close()
+    (run,) = Store(repo).runs()  # migrated in place: the run is kept, its lines gone
+    assert run["status"] == "finished"
+    assert read_io(Store(repo)).empty
+    run_py(repo, "train.py")
+    frame = read_io(Store(repo))
+    assert list(frame["text"]) == ["first"] and frame["run_id"][0] != run["run_id"]
+
+
+def test_a_repeat_after_its_line_reached_the_journal_is_counted_on_that_row(repo: Path) -> None:
+    write(
+        repo / "train.py",
+        """
+        import florwb as flor
+        from florwb_engine.record import runtime
+        for step in flor.loop("step", range(2)):
+            flor.log("x", step)
+            print("waiting for data")
+            runtime.current().try_flush()  # the line is in the journal now
+            print("waiting for data")
+            print("waiting for data")
+        """,
+    )
+    run_py(repo, "train.py")
+    frame = read_io(Store(repo))
+    assert list(zip(frame["step"], frame["text"], frame["n"])) == [
+        (0, "waiting for data", 3),
+        (1, "waiting for data", 3),
+    ]
