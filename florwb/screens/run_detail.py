@@ -31,6 +31,7 @@ from florwb_engine.store.queries import RunDetail, load_run_detail
 from florwb_engine.store.runs import RunRow
 
 RELOAD_S = 1.0  # while the run records
+TAIL_LINE_CHARS = 200  # a longer line is clipped in the tail; `florwb io` shows it whole
 CHANNEL_STYLES = {"stdout": "", "stderr": "yellow", "warning": "yellow", "error": "red"}
 
 
@@ -242,7 +243,7 @@ def _console(detail: RunDetail) -> list:
     lines.add_column(overflow="fold")
     for line in detail.console:
         where = " ".join(f"{k}={v}" for k, v in line.where.items()) or "-"
-        text = Text(line.text, CHANNEL_STYLES.get(line.channel, "cyan"))
+        text = Text(fmt.clip(line.text, TAIL_LINE_CHARS), CHANNEL_STYLES.get(line.channel, "cyan"))
         if line.n > 1:
             text.append(f" (×{line.n})", "dim")
         lines.add_row(where, line.channel, text)
