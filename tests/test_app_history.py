@@ -124,6 +124,8 @@ async def test_enter_opens_run_detail_with_args_metrics_checkpoints_replays(demo
             await pilot.press("j")
         text = screen_text(app)
         assert "Replays (0)" in text
+        await pilot.press("G")  # where time goes and the console tail end the detail
+        text = await wait_for(pilot, lambda t: "Console (" in t, what="the end of the detail")
         assert "waited on the data iterator" in text
         await pilot.press("escape")
         await loaded(pilot)

@@ -33,7 +33,7 @@ from florwb_engine.journal import (
     replay_journal_name,
 )
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import start_rng
+from florwb_engine.record import capture, start_rng
 from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
 from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
@@ -109,6 +109,7 @@ class Run:
         self._snapshotter = threading.Thread(target=self._snapshot, name="florwb-snap", daemon=True)
         if self.replayer is None:
             self._snapshotter.start()
+            capture.install()  # printed and logged lines, teed (capture.py)
 
     def _save_start_rng(self, states: dict) -> None:
         """Written at once (tens of KiB) so a replay of a run killed early still has them.
@@ -175,6 +176,7 @@ class Run:
         """Pack what the buffers hold and write it with whatever still waits; OSError when
         the journal cannot be written (the packed chunks wait in memory for the next try)."""
         with self._flush_lock:
+            capture.drain(EVENTS)
             # Pack straight from the buffers, then drop what was packed: the training thread
             # only appends, so the first n items stay put meanwhile.
             n_logs, n_timings, n_events = len(LOGS), len(TIMINGS), len(EVENTS)
@@ -277,6 +279,9 @@ class Run:
             print(
                 f"florwb: --kwargs not used by any flor.arg: {', '.join(unused)}", file=sys.stderr
             )
+        with self._flush_lock:  # the last lines go before the end event
+            capture.uninstall()
+            capture.drain(EVENTS, final=True)
         EVENTS.append(
             {
                 "kind": "end",
@@ -513,5 +518,6 @@ def _disable_in_child() -> None:
     global _current, _disabled
     _current = None
     _disabled = True
+    capture.disable_in_child()
     for buf in (LOGS, TIMINGS, EVENTS):
         buf.clear()

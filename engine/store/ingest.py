@@ -24,7 +24,7 @@ import numpy as np
 
 from florwb_engine import journal, processes
 from florwb_engine.journal import VTYPES
-from florwb_engine.store import run_context
+from florwb_engine.store import console, run_context
 from florwb_engine.store.db import fetch_one
 from florwb_engine.store.schema import RECORDED, ensure_loop_columns, quote
 
@@ -197,9 +197,13 @@ def _apply(
     keys = _Keys(old.run_id, old.source)
     done = False
     entries = []
+    lines = []  # printed and logged lines (store/console.py)
     for event in batch.events:
-        event = _clean_event(event, keys.found)
         kind = event.get("kind")
+        if kind == "console":
+            lines.append(event)
+            continue
+        event = _clean_event(event, keys.found)
         if kind == "start":
             keys.run_id = str(event["run_id"])
             keys.source = str(event.get("source", RECORDED))
@@ -216,6 +220,7 @@ def _apply(
     _insert_loop_entries(con, keys, entries)
     _insert_iterations(con, keys, batch.timings)
     rows = _insert_logs(con, keys, batch.logs, old.next_seq)
+    console.insert(con, keys.run_key, keys.source_key, lines)
     if dead and not done:
         con.execute(
             "UPDATE runs SET status = 'killed' WHERE run_id = ? AND status = 'running'",

@@ -111,7 +111,8 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                ON ck.run_id = r.run_id
         LEFT JOIN (SELECT n.run_key, list(DISTINCT s.source ORDER BY s.source) AS sources
                    FROM name_stats n JOIN sources s ON s.source_key = n.source_key
-                   WHERE n.source_key != 0 GROUP BY n.run_key) rp ON rp.run_key = r.run_key
+                   WHERE n.source_key != 0 AND s.source != 'extract'
+                   GROUP BY n.run_key) rp ON rp.run_key = r.run_key
         LEFT JOIN (SELECT i.run_key, sum(i.wait_s) AS wait_s,
                           sum(i.wait_s + i.iter_s) FILTER (WHERE e.depth = 0) AS loop_s
                    FROM iteration_rows i {entry_join("i", "e")}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import duckdb
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
-from florwb_engine.store import run_context
+from florwb_engine.store import console, run_context
 
 SCHEMA_VERSION = 6
 RECORDED = "record"
@@ -69,6 +69,7 @@ TABLES = {
         PRIMARY KEY (run_id, path)""",
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
     "run_context": run_context.TABLE,
+    "console_rows": console.TABLE,
 }
 
 VIEW_COLUMNS = {
@@ -139,8 +140,10 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TABLE IF NOT EXISTS run_issues ({TABLES['run_issues']})")
     if version < 5:  # where each run ran and what it needed (store/run_context.py)
         run_context.create(con)
-    if version < 6:  # left-out files identified by content
+    if version < 6:  # left-out files by content (run_inputs); printed lines (console.py)
         con.execute(f"CREATE TABLE IF NOT EXISTS run_inputs ({TABLES['run_inputs']})")
+        con.execute(f"CREATE TABLE IF NOT EXISTS console_rows ({TABLES['console_rows']})")
+        create_views(con)
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
 
@@ -185,6 +188,7 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
         f"e.path, e.depth, l.ctx_id & {ITERATION_MASK} AS iteration, l.wait_s, l.iter_s"
         f"{coords} FROM iteration_rows l {keys} {entry_join()}"
     )
+    console.create_view(con, columns)
     outer = "".join(f", l.{quote(c)}" for c in columns)
     con.execute(
         f"CREATE OR REPLACE VIEW loops AS SELECT r.run_id, s.source, l.entry_id, l.loop, "
