@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import runtime
+from florwb_engine.record import ranks, runtime
 from florwb_engine.record.values import PRIMITIVES, encode, name_text
 
 T = TypeVar("T")
@@ -59,10 +59,16 @@ def _start() -> runtime.Run | None:
     global _LOGS_EXTEND, _entry_ids
     run = runtime.ensure_run()
     _LOGS_EXTEND = runtime.LOGS.extend if run is not None else _discard
-    if run is not None and run.replayer is not None:
-        # Segments of one replay write rows of the same run and source: their loop entry
-        # ids must not collide, or coordinates would mix.
-        _entry_ids = itertools.count(run.replayer.spec.segment * SEGMENT_ENTRIES + 1)
+    if run is None and not runtime.disabled():  # a spawned rank still importing (ranks.py)
+        _LOGS_EXTEND = _first_record
+    if run is not None and (run.replayer is not None or run.rank is not None):
+        # Segments of one replay, and ranks of one launch, write rows of the same run and
+        # source: their loop entry ids must not collide, or coordinates would mix.
+        slot = ranks.entry_slot(run.rank)
+        if run.replayer is not None:
+            world = run.rank.world_size or 1 if run.rank else 1
+            slot += run.replayer.spec.segment * world
+        _entry_ids = itertools.count(slot * SEGMENT_ENTRIES + 1)
     return run
 
 
