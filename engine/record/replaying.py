@@ -103,8 +103,8 @@ class Replayer:
             print(f"florwb: rank RNG states not restored from {own.name}: {exc}", file=sys.stderr)
 
     def _progress(self, total: int) -> None:
-        if not self.spec.progress_file:
-            return
+        if not self.spec.progress_file or (self.rank is not None and self.rank.rank != 0):
+            return  # one progress file per segment: rank 0 writes it
         now = time.monotonic()
         if 0 < self.done < total and now - self._reported < PROGRESS_EVERY_S:
             return  # the executor looks 5 times a second; a file per iteration is too many

@@ -112,7 +112,7 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
     if main is not None:
         for iteration, seconds in con.execute(
             "SELECT iteration, iter_s FROM iterations WHERE run_id = ? AND source = 'record' "
-            "AND depth = 0 AND loop = ?",
+            "AND depth = 0 AND loop = ? AND rank = 0",
             [run_id, main],
         ).fetchall():
             epoch_s[int(iteration)] = float(seconds or 0.0)
@@ -120,7 +120,7 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
         if outer_column:
             for iteration, seconds in con.execute(
                 f"SELECT {quote(outer_column)}, sum(wait_s + coalesce(iter_s, 0)) FROM iterations "
-                "WHERE run_id = ? AND source = 'record' AND depth = 1 GROUP BY 1",
+                "WHERE run_id = ? AND source = 'record' AND depth = 1 AND rank = 0 GROUP BY 1",
                 [run_id],
             ).fetchall():
                 if iteration is not None:

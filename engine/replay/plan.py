@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
+from florwb_engine.replay import ddp_launch
 from florwb_engine.replay.cost import Work, run_work, schedule, segment_parts
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.replay.facts import RunFacts, SelectedRun, run_facts, select_runs
@@ -65,6 +66,7 @@ class RunPlan:
     cwd: str | None = None
     args: dict = field(default_factory=dict)
     checkpoints: dict[str, str] = field(default_factory=dict)
+    launch: dict | None = None  # how a multi-process run's replay starts (ddp_launch.py)
 
 
 @dataclass
@@ -118,11 +120,15 @@ def plan_replay(
             if not runs:
                 raise PlanError("none of the chosen runs is recorded")
         facts = {run.run_id: run_facts(con, run.run_id) for run in runs}
+        launched = ddp_launch.launches(con, [run.run_id for run in runs])
+    gpus = ddp_launch.gpus_here() if launched else 0
     placer = Placer(project, names)
     plans = []
     work: dict[str, Work] = {}
     for run in runs:
         plan = _plan_run(placer, names, run, facts[run.run_id])
+        if plan.status == READY:
+            ddp_launch.settle(plan, launched.get(run.run_id), gpus)
         if plan.status == READY:
             assert plan.mode is not None
             found = run_work(plan.mode, plan.main_loop, facts[run.run_id])
