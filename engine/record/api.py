@@ -66,8 +66,7 @@ def _start() -> runtime.Run | None:
         # source: their loop entry ids must not collide, or coordinates would mix.
         slot = ranks.entry_slot(run.rank)
         if run.replayer is not None:
-            world = run.rank.world_size or 1 if run.rank else 1
-            slot += run.replayer.spec.segment * world
+            slot += run.replayer.spec.segment * max(1, run.replayer.spec.world_size)
         _entry_ids = itertools.count(slot * SEGMENT_ENTRIES + 1)
     return run
 

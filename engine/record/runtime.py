@@ -33,8 +33,7 @@ from florwb_engine.journal import (
     replay_journal_name,
 )
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import ranks
-from florwb_engine.record import start_rng
+from florwb_engine.record import ranks, start_rng
 from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
 from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer

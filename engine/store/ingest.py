@@ -345,7 +345,7 @@ def _clean_event(event: dict, found: dict[str, int]) -> dict:
 
 def _save_state(con, file: str, state: _State) -> None:
     con.execute(
-        "INSERT OR REPLACE INTO journals (file, run_id, source, \"offset\", next_seq, done, "
+        'INSERT OR REPLACE INTO journals (file, run_id, source, "offset", next_seq, done, '
         "next_chunk, error, rank) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             file,
