@@ -243,31 +243,43 @@ import florwb as flor
 
 def train(rank, world_size):
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    torch.manual_seed(0)
     net = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))
-    for epoch in flor.loop("epoch", range(2)):
-        loss = net(torch.ones(1, 2) * rank).sum()
-        loss.backward()
-        flor.log("loss", loss.item())
+    torch.manual_seed(10 + rank)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    flor.set_checkpoint_budget(1.0)
+    with flor.checkpointing(model=net, optimizer=opt):
+        for epoch in flor.loop("epoch", range(2)):
+            for step in flor.loop("step", range(2)):
+                loss = net(torch.randn(3, 2)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                flor.log("loss", loss.item())
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
     mp.spawn(train, args=(2,), nprocs=2)
 """
 
 
-def test_mp_spawn_ranks_record_one_run(tmp_path):
+def test_mp_spawn_ranks_record_one_run_and_replay(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
+    git(project, "init", "-q", "-b", "main")
     write(project / "train.py", SPAWNED)
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ddp_launch.free_port())}
+    commit(project, "v1")
+    env = {"MASTER_PORT": str(ddp_launch.free_port()), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, "train.py"],
         cwd=project,
         capture_output=True,
         text=True,
         timeout=180,
-        env={**os.environ, **env, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, **env},
     )
     assert proc.returncode == 0, proc.stderr
     store = Store(project)
@@ -275,7 +287,29 @@ def test_mp_spawn_ranks_record_one_run(tmp_path):
     assert (run.world_size, run.status) == (2, "finished")
     assert run.launcher is not None and run.launcher["launcher"] == "mp.spawn"
     rows = store.query("SELECT rank, count(*) AS n FROM logs GROUP BY rank ORDER BY rank")
-    assert rows.values.tolist() == [[0, 2], [1, 2]]
+    assert rows.values.tolist() == [[0, 4], [1, 4]]
+
+    # a step-level statement: the steps re-execute in both spawned ranks, and the losses
+    # they recompute equal what each rank recorded (its own RNG states restored)
+    script = project / "train.py"
+    script.write_text(
+        script.read_text().replace(
+            '                flor.log("loss", loss.item())\n',
+            '                flor.log("loss", loss.item())\n'
+            '                flor.log("wsum", net.module.weight.sum().item())\n',
+        )
+    )
+    plan = plan_replay(project, ["wsum"], workers=1)
+    (run_plan,) = plan.ready()
+    assert run_plan.mode == "inner" and run_plan.launch is not None
+    result = execute(plan)
+    assert result.status == "finished", result.runs
+    assert result.runs[0].compared == 8
+    filled = store.query(
+        f"SELECT rank, count(*) AS n FROM logs WHERE source = '{plan.replay_id}' "
+        "AND name = 'wsum' GROUP BY rank ORDER BY rank"
+    )
+    assert filled.values.tolist() == [[0, 4], [1, 4]]
 
 
 def test_a_machine_with_fewer_gpus_is_told_before_the_replay_starts():

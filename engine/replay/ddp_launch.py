@@ -146,6 +146,15 @@ def launch_argv(launch: dict | None, argv: list[str]) -> list[str]:
     ]
 
 
+def launch_env(launch: dict | None) -> dict[str, str]:
+    """Environment for a replay of a run whose script spawns its own ranks: a free
+    rendezvous port here (a script that takes MASTER_PORT from the environment, or sets it
+    only when unset, uses it; one that hard-codes its port keeps it)."""
+    if not launch or launch.get("launcher") != SPAWN:
+        return {}
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+
+
 def runs_under_launcher(argv: list[str]) -> bool:
     """True for a worker that must be a fresh interpreter (`python -m ...`), not a fork."""
     return bool(argv) and argv[0] == "-m"
@@ -164,6 +173,7 @@ __all__ = [
     "free_port",
     "gpus_here",
     "launch_argv",
+    "launch_env",
     "launches",
     "runs_under_launcher",
     "segment_journals",

@@ -248,6 +248,7 @@ def _run_all(
         while waiting and len(active) < max(1, workers):
             task = waiting.pop(0)
             env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project), **threads}
+            env.update(ddp_launch.launch_env(task.plan.launch))  # a free port for mp.spawn
             task.request = server.start(task.argv, task.cwd, env, task.log_path)
             active.append(task)
 

@@ -216,10 +216,11 @@ def _aggregate(
         "SELECT run_key, run_id, version, start_time FROM runs ORDER BY start_time, run_key"
     ).df()
     order = "".join(f", {quote(c)} NULLS FIRST" for c in loops)
-    rank_col = rank_expr = ""
+    rank_col = rank_expr = a_rank = ""
     if ranked:  # rank first: a rank's rows together (run_ranks.py: the rank is in seq)
         rank_col, rank_expr = ", rank", f", (seq >> {RANK_SHIFT})::INTEGER AS rank"
         order = ", rank" + order
+        a_rank = ", a.rank"
     if keys:
         values = {f"v{i}": alias for i, alias in enumerate(aggregates)}
         inner = "".join(f", {agg} AS v{i}" for i, agg in enumerate(aggregates.values()))
@@ -227,8 +228,9 @@ def _aggregate(
         value_cols = "".join(f", {v}" for v in values)
         key_list = ", ".join(map(str, keys))
         select = (
-            f"SELECT a.run_key, a.source_key{rank_col.replace('rank', 'a.rank')}{coordinates_sql(loops, rows='a')}"
-            f"{value_cols} FROM (SELECT run_key, source_key, ctx_id{rank_expr}{inner} FROM log_rows "
+            f"SELECT a.run_key, a.source_key{a_rank}{coordinates_sql(loops, rows='a')}"
+            f"{value_cols} FROM (SELECT run_key, source_key, ctx_id{rank_expr}{inner} "
+            "FROM log_rows "
             f"WHERE name_key IN ({key_list}) GROUP BY ALL) a {entry_join('a', 'e')}"
         )
         replayed = con.execute(
@@ -246,8 +248,9 @@ def _aggregate(
     con.execute("SET SESSION preserve_insertion_order = false")  # the ORDER BY below decides order
     frame = _frame(
         con.execute(
-            f"SELECT p.position{rank_col}{coord_cols}{value_cols} FROM ({select}) x JOIN (SELECT run_key, "
-            f"row_number() OVER (ORDER BY start_time, run_key) - 1 AS position FROM runs) p "
+            f"SELECT p.position{rank_col}{coord_cols}{value_cols} FROM ({select}) x "
+            "JOIN (SELECT run_key, row_number() OVER (ORDER BY start_time, run_key) - 1 "
+            "AS position FROM runs) p "
             f"USING (run_key) ORDER BY p.position{order}"
         )
     )

@@ -31,7 +31,7 @@ def first_seq(next_seq: int, rank: int | None) -> int:
     return max(next_seq, (rank or 0) << RANK_SHIFT)
 
 
-def on_start(con: duckdb.DuckDBPyConnection, run_id: str, event: dict, started) -> None:
+def on_start(con: duckdb.DuckDBPyConnection, run_id: str | None, event: dict, started) -> None:
     """A rank's start event: its row, the run's world size and launcher; rank 0's process
     is the run's (what `runs.pid` says)."""
     info = event["rank"]
@@ -68,7 +68,11 @@ def on_start(con: duckdb.DuckDBPyConnection, run_id: str, event: dict, started) 
 
 
 def on_end(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, event: dict, ended: datetime | None
+    con: duckdb.DuckDBPyConnection,
+    run_id: str | None,
+    rank: int,
+    event: dict,
+    ended: datetime | None,
 ) -> None:
     """A rank ended: its row, then the run's status and end from all of its ranks."""
     con.execute(
@@ -113,7 +117,7 @@ def is_dead(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> bool:
     return row[1] is not None and processes.is_gone(row[1], row[2])
 
 
-def _combine(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+def _combine(con: duckdb.DuckDBPyConnection, run_id: str | None) -> None:
     rows = con.execute(
         "SELECT rank, status, end_time, exception, message FROM run_ranks WHERE run_id = ? "
         "ORDER BY rank",
