@@ -112,8 +112,8 @@ class Run:
         self._flusher = threading.Thread(target=self._flush_loop, name="florwb-flush", daemon=True)
         self._flusher.start()
         self._snapshotter = threading.Thread(target=self._snapshot, name="florwb-snap", daemon=True)
-        if self.replayer is None:
-            self._snapshotter.start()
+        if self.replayer is None and (self.rank is None or self.rank.rank == 0):
+            self._snapshotter.start()  # one code version per launch: rank 0 snapshots it
 
     def _save_start_rng(self, states: dict) -> None:
         """Written at once (tens of KiB) so a replay of a run killed early still has them.
