@@ -20,7 +20,7 @@ from florwb_engine.store import run_context
 
 SCHEMA_VERSION = 6
 # A log row's rank is in its seq's high bits (each rank journal numbers its rows from
-# rank << RANK_SHIFT): the rank costs no column on the hot rows (store/ranks.py).
+# rank << RANK_SHIFT): the rank costs no column on the hot rows (store/run_ranks.py).
 RANK_SHIFT = 40
 RECORDED = "record"
 
@@ -67,11 +67,15 @@ TABLES = {
         run_id VARCHAR, source VARCHAR, kind VARCHAR, detail VARCHAR, n BIGINT,
         PRIMARY KEY (run_id, source, kind, detail)""",
     # One row per rank of a multi-process launch (torchrun, mp.spawn): its process and how
-    # it ended; the run's status is theirs combined (store/ranks.py).
+    # it ended; the run's status is theirs combined (store/run_ranks.py).
     "run_ranks": """
         run_id VARCHAR, rank INTEGER, world_size INTEGER, local_rank INTEGER, host VARCHAR,
         pid INTEGER, pid_ticks BIGINT, start_time TIMESTAMP, end_time TIMESTAMP,
         status VARCHAR, exception VARCHAR, message VARCHAR, PRIMARY KEY (run_id, rank)""",
+    # The files a run's snapshot left out, as the run saw them (versions/inputs.py).
+    "run_inputs": """
+        run_id VARCHAR, path VARCHAR, size BIGINT, mtime_ns BIGINT, blob VARCHAR,
+        PRIMARY KEY (run_id, path)""",
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
     "run_context": run_context.TABLE,
 }
@@ -145,12 +149,13 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TABLE IF NOT EXISTS run_issues ({TABLES['run_issues']})")
     if version < 5:  # where each run ran and what it needed (store/run_context.py)
         run_context.create(con)
-    if version < 6:  # ranks of multi-process launches (store/ranks.py)
+    if version < 6:  # ranks of multi-process launches (store/run_ranks.py)
         con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS world_size INTEGER")
         con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS launcher VARCHAR")
         con.execute("ALTER TABLE loop_entries ADD COLUMN IF NOT EXISTS rank INTEGER")
         con.execute("ALTER TABLE journals ADD COLUMN IF NOT EXISTS rank INTEGER")
         con.execute(f"CREATE TABLE IF NOT EXISTS run_ranks ({TABLES['run_ranks']})")
+        con.execute(f"CREATE TABLE IF NOT EXISTS run_inputs ({TABLES['run_inputs']})")
         create_views(con)
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
