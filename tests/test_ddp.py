@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -340,3 +341,51 @@ def test_launch_argv_keeps_the_recorded_options_and_picks_a_port():
     port = int(next(a for a in argv if a.startswith("--master_port=")).split("=")[1])
     assert 0 < port < 65536
     assert ddp_launch.launch_argv(None, ["train.py"]) == ["train.py"]
+
+
+WAITS = """
+import os
+import time
+from pathlib import Path
+import torch.distributed as dist
+import florwb as flor
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+flor.log("r", rank)
+if rank == 0:  # rank 1 ends first; rank 0 goes on until the test says so
+    while not Path(os.environ["GO_FILE"]).exists():
+        time.sleep(0.02)
+"""
+
+
+def test_a_run_is_finished_only_once_every_rank_finished(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    write(project / "train.py", WAITS)
+    go = tmp_path / "go"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+        + ["--master_port", str(ddp_launch.free_port()), "train.py"],
+        cwd=project,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "GO_FILE": str(go), "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        store = Store(project)
+        deadline = time.monotonic() + 150
+        ranks = []
+        while time.monotonic() < deadline:
+            if (project / ".florwb").exists():
+                ranks = store.query("SELECT rank, status FROM run_ranks ORDER BY rank").values
+                if [list(r) for r in ranks] == [[0, "running"], [1, "finished"]]:
+                    break
+            time.sleep(0.1)
+        assert [list(r) for r in ranks] == [[0, "running"], [1, "finished"]]
+        assert [r.status for r in store.run_rows()] == ["running"]
+    finally:
+        go.touch()
+        assert launcher.wait(timeout=120) == 0
+    (run,) = store.run_rows()
+    assert run.status == "finished" and run.end_time is not None
