@@ -83,6 +83,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
             ]
         )
     columns = ["run", "started", "status", "version", "script", "time", "logs", "stall", "args"]
+    if any(r.world_size > 1 for r in runs):  # multi-process launches: how many ranks
+        columns.insert(3, "procs")
+        for row, r in zip(rows, runs):
+            row.insert(3, r.world_size)
     write_table(columns, rows, sys.stdout, last="fit")
     from florwb_engine.store.hints import data_wait_hint
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import echo, runtime
+from florwb_engine.record import echo, ranks, runtime
 from florwb_engine.record.values import PRIMITIVES, encode, name_text
 
 T = TypeVar("T")
@@ -64,14 +64,19 @@ def _start() -> runtime.Run | None:
     global _LOGS_EXTEND, _entry_ids, _ECHO
     run = runtime.ensure_run()
     _LOGS_EXTEND = runtime.LOGS.extend if run is not None else _discard
+    if run is None and not runtime.disabled():  # a spawned rank still importing (ranks.py)
+        _LOGS_EXTEND = _first_record
     interval = echo.interval_from_env() if run is not None and run.replayer is None else None
     if interval is not None:
         _ECHO = echo.Echo(runtime.LOGS.extend, interval)
         _LOGS_EXTEND = _ECHO.extend
-    if run is not None and run.replayer is not None:
-        # Segments of one replay write rows of the same run and source: their loop entry
-        # ids must not collide, or coordinates would mix.
-        _entry_ids = itertools.count(run.replayer.spec.segment * SEGMENT_ENTRIES + 1)
+    if run is not None and (run.replayer is not None or run.rank is not None):
+        # Segments of one replay, and ranks of one launch, write rows of the same run and
+        # source: their loop entry ids must not collide, or coordinates would mix.
+        slot = ranks.entry_slot(run.rank)
+        if run.replayer is not None:
+            slot += run.replayer.spec.segment * max(1, run.replayer.spec.world_size)
+        _entry_ids = itertools.count(slot * SEGMENT_ENTRIES + 1)
     return run
 
 

@@ -26,10 +26,9 @@ from typing import TYPE_CHECKING, Literal, Union
 import duckdb
 
 from florwb_engine import versions
-from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.record import start_rng
-from florwb_engine.replay import contain
+from florwb_engine.replay import contain, ddp_launch
 from florwb_engine.replay.cores import thread_env, threads_per_worker
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
@@ -238,10 +237,12 @@ def _prepare(
                 args=run.args,
                 progress_file=str(workdir / f"{stem}.progress"),
                 start_rng=str(start_states) if start_states.exists() else "",
+                world_size=run.launch["world_size"] if run.launch else 1,
             )
             spec_path = workdir / f"{stem}.spec.json"
             spec.save(spec_path)
-            argv = [str(code_dir / run.script), *run.argv[1:]]
+            # a multi-process run starts as it was launched (ddp_launch.py)
+            argv = ddp_launch.launch_argv(run.launch, [str(code_dir / run.script), *run.argv[1:]])
             tasks.append(
                 _Task(
                     run,
@@ -337,6 +338,7 @@ def _run_all(
         while waiting and len(active) < max(1, workers):
             task = waiting.pop(0)
             env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project), **threads}
+            env.update(ddp_launch.launch_env(task.plan.launch))  # a free port for mp.spawn
             task.request = server.start(task.argv, task.cwd, env, task.log_path, task.contain)
             active.append(task)
 
@@ -467,8 +469,11 @@ def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> R
         else:
             bad = next(t for t in run_tasks if t.returncode != 0)
             failed[run_id] = _stderr_tail(bad.log_path, bad.returncode)
-        for task in run_tasks:
-            _journal(project, plan.replay_id, task.segment.index).unlink(missing_ok=True)
+        for task in run_tasks:  # one journal per segment, or per rank (ddp_launch.py)
+            for journal in ddp_launch.segment_journals(
+                journal_dir(project), plan.replay_id, task.segment.index
+            ):
+                journal.unlink(missing_ok=True)
     results = []
     with store.session() as con:  # ingests the replay journals
         for run in plan.ready():
@@ -509,10 +514,6 @@ def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> R
         detail = {**plan.to_json(), "results": [asdict(r) for r in results]}
         finish_replay(con, plan.replay_id, overall, detail)
     return ReplayResult(plan.replay_id, overall, results)
-
-
-def _journal(project: Path, replay_id: str, segment: int) -> Path:
-    return journal_dir(project) / replay_journal_name(replay_id, segment)
 
 
 def _remove_results(store: Store, project: Path, replay_id: str) -> None:

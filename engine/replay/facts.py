@@ -164,7 +164,7 @@ def _raw_epochs(con: duckdb.DuckDBPyConnection, run_id: str, main: str | None) -
         int(i): float(s or 0.0)
         for i, s in con.execute(
             "SELECT iteration, iter_s FROM iterations WHERE run_id = ? AND source = 'record' "
-            "AND depth = 0 AND loop = ?",
+            "AND depth = 0 AND loop = ? AND rank = 0",  # a multi-process run: rank 0's times
             [run_id, main],
         ).fetchall()
     }
@@ -183,7 +183,7 @@ def _robust_times(
         for iteration, raw, robust in con.execute(
             f"WITH steps AS (SELECT loop, {quote(outer_column)} AS it, "
             "wait_s + coalesce(iter_s, 0) AS t FROM iterations WHERE run_id = ? "
-            "AND source = 'record' AND depth = 1), "
+            "AND source = 'record' AND depth = 1 AND rank = 0), "
             "med AS (SELECT loop, median(t) AS m FROM steps GROUP BY loop) "
             f"SELECT it, sum(t), sum({cap}) FROM steps JOIN med USING (loop) "
             "WHERE it IS NOT NULL GROUP BY it",

@@ -269,7 +269,7 @@ def run_child(request: dict, boot: set[str]) -> None:
     os.chdir(request["cwd"])
     os.environ.update(request["env"])
     argv = request["argv"]
-    if request.get("exec"):
+    if request.get("exec") or argv[0] == "-m":  # `-m`: a launcher (ddp_launch.py)
         os.execv(sys.executable, [sys.executable, *argv])
     limit_threads()  # torch is imported already: its thread count is set here, not by env
     sys.argv = list(argv)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-from florwb_engine.replay import run_inputs
+from florwb_engine.replay import ddp_launch, run_inputs
 from florwb_engine.replay.cost import (
     CALIBRATION_BOUNDS,
     ExecutorName,
@@ -73,6 +73,7 @@ class RunPlan:
     cwd: str | None = None
     args: dict = field(default_factory=dict)
     checkpoints: dict[str, str] = field(default_factory=dict)
+    launch: dict | None = None  # how a multi-process run's replay starts (ddp_launch.py)
     inputs: dict[str, str] = field(default_factory=dict)  # left-out file -> the run's blob
     at_risk: list[str] = field(default_factory=list)  # changed left-out files, bytes gone
 
@@ -139,11 +140,18 @@ def plan_replay(
         facts = {run.run_id: run_facts(con, run.run_id) for run in runs}
         ratio = past_ratio(con, executor)
         seen_inputs = {run.run_id: run_inputs.load(con, run.run_id) for run in runs}
+        launched = ddp_launch.launches(con, [run.run_id for run in runs])
+    gpus = ddp_launch.gpus_here() if launched else 0
     placer = Placer(project, names)
     plans = []
     work: dict[str, Work] = {}
     for run in runs:
         plan = _plan_run(placer, names, run, facts[run.run_id])
+        if plan.status == READY:
+            ddp_launch.settle(plan, launched.get(run.run_id), gpus)
+        if plan.status == READY and plan.launch and executor != "local":
+            plan.status = SKIP  # ray_executor.py runs one process per segment
+            plan.reason = "a multi-process run replays with the local executor, not on Ray"
         if plan.status == READY:
             assert plan.mode is not None
             found = run_work(plan.mode, plan.main_loop, facts[run.run_id], executor)

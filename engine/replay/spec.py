@@ -36,6 +36,7 @@ class ReplaySpec:
     args: dict[str, object] = field(default_factory=dict)
     progress_file: str = ""
     start_rng: str = ""  # the run's RNG states at its first florwb call, when recorded
+    world_size: int = 1  # ranks of a multi-process run: each replays (ddp_launch.py)
 
     def checkpoint(self, iteration: int) -> Path | None:
         name = self.checkpoints.get(str(iteration))
