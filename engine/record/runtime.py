@@ -33,7 +33,7 @@ from florwb_engine.journal import (
     replay_journal_name,
 )
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import start_rng
+from florwb_engine.record import save_mirror, start_rng
 from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
 from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
@@ -469,12 +469,14 @@ def ensure_run() -> Run | None:
         if _current is None:
             _current = Run()
             _install_hooks()
+            save_mirror.attach(_current)  # the script's own torch.save become checkpoints
     return _current
 
 
 def end_run(status: str | None = None) -> None:
     global _current
     run = _current
+    save_mirror.detach()
     if run is not None:
         run.finish(status)
         _current = None

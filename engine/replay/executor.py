@@ -170,6 +170,8 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
                 args=run.args,
                 progress_file=str(workdir / f"{stem}.progress"),
                 start_rng=str(start_states) if start_states.exists() else "",
+                mirrored=run.mirrored,
+                saved_map=run.saved_map,
             )
             spec_path = workdir / f"{stem}.spec.json"
             spec.save(spec_path)

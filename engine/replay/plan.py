@@ -25,6 +25,7 @@ from florwb_engine.replay.errors import PlanError
 from florwb_engine.replay.facts import RunFacts, SelectedRun, run_facts, select_runs
 from florwb_engine.replay.mode import replay_mode
 from florwb_engine.replay.placing import Placer, placed_statements
+from florwb_engine.replay.saved_state import use_saved_state
 from florwb_engine.replay.spec import ReplayMode
 from florwb_engine.store import Store
 
@@ -65,6 +66,8 @@ class RunPlan:
     cwd: str | None = None
     args: dict = field(default_factory=dict)
     checkpoints: dict[str, str] = field(default_factory=dict)
+    mirrored: dict[str, str] = field(default_factory=dict)  # iteration -> own-save manifest
+    saved_map: dict[str, list[list]] = field(default_factory=dict)  # save line -> targets
 
 
 @dataclass
@@ -89,7 +92,8 @@ class Plan:
                 {
                     key: value
                     for key, value in asdict(run).items()
-                    if key not in ("code", "checkpoints", "args", "argv", "cwd")
+                    if key
+                    not in ("code", "checkpoints", "args", "argv", "cwd", "mirrored", "saved_map")
                 }
                 for run in self.runs
             ],
@@ -124,6 +128,7 @@ def plan_replay(
     for run in runs:
         plan = _plan_run(placer, names, run, facts[run.run_id])
         if plan.status == READY:
+            use_saved_state(project, plan, facts[run.run_id])
             assert plan.mode is not None
             found = run_work(plan.mode, plan.main_loop, facts[run.run_id])
             if isinstance(found, str):
