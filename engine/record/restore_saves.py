@@ -89,7 +89,7 @@ _MISSING = object()
 
 def _script_frame() -> Any:
     """The innermost frame outside florwb's engine: the one iterating the main loop."""
-    frame = sys._getframe(1)
+    frame: Any = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_ENGINE):
         frame = frame.f_back
     return frame

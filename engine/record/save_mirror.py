@@ -3,11 +3,11 @@
 Many training scripts already save a checkpoint every epoch (`torch.save(state, "ckpt.pth")`)
 and never call `flor.checkpointing`. While a run records, `torch.save` is wrapped: the user's
 file is written first, exactly as without florwb; then, when the call happens in the body of
-the run's main `flor.loop` (depth 0), the file is hard-linked into the run's checkpoint
-folder (copied where a link is impossible, e.g. another filesystem) and the RNG states are
-captured at that moment. Overwriting `ckpt.pth` next epoch does not touch the mirror: before
-a save into a path that is still linked to a mirror, the path is unlinked, so torch writes a
-new file instead of truncating the mirrored one.
+the run's main `flor.loop` (depth 0), the file is copied into the run's checkpoint folder
+(`copy_file_range`, which the kernel turns into a reflink on filesystems that share blocks)
+and the RNG states are captured at that moment, so overwriting `ckpt.pth` next epoch does not
+lose the earlier one. The copy is a copy, not a hard link: a hard link would be changed by
+anything that rewrites the user's file in place (the next run, another tool).
 
 A state that `torch.load(weights_only=True)` could not read back (a whole `nn.Module`, an
 optimizer object, an argparse Namespace in the dict) is written again in a safe form instead
@@ -18,9 +18,9 @@ checkpoints table holds mirrored checkpoints beside `flor.checkpointing`'s `.pt`
 Which objects of the script a saved state belongs to is decided when a replay is planned,
 from the call's `state` expression in the run's code (engine/replay/saved_state.py).
 
-Mirroring shares the checkpoint budget of `flor.checkpointing` (links cost microseconds;
-copies and safe rewrites are skipped when they would exceed it). Any failure to mirror is
-counted as a run issue and said once on stderr; the user's save is never affected.
+Mirroring shares the checkpoint budget of `flor.checkpointing` (a save whose copy would
+exceed it is not mirrored, and counted). Any failure to mirror is counted as a run issue and
+said once on stderr; the user's save is never affected.
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ class Mirror:
         self.folder: Path = run.checkpointer.folder
         self.policy = run.checkpointer.policy
         self.started = time.perf_counter()
-        self.linked: set[tuple[int, int]] = set()  # (dev, inode) of files linked to a mirror
         self.current: tuple[str, int] | None = None  # (loop, iteration) of the open manifest
         self.manifest: dict | None = None
         self.count = 0
@@ -68,17 +67,7 @@ class Mirror:
         self._said_nested = False
         self._copy_bytes_per_s = _BYTES_PER_S
 
-    # --- before and after the user's save -------------------------------------------
-
-    def before(self, f: Any) -> None:
-        """A target still linked to a mirror is unlinked, so the save writes a new file."""
-        path = os.path.realpath(os.fspath(f))
-        try:
-            st = os.stat(path)
-        except OSError:
-            return
-        if (st.st_dev, st.st_ino) in self.linked and st.st_nlink > 1:
-            os.unlink(path)
+    # --- after the user's save ------------------------------------------------------
 
     def after(self, obj: Any, f: Any, caller: Any) -> None:
         from florwb_engine.record import api
@@ -113,26 +102,18 @@ class Mirror:
         k = len(manifest["saves"])
         stem = f"{_safe(loop)}-{iteration:06d}"
         dest = self.folder / f"{stem}.save{k}.pt"
-        how = "link" if _weights_only_safe(obj) else "state_dict"
-        if how == "link":
-            try:
-                os.link(target, dest)
-                st = os.stat(dest)
-                self.linked.add((st.st_dev, st.st_ino))
-            except OSError:
-                how = "copy"
-        if how != "link":
-            size = _size(target) if how == "copy" else _state_bytes(obj)
-            if not self._affordable(size):
-                REPLACED.add(ISSUE, "torch.save not mirrored: over the checkpoint budget")
-                return
-            t1 = time.perf_counter()
-            if how == "copy":
-                _copy(target, dest)
-            else:
-                _ORIGINAL_SAVE(_safe_form(obj), dest)
-            if size:
-                self._copy_bytes_per_s = size / max(time.perf_counter() - t1, 1e-6)
+        how = "copy" if _weights_only_safe(obj) else "state_dict"
+        size = _size(target) if how == "copy" else _state_bytes(obj)
+        if not self._affordable(size):
+            REPLACED.add(ISSUE, "torch.save not mirrored: over the checkpoint budget")
+            return
+        t1 = time.perf_counter()
+        if how == "copy":
+            _copy(target, dest)
+        else:
+            _ORIGINAL_SAVE(_safe_form(obj), dest)
+        if size:
+            self._copy_bytes_per_s = size / max(time.perf_counter() - t1, 1e-6)
         if first:
             rng_name = f"{stem}.rng.pt"
             _ORIGINAL_SAVE(capture_rng(), self.folder / rng_name)
@@ -195,15 +176,9 @@ WAITING = False  # a run records but torch was not imported yet when it started
 
 def _save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
     """torch.save while a run records: the user's save, then the mirror."""
-    mirror = _ACTIVE
-    path_like = isinstance(f, (str, os.PathLike))
-    if mirror is not None and path_like:
-        try:
-            mirror.before(f)
-        except Exception as exc:  # never the user's save: counted and said once
-            mirror.failed(exc)
     result = _ORIGINAL_SAVE(obj, f, *args, **kwargs)
-    if mirror is not None and path_like and _ACTIVE is mirror:
+    mirror = _ACTIVE
+    if mirror is not None and isinstance(f, (str, os.PathLike)):
         try:
             mirror.after(obj, f, sys._getframe(1))
         except Exception as exc:  # never the user's save: counted and said once
@@ -232,7 +207,7 @@ def arm() -> None:
     if current is _save or current is None:
         return
     _ORIGINAL_SAVE = current
-    torch.save = _save
+    setattr(torch, "save", _save)  # noqa: B010 (a module attribute mypy does not know)
 
 
 def detach() -> None:
@@ -242,7 +217,7 @@ def detach() -> None:
     WAITING = False
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch, "save", None) is _save:
-        torch.save = _ORIGINAL_SAVE
+        setattr(torch, "save", _ORIGINAL_SAVE)  # noqa: B010
 
 
 def _forget_in_child() -> None:
@@ -314,10 +289,23 @@ def _size(path: str) -> int:
 
 
 def _copy(source: str, dest: Path) -> None:
-    import shutil
-
+    """Copy in the kernel (a reflink where the filesystem shares blocks), then rename."""
     tmp = dest.with_name(f".{dest.name}.tmp")
-    shutil.copyfile(source, tmp)
+    with open(source, "rb") as src, open(tmp, "wb") as out:
+        left = os.fstat(src.fileno()).st_size
+        try:
+            while left > 0:
+                n = os.copy_file_range(src.fileno(), out.fileno(), left)
+                if n == 0:
+                    break
+                left -= n
+        except OSError:  # a filesystem without it: an ordinary copy
+            import shutil
+
+            src.seek(0)
+            out.seek(0)
+            out.truncate()
+            shutil.copyfileobj(src, out, 1 << 20)
     os.replace(tmp, dest)
 
 
