@@ -33,7 +33,7 @@ from florwb_engine.journal import (
     replay_journal_name,
 )
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import save_mirror, start_rng
+from florwb_engine.record import notebook, save_mirror, start_rng
 from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
 from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
@@ -86,7 +86,9 @@ class Run:
             self.run_id = new_run_id()
             self.source = RECORDED
             journal_name = f"{self.run_id}{SUFFIX}"
-        self.script = _relative(script, self.project) if script else None
+        self.script = (
+            _relative(script, self.project) if script else notebook.script_name(self.project)
+        )
         self.journal = JournalWriter(projects.journal_dir(self.project) / journal_name)
         self.checkpointer = Checkpointer(
             projects.checkpoint_dir(self.project) / self.run_id, EVENTS.append, DEFAULT_BUDGET
@@ -271,6 +273,7 @@ class Run:
                 status = "interrupted"
             else:
                 status = "failed"
+        EVENTS.extend(notebook.final_events(self))  # a notebook's executed cells as its code
         unused = sorted(set(cli_args.CLI_KWARGS) - set(self.args))
         if unused and self.replayer is None:
             print(

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
+from florwb_engine.record.notebook import is_notebook_script
 from florwb_engine.replay.cost import Work, run_work, schedule, segment_parts
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.replay.facts import RunFacts, SelectedRun, run_facts, select_runs
@@ -160,6 +161,9 @@ def _plan_run(placer: Placer, names: list[str], run: SelectedRun, facts: RunFact
     plan.main_loop = facts.main_loop
     plan.checkpoints = {str(i): path for i, (path, _size) in facts.checkpoints.items()}
     wanted = [n for n in names if n not in facts.present]
+    if is_notebook_script(run.script):
+        plan.reason = "recorded in a notebook: replaying notebook runs is not supported"
+        return plan
     if not wanted:
         plan.status = DONE
         plan.reason = "already has " + ", ".join(names)
