@@ -239,3 +239,54 @@ def test_mirroring_failure_never_breaks_the_users_save(repo):
         ).fetchone()
         status = con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
     assert n == 3 and status == ("finished",)
+
+
+def _map(body: str, prelude: str = ""):
+    """map_save for the torch.save call in `body`, the main loop's body."""
+    import ast
+    import textwrap
+
+    from florwb_engine.replay.saved_state import map_save
+
+    source = (
+        textwrap.dedent(prelude)
+        + 'for epoch in flor.loop("epoch", range(3)):\n'
+        + textwrap.indent(textwrap.dedent(body), "    ")
+    )
+    line = next(i for i, text in enumerate(source.splitlines(), 1) if "torch.save(" in text)
+    return map_save(ast.parse(source), line, "epoch")
+
+
+def test_state_expressions_map_onto_the_scripts_objects():
+    steps = 'for x in flor.loop("step", data):\n    opt.step()\n'
+    m = _map(steps + 'torch.save({"model": net.state_dict(), "opt": opt.state_dict(), "e": 1}, p)')
+    assert (m.position, m.problem) == ("end", None)
+    assert m.targets == [[["model"], "net", True], [["opt"], "opt", True]]
+    assert _map(steps + "torch.save(net, p)").targets == [[[], "net", True]]
+    assert _map(steps + "torch.save(self.model.state_dict(), p)").targets == [
+        [[], "self.model", True]
+    ]
+    followed = _map(
+        steps + "state = dict(model=net.state_dict(), epoch=epoch)\ntorch.save(state, p)\n"
+    )
+    assert followed.targets == [[["model"], "net", True], [["epoch"], "epoch", False]]
+    nested = _map(steps + 'torch.save({"ckpt": {"model": net.state_dict()}}, p)')
+    assert nested.targets == [[["ckpt", "model"], "net", True]]
+    start = _map('torch.save(net.state_dict(), p)\nfor x in flor.loop("step", data):\n    f()\n')
+    assert (start.position, start.problem) == ("start", None)
+
+
+def test_saves_florwb_cannot_map_say_why():
+    steps = 'for x in flor.loop("step", data):\n    opt.step()\n'
+    assert "cannot map `make_state()`" in _map(steps + "torch.save(make_state(), p)").problem
+    spread = _map(steps + 'torch.save({"model": net.state_dict(), **extra}, p)').problem
+    assert "cannot map `**extra`" in spread
+    inner = _map('for x in flor.loop("step", data):\n    torch.save(net.state_dict(), p)\n')
+    assert "inside a loop nested in the main loop" in inner.problem
+    between = _map("for x in data:\n    f()\ntorch.save(net.state_dict(), p)\nsched.step()\n")
+    assert "cannot tell which iteration" in between.problem
+    helper = _map(
+        "save_it(net)\n",
+        prelude="def save_it(m):\n    torch.save(m.state_dict(), 'p')\n",
+    )
+    assert "not in the body of the main loop" in helper.problem
