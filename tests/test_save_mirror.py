@@ -41,6 +41,8 @@ OWN = (
     + """
     state = {"model": net.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch}
     torch.save(state, "ckpt.pth")
+    if epoch % 2 == 0:
+        torch.save(net, "best.pth")  # a whole module: mirrored as its state_dict
 assert torch.save.__module__ == "florwb_engine.record.save_mirror"
 flor.commit()
 assert torch.save.__module__ == "torch.serialization", "torch.save given back at commit"
@@ -94,6 +96,10 @@ def test_own_torch_save_is_mirrored_and_replayed_like_a_forward_run(repo):
     assert last.read_bytes() == (repo / "ckpt.pth").read_bytes()
     epoch0 = torch.load(first, weights_only=True)
     assert epoch0["epoch"] == 0 and set(epoch0) == {"model", "optimizer", "epoch"}
+    assert [len(m["saves"]) for m in manifests] == [2, 1, 2, 1]
+    best = torch.load(folder / manifests[2]["saves"][1]["file"], weights_only=True)
+    assert manifests[2]["saves"][1]["how"] == "state_dict"
+    assert best.keys() == epoch0["model"].keys()
     user_file = (repo / "ckpt.pth").read_bytes()
 
     write(repo / "train.py", TODAY)
@@ -290,3 +296,17 @@ def test_saves_florwb_cannot_map_say_why():
         prelude="def save_it(m):\n    torch.save(m.state_dict(), 'p')\n",
     )
     assert "not in the body of the main loop" in helper.problem
+
+
+def test_mirroring_can_be_turned_off(repo):
+    write(
+        repo / "train.py",
+        HEAD
+        + 'for epoch in flor.loop("epoch", range(2)):\n'
+        + '    torch.save(net.state_dict(), "ckpt.pth")\n'
+        + 'assert torch.save.__module__ == "torch.serialization"\n',
+    )
+    run_py(repo, "train.py", env={"FLORWB_MIRROR_SAVES": "0"})
+    with Store(repo).session() as con:
+        assert con.execute("SELECT count(*) FROM checkpoints").fetchone() == (0,)
+    assert (repo / "ckpt.pth").exists()
