@@ -255,7 +255,8 @@ def _map(body: str, prelude: str = ""):
     from florwb_engine.replay.saved_state import map_save
 
     source = (
-        textwrap.dedent(prelude)
+        "net = opt = sched = data = extra = p = f = None\n"
+        + textwrap.dedent(prelude)
         + 'for epoch in flor.loop("epoch", range(3)):\n'
         + textwrap.indent(textwrap.dedent(body), "    ")
     )
@@ -269,13 +270,16 @@ def test_state_expressions_map_onto_the_scripts_objects():
     assert (m.position, m.problem) == ("end", None)
     assert m.targets == [[["model"], "net", True], [["opt"], "opt", True]]
     assert _map(steps + "torch.save(net, p)").targets == [[[], "net", True]]
-    assert _map(steps + "torch.save(self.model.state_dict(), p)").targets == [
-        [[], "self.model", True]
-    ]
+    method = _map(steps + "torch.save(self.model.state_dict(), p)", prelude="self = None\n")
+    assert method.targets == [[[], "self.model", True]]
     followed = _map(
         steps + "state = dict(model=net.state_dict(), epoch=epoch)\ntorch.save(state, p)\n"
     )
     assert followed.targets == [[["model"], "net", True], [["epoch"], "epoch", False]]
+    model = _map(steps + "torch.save(net, p)", prelude="net = Net()\n")
+    assert model.targets == [[[], "net", True]]  # an object, not followed into Net()
+    alias = _map(steps + "sd = net.state_dict()\ntorch.save(sd, p)\n")
+    assert alias.targets == [[[], "net", True]]
     nested = _map(steps + 'torch.save({"ckpt": {"model": net.state_dict()}}, p)')
     assert nested.targets == [[["ckpt", "model"], "net", True]]
     start = _map('torch.save(net.state_dict(), p)\nfor x in flor.loop("step", data):\n    f()\n')
@@ -296,6 +300,8 @@ def test_saves_florwb_cannot_map_say_why():
         prelude="def save_it(m):\n    torch.save(m.state_dict(), 'p')\n",
     )
     assert "not in the body of the main loop" in helper.problem
+    unbound = _map(steps + 'torch.save({"model": model.state_dict(), "epoch": epoch}, p)')
+    assert "cannot map `model` (not defined where the main loop runs)" in unbound.problem
 
 
 def test_mirroring_can_be_turned_off(repo):

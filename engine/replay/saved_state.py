@@ -20,6 +20,7 @@ state of the iteration before.
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,6 +213,13 @@ def map_save(tree: ast.Module, line: int, main_loop: str) -> SaveMap:
         return out
     scope = _scope(chain, loop_index)
     targets, problems = _targets(state, [], scope, line, set())
+    bound = _bound(chain[0])
+    for keys, expression, required in list(targets):
+        root = _root(expression)
+        if root is not None and root not in bound:
+            targets.remove([keys, expression, required])
+            if required:
+                problems.append(f"`{expression}` (not defined where the main loop runs)")
     if problems:
         out.problem = "cannot map " + ", ".join(problems) + " to an object of the script"
     elif not targets:
@@ -312,7 +320,7 @@ def _targets(
         return _dict_targets(pairs, keys, scope, line, seen)
     if isinstance(expr, ast.Name):
         assigned = _assignment(scope, expr.id, line)
-        if assigned is not None and expr.id not in seen:
+        if assigned is not None and expr.id not in seen and _followed(assigned):
             return _targets(assigned, keys, scope, line, seen | {expr.id})
         return [[keys, expr.id, not keys]], []
     if _reference(expr):
@@ -339,6 +347,40 @@ def _dict_targets(pairs, keys, scope, line, seen) -> tuple[list[list], list[str]
         targets += found
         problems += missing
     return targets, problems
+
+
+def _bound(module: ast.AST) -> set[str]:
+    """Names bound anywhere in the script (assignments, parameters, imports, definitions)
+    or builtins: a target whose name is bound nowhere cannot be found at replay."""
+    names: set[str] = set(dir(builtins))
+    for node in ast.walk(module):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+    return names
+
+
+def _root(expression: str) -> str | None:
+    try:
+        node = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return None
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _followed(value: ast.expr) -> bool:
+    """`state = {...}`, `state = dict(...)` or `sd = net.state_dict()` is followed to what
+    it holds; `net = Net()` is the object itself."""
+    if isinstance(value, ast.Dict):
+        return True
+    return isinstance(value, ast.Call) and _name_of(value.func) in ("dict", "state_dict")
 
 
 def _assignment(scope: list[ast.stmt], name: str, line: int) -> ast.expr | None:
