@@ -19,8 +19,9 @@ Which objects of the script a saved state belongs to is decided when a replay is
 from the call's `state` expression in the run's code (engine/replay/saved_state.py).
 
 Mirroring shares the checkpoint budget of `flor.checkpointing` (a save whose copy would
-exceed it is not mirrored, and counted). Any failure to mirror is counted as a run issue and
-said once on stderr; the user's save is never affected.
+exceed it is not mirrored; the replay plan says which iterations have no checkpoint). Any
+failure to mirror is counted as a run issue and said once on stderr; the user's save is
+never affected.
 """
 
 from __future__ import annotations
@@ -93,20 +94,18 @@ class Mirror:
     def _mirror(self, obj: Any, target: str, loop: str, iteration: int, ctx: int, caller) -> None:
         t0 = time.perf_counter()
         self.folder.mkdir(parents=True, exist_ok=True)
-        first = self.current != (loop, iteration)
-        if first:
-            self.current = (loop, iteration)
-            self.manifest = {"loop": loop, "iteration": iteration, "rng": None, "saves": []}
-        manifest = self.manifest
-        assert manifest is not None
+        first = self.current != (loop, iteration) or self.manifest is None
+        if first:  # kept as the iteration's manifest only once something was mirrored
+            manifest: dict = {"loop": loop, "iteration": iteration, "rng": None, "saves": []}
+        else:
+            manifest = dict(self.manifest or {}, saves=list((self.manifest or {})["saves"]))
         k = len(manifest["saves"])
         stem = f"{_safe(loop)}-{iteration:06d}"
         dest = self.folder / f"{stem}.save{k}.pt"
         how = "copy" if _weights_only_safe(obj) else "state_dict"
         size = _size(target) if how == "copy" else _state_bytes(obj)
         if not self._affordable(size):
-            REPLACED.add(ISSUE, "torch.save not mirrored: over the checkpoint budget")
-            return
+            return  # like flor.checkpointing's policy: this iteration is not checkpointed
         t1 = time.perf_counter()
         if how == "copy":
             _copy(target, dest)
@@ -131,6 +130,7 @@ class Mirror:
         tmp = self.folder / f".{name}.tmp"
         tmp.write_text(json.dumps(manifest))
         os.replace(tmp, self.folder / name)
+        self.current, self.manifest = (loop, iteration), manifest
         cost = time.perf_counter() - t0
         self.policy.paid(cost)
         self.count += 1
