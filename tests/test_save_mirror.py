@@ -100,7 +100,6 @@ def test_own_torch_save_is_mirrored_and_replayed_like_a_forward_run(repo):
     best = torch.load(folder / manifests[2]["saves"][1]["file"], weights_only=True)
     assert manifests[2]["saves"][1]["how"] == "state_dict"
     assert best.keys() == epoch0["model"].keys()
-    user_file = (repo / "ckpt.pth").read_bytes()
 
     write(repo / "train.py", TODAY)
     outer = plan_replay(repo, ["wnorm"], workers=1)
@@ -118,7 +117,6 @@ def test_own_torch_save_is_mirrored_and_replayed_like_a_forward_run(repo):
     result = execute(inner)
     # loss was recorded: a segment restored without the optimizer or the RNG would diverge
     assert result.status == "finished" and result.runs[0].compared == 16, result
-    assert (repo / "ckpt.pth").read_bytes() == user_file
 
     run_py(repo, "train.py")  # today's script, forward
     forward = next(r["run_id"] for r in Store(repo).runs() if r["run_id"] != run_id)
