@@ -67,3 +67,11 @@ def test_a_kernel_session_records_runs_with_its_cells_as_code(repo):
     assert {r.reason for r in plan.runs} == {
         "recorded in a notebook: replaying notebook runs is not supported"
     }
+
+
+def test_the_statement_matrix_shows_scripts_not_notebooks():
+    from florwb_engine.statements import choose_script_and_versions
+
+    runs = [("train.py", "v1"), ("notebook.ipynb", "v2")]  # the newest run is a notebook's
+    assert choose_script_and_versions(runs, ["v1", "v2"]) == ("train.py", ["v1"], {"v1": 1})
+    assert choose_script_and_versions([("notebook.ipynb", "v2")], ["v2"]) is None
