@@ -42,7 +42,7 @@ def restore_own_saves(
     frame = _script_frame()
     taken = {id(obj) for obj in registered.values()}
     for save in manifest.get("saves", ()):
-        targets = saved_map.get(str(save.get("line")))
+        targets = saved_map.get(f"{save.get('script')}:{save.get('line')}")  # site_key
         if not targets:
             continue
         state = torch.load(folder / save["file"], weights_only=True, map_location="cpu")

@@ -68,7 +68,7 @@ class RunPlan:
     args: dict = field(default_factory=dict)
     checkpoints: dict[str, str] = field(default_factory=dict)
     mirrored: dict[str, str] = field(default_factory=dict)  # iteration -> own-save manifest
-    saved_map: dict[str, list[list]] = field(default_factory=dict)  # save line -> targets
+    saved_map: dict[str, list[list]] = field(default_factory=dict)  # save site -> targets
 
 
 @dataclass

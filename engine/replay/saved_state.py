@@ -77,9 +77,14 @@ class SavedState:
     """What a run's mirrored saves give its replay."""
 
     mirrored: dict[str, str] = field(default_factory=dict)  # iteration -> manifest file
-    saved_map: dict[str, list[list]] = field(default_factory=dict)  # "line" -> targets
+    saved_map: dict[str, list[list]] = field(default_factory=dict)  # site_key -> targets
     sizes: dict[int, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+
+def site_key(script: str | None, line: int | None) -> str:
+    """How a torch.save call site is named in the replay spec: `train.py:42`."""
+    return f"{script}:{line}"
 
 
 def plan_saved_state(
@@ -147,7 +152,7 @@ def plan_saved_state(
     if not usable:
         return out
     shift = -1 if next(iter(usable.values())).position == START else 0
-    out.saved_map = {str(line): m.targets for line, m in usable.items()}
+    out.saved_map = {site_key(script, line): m.targets for line, m in usable.items()}
     for iteration, manifest in manifests.items():
         lines = {s.get("line") for s in manifest.get("saves", ()) if s.get("script") == script}
         if not lines & set(usable):
@@ -450,7 +455,9 @@ def use_saved_state(project: Path, plan, facts) -> None:
         f"restores from the script's own torch.save ({len(own)} checkpoints): "
         + "; ".join(
             f"line {line}: " + ", ".join(_describe(t) for t in targets)
-            for line, targets in sorted(found.saved_map.items(), key=lambda kv: int(kv[0]))
+            for line, targets in sorted(
+                (int(key.rsplit(":", 1)[1]), targets) for key, targets in found.saved_map.items()
+            )
         )
     )
 

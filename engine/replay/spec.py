@@ -37,7 +37,7 @@ class ReplaySpec:
     progress_file: str = ""
     start_rng: str = ""  # the run's RNG states at its first florwb call, when recorded
     # the script's own torch.save checkpoints (replay/saved_state.py): iteration -> manifest,
-    # and per call-site line the [keys, expression, required] of the objects it saved
+    # and per call site (`train.py:42`) the [keys, expression, required] of what it saved
     mirrored: dict[str, str] = field(default_factory=dict)
     saved_map: dict[str, list[list]] = field(default_factory=dict)
 
