@@ -14,6 +14,8 @@ from florwb_engine.replay import execute, plan_replay
 from florwb_engine.store import Store
 
 HEAD = """
+import time
+
 import torch
 import florwb as flor
 
@@ -32,6 +34,7 @@ STEPS = """
         loss.backward()
         opt.step()
         flor.log("loss", loss.item())
+    time.sleep(0.05)  # an epoch far longer than its checkpoint, even on a busy machine
 """
 
 OWN = (
