@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import echo, ranks, runtime
+from florwb_engine.record import echo, ranks, runtime, save_mirror
 from florwb_engine.record.values import PRIMITIVES, encode, name_text
 
 T = TypeVar("T")
@@ -96,6 +96,8 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     if run is None:
         yield from iterable
         return
+    if save_mirror.WAITING:  # torch imported after the run started: wrap its save now
+        save_mirror.arm()
     parent = _CTX
     loop_name = name_text(name)
     if loop_name is None:  # a name whose str() fails: the loop still runs, under this name

@@ -22,6 +22,7 @@ from typing import Any
 
 from florwb_engine.record import ranks
 from florwb_engine.record.checkpoint import copy_to_host, load, restore, restore_rng
+from florwb_engine.record.restore_saves import restore_own_saves
 from florwb_engine.replay.spec import OUTER, PREFIX, ReplaySpec
 
 KEEP_BYTES = 256 << 20
@@ -80,6 +81,10 @@ class Replayer:
         then start of i+1), so a small one is kept in memory after the first read. Restores
         take a copy: optimizers keep the tensors they are given and update them in place."""
         path = self.spec.checkpoint(iteration) if iteration >= 0 else None
+        own = self.spec.mirrored_checkpoint(iteration) if iteration >= 0 else None
+        if own is not None:  # the script's own torch.save (flor.checkpointing's wins)
+            restore_own_saves(own, self.spec.saved_map, self._objects(), rng=path is None)
+            self._restored = iteration
         if path is None:
             return
         if self._kept is not None and self._kept[0] == iteration:

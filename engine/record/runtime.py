@@ -33,7 +33,7 @@ from florwb_engine.journal import (
     replay_journal_name,
 )
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import capture, ranks, start_rng
+from florwb_engine.record import capture, notebook, ranks, save_mirror, start_rng
 from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
 from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
@@ -88,7 +88,9 @@ class Run:
             self.source = RECORDED
             journal_name = f"{self.run_id}{SUFFIX}"
         journal_name = ranks.journal_name(journal_name.removesuffix(SUFFIX), self.rank, SUFFIX)
-        self.script = _relative(script, self.project) if script else None
+        self.script = (
+            _relative(script, self.project) if script else notebook.script_name(self.project)
+        )
         self.journal = JournalWriter(projects.journal_dir(self.project) / journal_name)
         self.checkpointer = Checkpointer(
             projects.checkpoint_dir(self.project) / self.run_id, EVENTS.append, DEFAULT_BUDGET
@@ -281,6 +283,7 @@ class Run:
                 status = "interrupted"
             else:
                 status = "failed"
+        EVENTS.extend(notebook.final_events(self))  # a notebook's executed cells as its code
         unused = sorted(set(cli_args.CLI_KWARGS) - set(self.args))
         if unused and self.replayer is None:
             print(
@@ -496,12 +499,14 @@ def ensure_run() -> Run | None:
         if _current is None:
             _current = Run()
             _install_hooks()
+            save_mirror.attach(_current)  # the script's own torch.save become checkpoints
     return _current
 
 
 def end_run(status: str | None = None) -> None:
     global _current
     run = _current
+    save_mirror.detach()
     if run is not None:
         run.finish(status)
         _current = None

@@ -238,6 +238,8 @@ def _prepare(
                 progress_file=str(workdir / f"{stem}.progress"),
                 start_rng=str(start_states) if start_states.exists() else "",
                 world_size=run.launch["world_size"] if run.launch else 1,
+                mirrored=run.mirrored,
+                saved_map=run.saved_map,
             )
             spec_path = workdir / f"{stem}.spec.json"
             spec.save(spec_path)

@@ -8,10 +8,11 @@ read in the planner's one session so the rest of planning works on plain values.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import duckdb
 
+from florwb_engine.record.save_mirror import is_manifest
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.store import run_context
 from florwb_engine.store.schema import TABLES, literal, loop_column, loop_columns, quote
@@ -44,6 +45,9 @@ class RunFacts:
     present: set[str]  # names the run already has values for (recorded or replayed)
     status: str | None = None  # the run's: 'running' while it still records
     prefix_s: float = 0.0  # seconds from the run's start to its main loop (estimated)
+    # the script's own torch.save calls mirrored while it recorded (record/save_mirror.py):
+    # iteration -> (manifest file, bytes); replay/saved_state.py decides which are usable
+    mirrored: dict[int, tuple[str, int]] = field(default_factory=dict)
 
 
 def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[SelectedRun]:
@@ -132,13 +136,22 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
     return RunFacts(
         args=args,
         main_loop=main,
-        checkpoints={int(i): (path, int(size or 0)) for _loop, i, path, size in ckpt_rows},
+        checkpoints={
+            int(i): (path, int(size or 0))
+            for _loop, i, path, size in ckpt_rows
+            if not is_manifest(path)
+        },
         epoch_s=epoch_s,
         inner_s=inner_s,
         wall_s=float(wall or 0.0),
         present=present,
         status=status,
         prefix_s=prefix_s,
+        mirrored={
+            int(i): (path, int(size or 0))
+            for _loop, i, path, size in ckpt_rows
+            if is_manifest(path)
+        },
     )
 
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
+from florwb_engine.record.notebook import is_notebook_script
 from florwb_engine.replay import ddp_launch, run_inputs
 from florwb_engine.replay.cost import (
     CALIBRATION_BOUNDS,
@@ -33,6 +34,7 @@ from florwb_engine.replay.errors import PlanError
 from florwb_engine.replay.facts import RunFacts, SelectedRun, past_ratio, run_facts, select_runs
 from florwb_engine.replay.mode import replay_mode
 from florwb_engine.replay.placing import Placer, placed_statements
+from florwb_engine.replay.saved_state import use_saved_state
 from florwb_engine.replay.spec import ReplayMode
 from florwb_engine.store import Store
 
@@ -74,6 +76,8 @@ class RunPlan:
     args: dict = field(default_factory=dict)
     checkpoints: dict[str, str] = field(default_factory=dict)
     launch: dict | None = None  # how a multi-process run's replay starts (ddp_launch.py)
+    mirrored: dict[str, str] = field(default_factory=dict)  # iteration -> own-save manifest
+    saved_map: dict[str, list[list]] = field(default_factory=dict)  # save site -> targets
     inputs: dict[str, str] = field(default_factory=dict)  # left-out file -> the run's blob
     at_risk: list[str] = field(default_factory=list)  # changed left-out files, bytes gone
 
@@ -107,7 +111,8 @@ class Plan:
                 {
                     key: value
                     for key, value in asdict(run).items()
-                    if key not in ("code", "checkpoints", "args", "argv", "cwd")
+                    if key
+                    not in ("code", "checkpoints", "args", "argv", "cwd", "mirrored", "saved_map")
                 }
                 for run in self.runs
             ],
@@ -149,9 +154,15 @@ def plan_replay(
         plan = _plan_run(placer, names, run, facts[run.run_id])
         if plan.status == READY:
             ddp_launch.settle(plan, launched.get(run.run_id), gpus)
-        if plan.status == READY and plan.launch and executor != "local":
-            plan.status = SKIP  # ray_executor.py runs one process per segment
-            plan.reason = "a multi-process run replays with the local executor, not on Ray"
+        if plan.status == READY:
+            use_saved_state(project, plan, facts[run.run_id])
+        if plan.status == READY and executor != "local" and (plan.launch or plan.mirrored):
+            plan.status = SKIP  # ray_executor.py ships flor.checkpointing's files, one process
+            plan.reason = (
+                "a multi-process run replays with the local executor, not on Ray"
+                if plan.launch
+                else "a run restored from its own torch.save replays with the local executor"
+            )
         if plan.status == READY:
             assert plan.mode is not None
             found = run_work(plan.mode, plan.main_loop, facts[run.run_id], executor)
@@ -194,6 +205,9 @@ def _plan_run(placer: Placer, names: list[str], run: SelectedRun, facts: RunFact
     plan.main_loop = facts.main_loop
     plan.checkpoints = {str(i): path for i, (path, _size) in facts.checkpoints.items()}
     wanted = [n for n in names if n not in facts.present]
+    if is_notebook_script(run.script):
+        plan.reason = "recorded in a notebook: replaying notebook runs is not supported"
+        return plan
     if not wanted:
         plan.status = DONE
         plan.reason = "already has " + ", ".join(names)

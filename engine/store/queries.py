@@ -26,7 +26,7 @@ from florwb_engine.store import console as console_lines
 from florwb_engine.store import user_sql
 from florwb_engine.store.catalog import Store, check_read_only
 from florwb_engine.store.console import ConsoleLine
-from florwb_engine.store.db import StoreError
+from florwb_engine.store.db import StoreError, no_progress_bar
 from florwb_engine.store.runs import RunRow, list_runs
 
 if TYPE_CHECKING:  # duckdb.sqltypes is duckdb 2's home of the type; only annotations use it
@@ -196,7 +196,7 @@ def _session(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
             con = stack.enter_context(store.session())
         # DuckDB draws a progress bar on stdout for queries over 2 s: on a full-screen
         # terminal app that would scribble over the screen
-        con.execute("SET enable_progress_bar = false")
+        no_progress_bar(con)
         yield con
 
 
