@@ -50,7 +50,7 @@ async def test_matrix_of_statements_by_version_and_code_diff(demo: Path):
         assert row.count("→") == 2  # propagatable into both recorded versions
         assert expected.cell("weight_norm", old).status == "propagatable"
         assert f"→ L{expected.cell('weight_norm', new).line}" in row
-        assert "● L" in row  # present in the working tree
+        assert "+ L" in row and "new" in row  # in the working tree, no run has it yet
         loss = _matrix_line(text, "loss")
         assert loss.count("● L") == 3  # recorded everywhere
         # the diff of the newest version against the working tree highlights the new line

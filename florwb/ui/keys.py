@@ -41,6 +41,20 @@ SCOPES: dict[str, tuple[str, str, str | None]] = {
     "plan": ("Replay plan", "ReplayPlanScreen", None),
     "matrix": ("Statement matrix (2)", "#matrix", "statements"),
     "results": ("Query results (4)", "#results", "query"),
+    "diff": ("Code diff", "DiffView", "statements"),
+    "plan_runs": ("Replay plan: runs", "PlanRunsTable", None),
+    "past": ("Past replays (3)", "#past-replays", "replay"),
+    "compare": ("Run comparison", "RunCompareScreen", None),
+    "replay_detail": ("Replay detail", "ReplayDetailScreen", None),
+}
+
+# Scopes that live on a modal screen: offered by the palette only while it is open.
+SCREEN_SCOPES = {
+    "run": "RunDetailScreen",
+    "plan": "ReplayPlanScreen",
+    "plan_runs": "ReplayPlanScreen",
+    "compare": "RunCompareScreen",
+    "replay_detail": "ReplayDetailScreen",
 }
 
 KEYS: dict[str, tuple[Key, ...]] = {
@@ -78,6 +92,11 @@ KEYS: dict[str, tuple[Key, ...]] = {
             "history.metric", "m", "next_metric", "Next metric for sparklines", True, label="metric"
         ),
         Key("history.metric_back", "M", "previous_metric", "Previous metric"),
+        Key("history.sort", "s", "cycle_sort", "Sort runs by the next column", True, label="sort"),
+        Key("history.sort_reverse", "S", "reverse_sort", "Reverse the sort order"),
+        Key(
+            "history.compare", "c", "compare", "Compare the two marked runs", True, label="compare"
+        ),
     ),
     "statements": (
         Key(
@@ -90,6 +109,35 @@ KEYS: dict[str, tuple[Key, ...]] = {
         ),
         Key("statements.diff", "d", "focus_diff", "Focus the code diff"),
         Key("statements.matrix", "x", "focus_matrix", "Focus the matrix"),
+        Key("statements.search", "slash", "search_diff", "Search the code diff"),
+    ),
+    # ⏎ on a cell of the matrix (DataTable's select) plans its replay: said in help here
+    "diff": (
+        Key("diff.search", "slash", "search", "Search the diff", True, label="search"),
+        Key("diff.next", "n", "next_match", "Next match", True, label="next"),
+        Key("diff.previous", "N", "previous_match", "Previous match"),
+    ),
+    "plan_runs": (
+        Key(
+            "plan_runs.toggle",
+            "space",
+            "toggle_run",
+            "Include / exclude the run",
+            True,
+            label="include",
+        ),
+    ),
+    "past": (
+        Key(
+            "past.open", "enter", "open_replay", "Open the replay's details", True, label="details"
+        ),
+    ),
+    "compare": (
+        Key("compare.back", "escape,q", "back", "Back", True, label="back"),
+        Key("compare.diff", "d", "focus_diff", "Focus the code diff"),
+    ),
+    "replay_detail": (
+        Key("replay_detail.back", "escape,backspace,q", "back", "Back", True, label="back"),
     ),
     "replay": (
         Key("replay.cancel", "c", "cancel", "Cancel the running replay", True, label="cancel"),
@@ -128,6 +176,14 @@ KEYS: dict[str, tuple[Key, ...]] = {
         Key("matrix.right", "l", "cursor_right", "Next version"),
         Key("matrix.first", "g", "scroll_top", "First statement"),
         Key("matrix.last", "G", "scroll_bottom", "Last statement"),
+        Key(
+            "matrix.replay",
+            "enter",
+            "select_cursor",
+            "Replay this statement for this version's runs",
+            True,
+            label="replay cell",
+        ),
     ),
     "results": (
         Key("results.down", "j", "cursor_down", "Next row"),
