@@ -92,11 +92,9 @@ KEYS: dict[str, tuple[Key, ...]] = {
             "history.metric", "m", "next_metric", "Next metric for sparklines", True, label="metric"
         ),
         Key("history.metric_back", "M", "previous_metric", "Previous metric"),
-        Key("history.sort", "s", "cycle_sort", "Sort runs by the next column", True, label="sort"),
+        Key("history.sort", "s", "cycle_sort", "Sort runs by the next column"),
         Key("history.sort_reverse", "S", "reverse_sort", "Reverse the sort order"),
-        Key(
-            "history.compare", "c", "compare", "Compare the two marked runs", True, label="compare"
-        ),
+        Key("history.compare", "c", "compare", "Compare the two marked runs"),
     ),
     "statements": (
         Key(
@@ -180,7 +178,7 @@ KEYS: dict[str, tuple[Key, ...]] = {
             "matrix.replay",
             "enter",
             "select_cursor",
-            "Replay this statement for this version's runs",
+            "Replay the cell's statement",
             True,
             label="replay cell",
         ),
