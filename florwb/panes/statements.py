@@ -32,7 +32,7 @@ from florwb_engine.statements import (
 from florwb_engine.store import Store
 from florwb_engine.store.queries import History
 
-LEGEND = "● recorded  ↻ replayed  → propagatable (⏎ replays)  ✗ cannot place  + new"
+LEGEND = "● recorded ↻ replayed → propagatable (⏎ replays) ✗ cannot place + new"
 CELL_TEXT = {
     "recorded": ("● L{line}", "green"),
     "replayed": ("↻ replayed", "cyan"),
@@ -206,9 +206,8 @@ class StatementsPane(Vertical, can_focus=False):
             reason.update(f"{name}: in {len(present)} of {len(self.data.versions)} columns")
             return
         cell = self.data.cells[(name, version)]
-        status, line, why = cell.status, cell.line, cell.reason
-        if version == WORKING:
-            status = tree_status(self.data, name)
+        line, why = cell.line, cell.reason
+        status = tree_status(self.data, name) if version == WORKING else str(cell.status)
         where = WORKING if version == WORKING else f"version {fmt.short_version(version)}"
         explain = {
             "recorded": f"recorded by its runs, at line {line}",

@@ -180,11 +180,11 @@ class DiffView(Vertical):
     def _show(self) -> None:
         text = self.text.copy()
         offsets = [0]
-        for line in self.text.plain.split("\n"):
-            offsets.append(offsets[-1] + len(line) + 1)
-        for index, (line, start, end) in enumerate(self.matches):
+        for plain_line in self.text.plain.split("\n"):
+            offsets.append(offsets[-1] + len(plain_line) + 1)
+        for index, (number, first, last) in enumerate(self.matches):
             style = CURRENT_STYLE if index == self.current else SEARCH_STYLE
-            text.stylize(style, offsets[line] + start, offsets[line] + end)
+            text.stylize(style, offsets[number] + first, offsets[number] + last)
         self.query_one("#diff", Static).update(text)
         found = self.query_one("#diff-found", Static)
         found.set_class(bool(self.term), "-shown")
@@ -193,10 +193,9 @@ class DiffView(Vertical):
         if not self.matches:
             found.update(Text(f"/{self.term}: no match", "red"))
             return
-        line = self.matches[self.current][0]
         found.update(f"/{self.term}: match {self.current + 1} of {len(self.matches)} · n/N")
         scroll = self.query_one("#diff-scroll", ScrollableContainer)
-        _line, start, end = self.matches[self.current]
+        line, start, end = self.matches[self.current]
         scroll.scroll_to(
             x=0 if end < scroll.size.width else max(start - 10, 0),
             y=max(line - scroll.size.height // 2, 0),
