@@ -66,13 +66,14 @@ class RunProgressRow(Horizontal):
 
 # The past replays' columns with widths fixed up front: filled while the tab was hidden,
 # auto-sized columns came out ~6 cells wide the first time (issue 14, defect 8).
+# They fit 80 columns with the cell padding: the whole replay id, the longest status.
 PAST_COLUMNS = (
     ("replay", 20),
     ("status", 9),
-    ("names", 24),
-    ("rows", 8),
+    ("names", 13),
+    ("rows", 6),
     ("started", 11),
-    ("took", 7),
+    ("took", 6),
 )
 
 
@@ -240,6 +241,14 @@ class ReplayPane(Vertical):
         self.running = False
         self.result = result
         elapsed = time.perf_counter() - self.started
+        if self.plan is not None:  # nothing left to cancel: the title stops offering it
+            title = self.query_one("#replay-title", Static)
+            title.update(
+                Text(
+                    f"Replay {self.plan.replay_id}: {', '.join(self.plan.names)} on "
+                    f"{fmt.plural(len(self.plan.ready()), 'run')} · r plans the next one"
+                )
+            )
         eta = self.query_one("#replay-eta", Static)
         if result is None:
             eta.update(Text("✗ replay failed: see the error shown", "bold red"))
@@ -309,7 +318,7 @@ class ReplayPane(Vertical):
             table.add_row(
                 r.replay_id,
                 r.status or "?",
-                fmt.clip(r.names or "-", 24),
+                fmt.clip(r.names or "-", 13),
                 f"{r.rows:,}",
                 fmt.clock(r.started),
                 fmt.duration(took),
