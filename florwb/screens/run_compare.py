@@ -60,21 +60,29 @@ def _delta(value: float | None, higher_is_better: bool) -> Text:
 
 def render_header(comparison: RunComparison) -> Table:
     table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold", expand=False)
-    table.add_column("", style="dim", no_wrap=True)
+    table.add_column("", style="dim", no_wrap=True, min_width=7)
     table.add_column("A", no_wrap=True)
     table.add_column("B", no_wrap=True)
     a, b = comparison.first, comparison.second
-    table.add_row("run", *(Text.assemble((r.run_id, "bold"), " ", _status(r)) for r in (a, b)))
+    table.add_row("run", *(Text(r.run_id, "bold") for r in (a, b)))
+    scripts = a.script != b.script  # the script's name only where it differs
     table.add_row(
         "version",
         *(
-            Text.assemble(f"{fmt.short_version(r.version)} ", git_text(r), f" · {r.script or '?'}")
+            Text.assemble(
+                f"{fmt.short_version(r.version)} ",
+                git_text(r),
+                f" · {r.script or '?'}" if scripts else "",
+            )
             for r in (a, b)
         ),
     )
     table.add_row(
         "started",
-        *(f"{fmt.clock(r.start_time)} · took {fmt.duration(r.duration_s)}" for r in (a, b)),
+        *(
+            Text.assemble(_status(r), f" {fmt.clock(r.start_time)} · {fmt.duration(r.duration_s)}")
+            for r in (a, b)
+        ),
     )
     return table
 
