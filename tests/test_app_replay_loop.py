@@ -45,9 +45,7 @@ async def test_enter_on_a_propagatable_cell_replays_that_statement_for_chosen_ru
         )
         table = app.query_one("#matrix", DataTable)
         table.focus()
-        table.move_cursor(
-            row=data.names.index("weight_norm"), column=data.versions.index(version) + 1
-        )
+        table.move_cursor(row=data.names.index("weight_norm"), column=pane.order.index(version) + 1)
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, ReplayPlanScreen), what="plan")
         plan_screen = app.screen

@@ -82,6 +82,7 @@ class StatementsPane(Vertical, can_focus=False):
         self.selected_version: str | None = None
         self.marked_versions: set[str] = set()
         self.stale = True
+        self.order: list[str] = []  # the versions in column order (working tree first)
 
     def on_mount(self) -> None:
         self.post_message(PaneReady(self))
@@ -151,7 +152,13 @@ class StatementsPane(Vertical, can_focus=False):
         table = self.query_one("#matrix", DataTable)
         table.clear(columns=True)
         table.add_column("statement", key="name")
-        for version in message.versions:
+        # The working tree right after the statement names, both fixed: however many versions
+        # scroll by on a narrow terminal, that column is never cut (issue 14, defect 8).
+        self.order = [v for v in message.versions if v == WORKING] + [
+            v for v in message.versions if v != WORKING
+        ]
+        table.fixed_columns = 1 + (WORKING in message.versions)
+        for version in self.order:
             label = (
                 WORKING
                 if version == WORKING
@@ -160,17 +167,18 @@ class StatementsPane(Vertical, can_focus=False):
             table.add_column(label, key=version)
         for name in message.names:
             cells = [Text(name, "bold")]
-            for version in message.versions:
+            for version in self.order:
                 cell = message.cells[(name, version)]
                 status = tree_status(message, name) if version == WORKING else cell.status
                 label, style = CELL_TEXT[status]
                 cells.append(Text(label.format(line=cell.line), style))
             table.add_row(*cells, key=name)
         start = self.selected_version
-        if start in message.versions:
-            table.move_cursor(column=message.versions.index(start) + 1, row=0)
-        elif len(message.versions) > 1:
-            table.move_cursor(column=len(message.versions) - 1, row=0)
+        recorded = [v for v in self.order if v != WORKING]
+        if start in self.order:
+            table.move_cursor(column=self.order.index(start) + 1, row=0)
+        elif recorded:  # the newest recorded version
+            table.move_cursor(column=self.order.index(recorded[-1]) + 1, row=0)
         self._show_cell()
         self.show_diff()
 
@@ -188,7 +196,7 @@ class StatementsPane(Vertical, can_focus=False):
             return None, None
         row, column = table.cursor_coordinate
         name = data.names[min(row, len(data.names) - 1)]
-        version = data.versions[column - 1] if column >= 1 else None
+        version = self.order[column - 1] if 1 <= column <= len(self.order) else None
         return name, version
 
     def _show_cell(self) -> None:
