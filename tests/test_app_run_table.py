@@ -108,10 +108,11 @@ async def test_filter_takes_a_where_condition_and_shows_errors_inline(demo: Path
         )
         shown = {r.run_id for r in runs if short_run(r.run_id) in "\n".join(run_lines(text))}
         assert shown == wanted
-        # a bad condition: DuckDB's reason under the filter line, the rows stay
+        # a bad condition: DuckDB's reason under the filter line; it filters nothing
         await pilot.press("ctrl+u", *"lrr > 1")
         text = await wait_for(pilot, lambda t: "✗" in t and "lrr" in t, what="the error")
         assert "Referenced column" in text or "not found" in text
+        assert len(run_lines(text)) == len(runs) and "No run matches" not in text
         # nothing matches: said so, with the condition
         await pilot.press("ctrl+u", *"lr > 5")
         text = await wait_for(pilot, lambda t: "No run matches the condition" in t)

@@ -122,10 +122,12 @@ class HistoryPane(Vertical):
             return
         listing = self.history_list
         where = is_where(self.text_filter)
+        # a condition DuckDB refused filters nothing: its error shows, every run stays
+        keep = None if not where or self.where_error else (self.where_ids or set())
         rows = build_rows(
             history,
             "" if where else self.text_filter,
-            keep=(self.where_ids or set()) if where else None,
+            keep=keep,
             sort=listing.sort,
             value=listing.column_value,
         )
@@ -276,9 +278,8 @@ class HistoryPane(Vertical):
         if message.condition != self.text_filter:
             return  # the user typed on
         self._show_where_error(message.error)
-        if message.run_ids is not None:
-            self.where_ids = message.run_ids
-            self._rebuild()
+        self.where_ids = message.run_ids
+        self._rebuild()
 
     def _show_where_error(self, error: str | None) -> None:
         self.where_error = error
