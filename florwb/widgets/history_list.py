@@ -567,8 +567,10 @@ class HistoryList(ScrollView, can_focus=True):
         self.post_message(self.SortChanged(self.sort))
 
     def action_compare(self) -> None:
-        marked = [r.run.run_id for r in self.rows if r.run and r.run.run_id in self.marked_runs]
-        if len(self.marked_runs) != 2 or len(marked) != 2:
+        # in the order they are listed (A above B); a run the filter hides still counts
+        listed = [r.run.run_id for r in self.rows if r.run and r.run.run_id in self.marked_runs]
+        marked = listed + sorted(self.marked_runs - set(listed))
+        if len(marked) != 2:
             self.notify(
                 f"Mark exactly two runs (space) to compare them; {len(self.marked_runs)} marked.",
                 title="Compare",
