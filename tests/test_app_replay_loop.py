@@ -14,6 +14,7 @@ from textual.widgets import DataTable
 from florwb.screens.replay_detail import ReplayDetailScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.ui.format import short_run
+from florwb.widgets.code_diff import DiffView
 from florwb_engine.statements import WORKING
 from florwb_engine.store import Store
 
@@ -102,6 +103,7 @@ async def test_enter_on_a_past_replay_opens_its_runs_statuses_and_errors(demo: P
             what="the replay's end",
         )
         text = await wait_for(pilot, lambda t: "Past replays: 1" in t, what="listed")
+        assert "r plans the next one" in text and "c cancels" not in text  # nothing to cancel
         (replay_id,) = Store(demo).query("SELECT replay_id FROM replays")["replay_id"]
         past = app.query_one("#past-replays", DataTable)
         # sensible widths the first time the table shows: the whole replay id fits
@@ -120,3 +122,28 @@ async def test_enter_on_a_past_replay_opens_its_runs_statuses_and_errors(demo: P
         assert f"{int(rows):,}" in line
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, ReplayDetailScreen))
+
+
+async def test_slash_in_the_statements_tab_searches_the_diff(demo: Path):
+    app = make_app(demo, watch=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("2")
+        pane = app.query_one("#statements-pane")
+        await wait_until(pilot, lambda: pane.data is not None, timeout=60, what="the matrix")
+        await wait_for(pilot, lambda t: "diff version" in t, what="the diff")
+        diff = pane.query_one(DiffView)
+        await pilot.press("slash", *"flor.")
+        await wait_until(pilot, lambda: len(diff.matches) >= 2, what="matches")
+        expected = [i for i, line in enumerate(diff.text.plain.split("\n")) if "flor." in line]
+        assert [m[0] for m in diff.matches] == expected  # every line that has it
+        await pilot.press("enter")
+        text = await wait_for(pilot, lambda t: "match 1 of" in t, what="the counter")
+        assert f"of {len(diff.matches)}" in text
+        await pilot.press("n", "n")
+        await wait_until(pilot, lambda: diff.current == 2 % len(diff.matches), what="n twice")
+        await pilot.press("N")
+        await wait_until(pilot, lambda: diff.current == 1, what="N")
+        # the current match is drawn in its own style
+        line = diff.query_one("#diff").content
+        assert any("bright_yellow" in str(span.style) for span in line.spans)
