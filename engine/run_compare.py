@@ -20,8 +20,6 @@ from florwb_engine.store import Store
 from florwb_engine.store.history_values import CHOSEN
 from florwb_engine.store.queries import _session
 from florwb_engine.store.runs import RunRow, list_runs
-from florwb_engine.versions import VersionError, read_file
-from florwb_engine.versions.object_store import differing_files
 
 # Names whose higher values are better (accuracy, F1, reward...); the rest (losses,
 # errors, norms) are best low.
@@ -151,7 +149,11 @@ def _final_and_range(
 
 
 def _code(project: Path, comparison: RunComparison) -> None:
-    """The files that differ between the two runs' versions."""
+    """The files that differ between the two runs' versions (the version store loads
+    here: the history imports this module for `best_is_max` and must start fast)."""
+    from florwb_engine.versions import VersionError, read_file
+    from florwb_engine.versions.object_store import differing_files
+
     old, new = comparison.first.version, comparison.second.version
     if not old or not new or old == new:
         return
