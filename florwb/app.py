@@ -319,14 +319,16 @@ class WorkbenchApp(App[int]):
 
     @on(ReplayRequested)
     def _replay_requested(self, message: ReplayRequested) -> None:
-        self._plan_replay(message.run_ids)
+        self._plan_replay(message.run_ids, message.names)
 
-    def _plan_replay(self, run_ids: Iterable[str] | None) -> None:
+    def _plan_replay(
+        self, run_ids: Iterable[str] | None, only: Iterable[str] | None = None
+    ) -> None:
         if self.replay_running:
             self.notify("A replay is running; see the Replay tab (c cancels it).")
             self.action_show_tab("replay")
             return
-        names = self._banner.names
+        names = list(only) if only else self._banner.names
         if not names:
             self.notify(
                 "No new log statements: add a flor.log line to the training script and save.",

@@ -84,6 +84,22 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         await pilot.pause(0.3)
         await shot("05-statements")
 
+        # two runs of different versions side by side, the diff searched for "model"
+        await pilot.press("1", "u")
+        listing = app.query_one("#history-list", HistoryList)
+        versions_seen: set[str | None] = set()
+        for index, row in enumerate(listing.rows):
+            if row.run is not None and row.version not in versions_seen:
+                versions_seen.add(row.version)
+                listing.cursor = index
+                await pilot.press("space")
+        await pilot.press("v")
+        await _until(pilot, lambda: getattr(app.screen, "comparison", None) is not None)
+        await pilot.press("d", "slash", *"model", "enter")
+        await pilot.pause(0.5)
+        await shot("21-run-compare")
+        await pilot.press("escape")
+
         await pilot.press("1", "u", "r")  # no marks: replay every run
         await _until(pilot, lambda: getattr(app.screen, "plan", None) is not None)
         await pilot.pause(0.2)

@@ -52,6 +52,16 @@ class RunFacts:
 
 def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[SelectedRun]:
     """Runs matching --where, which may name args as columns (e.g. `lr > 0.01`)."""
+    runs = runs_where(con, where)
+    if not runs:
+        raise PlanError("no recorded run matches" + (f" --where {where}" if where else ""))
+    return runs
+
+
+def runs_where(con: duckdb.DuckDBPyConnection, where: str | None) -> list[SelectedRun]:
+    """The runs matching a --where condition (none is no error); a condition DuckDB
+    cannot run raises PlanError with its one-line reason. The workbench's history filter
+    reads the same condition through this function."""
     arg_columns = ""
     for name, numeric in con.execute(
         "SELECT name, bool_and(vtype IN ('float', 'int', 'bool')) FROM args GROUP BY 1 ORDER BY 1"
@@ -85,8 +95,6 @@ def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[Selec
         raise PlanError(f"bad --where: {str(exc).splitlines()[0]}") from None
     finally:
         con.execute("ROLLBACK")
-    if not rows:
-        raise PlanError("no recorded run matches" + (f" --where {where}" if where else ""))
     return [
         SelectedRun(run_id, version, script, json.loads(argv) if argv else [], cwd)
         for run_id, version, script, argv, cwd in rows

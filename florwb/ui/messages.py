@@ -129,9 +129,11 @@ class MetricChanged(Message):
 
 @dataclass
 class ReplayRequested(Message):
-    """Plan a replay of the pending statements; `run_ids` None means the marked runs."""
+    """Plan a replay of the pending statements; `run_ids` None means the marked runs;
+    `names` None means every pending statement (the matrix's ⏎ names one)."""
 
     run_ids: Sequence[str] | None = None
+    names: Sequence[str] | None = None
 
 
 class CancelRequested(Message):
