@@ -101,6 +101,7 @@ class WorkbenchApp(App[int]):
         self._history: History | None = None
         self._live: list[LiveRun] = []
         self._first_frame = False
+        self._quit_when_replay_ends = False  # `q`, `y`: the replay is being cancelled
         # The components and panes, built here with what they need; compose places them.
         self._monitor = LiveMonitor(
             self.project, self.store, poll_s=poll_s, watch_scripts=watch, id="live-monitor"
@@ -358,6 +359,9 @@ class WorkbenchApp(App[int]):
 
     @on(ReplayEnded)
     def _replay_ended(self, message: ReplayEnded) -> None:
+        if self._quit_when_replay_ends:  # cancelled on the way out: its rows are removed now
+            self.exit()
+            return
         if self._replay.is_attached:
             self._replay.ended(message.result)
             self._replay.reload_replays()
@@ -380,16 +384,17 @@ class WorkbenchApp(App[int]):
 
     async def action_quit(self) -> None:
         """`q` asks first while a replay runs: quitting cancels it."""
-        if not self.replay_running:
+        if not self.replay_running or self._quit_when_replay_ends:  # a second q: now
             await super().action_quit()
             return
         if isinstance(self.screen, ConfirmScreen):
             return
 
         def answered(yes: bool | None) -> None:
-            if yes:
+            if yes:  # quit once the replay has stopped its workers and removed its rows
+                self._quit_when_replay_ends = True
                 self._runner.cancel()
-                self.exit()
+                self.notify("Cancelling the replay, then quitting… (q again quits at once)")
 
         self.push_screen(
             ConfirmScreen(
