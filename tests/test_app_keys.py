@@ -15,12 +15,15 @@ from florwb.panes.history import HistoryPane
 from florwb.panes.query import QueryPane
 from florwb.panes.replay import ReplayPane
 from florwb.panes.statements import StatementsPane
+from florwb.screens.export_result import ExportScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.screens.run_detail import RunDetailScreen
+from florwb.screens.text_view import TextViewScreen
 from florwb.ui import keys
 from florwb.widgets.history_list import HistoryList
 from florwb.widgets.matrix_table import MatrixTable
 from florwb.widgets.results_table import ResultsTable
+from florwb.widgets.sql_editor import SqlEditor
 
 BOUND = {
     "app": WorkbenchApp,
@@ -32,6 +35,9 @@ BOUND = {
     "plan": ReplayPlanScreen,
     "matrix": MatrixTable,
     "results": ResultsTable,
+    "editor": SqlEditor,
+    "textview": TextViewScreen,
+    "export": ExportScreen,
 }
 
 

@@ -56,6 +56,7 @@ class ResultStream:
         self.parked = 0  # how often it let go of the file while idle
         self._peeked: list[tuple] = []
         self._lock = threading.Lock()
+        self._no_users = threading.Condition(self._lock)  # a count on a cursor has ended
         self._stack: ExitStack | None = None
         self._con: duckdb.DuckDBPyConnection | None = None
         self._cursor: duckdb.DuckDBPyConnection | None = None
@@ -146,6 +147,8 @@ class ResultStream:
         self._closed = True
         self.interrupt()
         with self._lock:
+            while self._users:  # DuckDB refuses to close a connection a cursor is using
+                self._no_users.wait()
             self._let_go()
 
     @property
@@ -199,6 +202,7 @@ class ResultStream:
                 self._users -= 1
                 self._counting = None
                 cursor.close()
+                self._no_users.notify_all()
 
     def interrupt(self) -> None:
         """Stop the running query and count (from any thread)."""
