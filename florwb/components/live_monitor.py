@@ -66,6 +66,8 @@ class LiveMonitor(Widget):
         self.watch_scripts = watch_scripts
         self.history: History | None = None  # the newest history this monitor loaded
         self.metric: str | None = None  # the sparkline metric reloads keep
+        self._busy_since: float | None = None
+        self._poll_was_busy = False
         self.holder = "another process"  # who held the catalog when a connection last waited
         self._sizes = JournalSizes(project)
         self._watcher: ScriptWatcher | None = None
@@ -89,7 +91,9 @@ class LiveMonitor(Widget):
         holds the catalog, posts StoreWaiting (who holds it, for how long) and keeps
         retrying, instead of a loading message that never changes (issue 14, defect 7)."""
         metric = self.metric
-        began = time.monotonic()
+        if self._busy_since is None:
+            self._busy_since = time.monotonic()
+        began = self._busy_since  # retries after a busy catalog keep counting from the first
 
         def work() -> None:
             if initial:
@@ -101,6 +105,7 @@ class LiveMonitor(Widget):
                 self.post_message(StoreWaiting(self.holder, time.monotonic() - began))
                 self.call_later(self._retry_reload, initial)
                 return
+            self._busy_since = None
             self.post_message(HistoryLoaded(history))
 
         run_in_thread(self, work, group="history", description="loading the history")
@@ -131,7 +136,7 @@ class LiveMonitor(Widget):
             return  # a big project: reloading takes a while, so not every second
         history = self.history
         running = bool(history and any(r.status == "running" for r in history.runs))
-        force = running and self._polls % RUNNING_POLL_EVERY == 0
+        force = (running and self._polls % RUNNING_POLL_EVERY == 0) or self._poll_was_busy
         metric = self.metric
 
         def work() -> None:
@@ -148,11 +153,13 @@ class LiveMonitor(Widget):
                     recording = any(r.status == "running" for r in history.runs)
                     live = load_live(self.store) if recording else []
             except StoreBusy:
-                return  # another process holds the store for a moment: the next poll retries
+                self._poll_was_busy = True  # the next poll retries what this one saw change
+                return
             finally:
                 self._next_reload = time.monotonic() + RELOAD_COST_FACTOR * (
                     time.monotonic() - began
                 )
+            self._poll_was_busy = False
             self.post_message(HistoryLoaded(history))
             self.post_message(LiveUpdated(live))
 
