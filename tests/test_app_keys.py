@@ -66,7 +66,7 @@ async def test_question_mark_shows_help_generated_from_the_bindings(demo: Path):
         await pilot.press("question_mark")
         text = await wait_for(pilot, lambda t: "Keys (esc closes" in t, what="help")
         seen = text
-        for _ in range(12):  # scroll through the whole help
+        for _ in range(20):  # scroll through the whole help
             await pilot.press("pagedown")
             seen += screen_text(app)
         for entries in keys.KEYS.values():
@@ -157,7 +157,7 @@ async def test_readable_at_80x24_with_256_colors(demo: Path, monkeypatch):
         assert "Recording now: none" in text
         await pilot.press("4")
         text = await wait_for(pilot, lambda t: "SQL" in t, what="the query tab")
-        assert "^⏎ / ^j / F5 run · ^↑ ^↓ history · F8 list · esc leaves the editor" in text
+        assert "^⏎ run · esc stop/leave · ^e export · F9 schema · ^↑^↓ history · F8 list" in text
 
 
 async def test_help_and_palette_follow_the_active_keymap(demo: Path):

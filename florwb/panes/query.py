@@ -150,8 +150,7 @@ class QueryPane(Vertical):
                 yield editor
                 yield Static(
                     Text(
-                        "^⏎ / ^j / F5 run · esc stops · ^e export · F9 schema · "
-                        "^↑ ^↓ history · F8 list",
+                        "^⏎ run · esc stop/leave · ^e export · F9 schema · ^↑^↓ history · F8 list",
                         "dim",
                     ),
                     id="query-status",

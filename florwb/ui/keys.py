@@ -112,7 +112,7 @@ KEYS: dict[str, tuple[Key, ...]] = {
             "query.export",
             "ctrl+e",
             "export",
-            "Export the result (csv/parquet/json)",
+            "Export the result to a file",
             True,
             label="export",
             priority=True,  # the editor's ^e (end of line) would take it otherwise
