@@ -142,7 +142,7 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         await shot("14-query-truncated")
         query.editor.load_text("SELECT run_id, nonsense FROM runs")
         query.run_sql(query.editor.text)
-        await _until(pilot, lambda: type(app.screen).__name__ == "ErrorScreen")
+        await _until(pilot, lambda: type(app.screen).__name__ == "TextViewScreen")
         await pilot.pause(0.3)
         await shot("15-query-error")
         await pilot.press("escape")

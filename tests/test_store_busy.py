@@ -112,3 +112,36 @@ def test_florwb_runs_goes_on_once_the_holder_lets_go(demo: Path):
     assert proc.returncode == 0, err
     assert err == ""  # the one notice line was all
     assert len([line for line in out.splitlines() if "finished" in line]) == 4
+
+
+async def test_a_result_being_paged_lets_other_programs_at_the_catalog(demo: Path):
+    """The Query tab's open result holds a read-only connection between pages; idle, it
+    lets go, so `florwb runs` in another terminal is not kept waiting by the workbench."""
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("4")
+        pane = app.query_one("#query-pane")
+        pane.run_sql("SELECT range AS i FROM range(2500000)")
+        await wait_for(pilot, lambda t: "rows 1–1,000" in t, what="the first page")
+        assert pane.stream is not None and not pane.stream.exhausted
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "florwb.cli", "runs"],
+            cwd=demo,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "FLORWB_LOCK_WAIT_S": "120"},
+        )
+        for _ in range(1200):  # bounded: 120 s
+            if proc.poll() is not None:
+                break
+            await pilot.pause(0.1)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert len([line for line in out.splitlines() if "finished" in line]) == 4
+        assert not pane.stream.is_open  # it let go; paging on reopens it
+        app.query_one("#results").focus()
+        await pilot.press("G")
+        await wait_for(pilot, lambda t: "rows 1–2,000" in t, what="the next page")
+        assert [r[0] for r in app.query_one("#results").raw_rows] == list(range(2000))
