@@ -145,3 +145,22 @@ async def test_a_result_being_paged_lets_other_programs_at_the_catalog(demo: Pat
         await pilot.press("G")
         await wait_for(pilot, lambda t: "rows 1–2,000" in t, what="the next page")
         assert [r[0] for r in app.query_one("#results").raw_rows] == list(range(2000))
+
+
+async def test_a_query_waiting_on_the_lock_says_who_and_esc_stops_the_wait(demo: Path):
+    app = make_app(demo, poll_s=0)  # no polls: only the query waits on the holder
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("4")
+        with held(demo) as holder:
+            pane = app.query_one("#query-pane")
+            pane.run_sql("SELECT count(*) AS n FROM runs")
+            text = await wait_for(
+                pilot, lambda t: f"held by another process (PID {holder.pid}," in t, what="who"
+            )
+            assert "waiting: the catalog is held by" in text
+            app.query_one("#results").focus()
+            await pilot.press("escape")
+            await wait_for(pilot, lambda t: "■ stopped" in t, what="the wait stopped")
+        pane.run_sql("SELECT count(*) AS n FROM runs")
+        await wait_for(pilot, lambda t: "✓ 1 row" in t, what="a query once it is free")

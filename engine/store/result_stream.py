@@ -142,14 +142,22 @@ class ResultStream:
         finally:
             self._lock.release()
 
-    def close(self) -> None:
-        """Stop whatever runs and let go of the file; the stream cannot be used again."""
+    def close(self, *, wait: bool = True) -> None:
+        """Stop whatever runs and let go of the file; the stream cannot be used again.
+        `wait=False` (an app closing) does not wait for a fetch still under way: the
+        fetch lets go of the file when it returns."""
         self._closed = True
         self.interrupt()
-        with self._lock:
+        if not self._lock.acquire(blocking=wait):
+            return
+        try:
             while self._users:  # DuckDB refuses to close a connection a cursor is using
+                if not wait:
+                    return
                 self._no_users.wait()
             self._let_go()
+        finally:
+            self._lock.release()
 
     @property
     def is_open(self) -> bool:
@@ -175,6 +183,7 @@ class ResultStream:
             self.fetched += len(rows)
             if not self._peeked:
                 self.exhausted = True
+            if self.exhausted or self._closed:
                 self._let_go()
             return rows
 
@@ -203,6 +212,8 @@ class ResultStream:
                 self._counting = None
                 cursor.close()
                 self._no_users.notify_all()
+                if self._closed and not self._users:
+                    self._let_go()
 
     def interrupt(self) -> None:
         """Stop the running query and count (from any thread)."""

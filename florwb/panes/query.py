@@ -168,7 +168,7 @@ class QueryPane(Vertical):
 
     def on_unmount(self) -> None:
         if self.stream is not None:
-            self.stream.close()
+            self.stream.close(wait=False)
 
     @property
     def editor(self) -> SqlEditor:
@@ -218,6 +218,8 @@ class QueryPane(Vertical):
 
     def _waiting(self, serial: int) -> LockWaitListener:
         def said(holder: str, waited_s: float) -> None:
+            if self._stop_serial == serial:  # esc while waiting: give up the wait
+                raise QueryStopped("stopped")
             self.post_message(StoreWaiting(holder, waited_s, serial))
 
         return said
