@@ -218,3 +218,30 @@ async def test_copy_inside_the_users_sql_is_still_refused(demo: Path):
         await pilot.press("enter")
         await wait_for(pilot, lambda t: "COPY statements are not allowed" in t, what="refused")
     assert not sneaky.exists() and not target.exists()
+
+
+async def test_queries_started_one_after_another_leave_nothing_holding_the_file(demo: Path):
+    app = make_app(demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _open_query_tab(pilot)
+        pane = app.query_one("#query-pane")
+        for n in range(5):  # each replaces the last before or after its first page
+            pane.run_sql(f"SELECT range + {n} AS i FROM range(2500000)")
+            await pilot.pause(0.02 * n)
+        await wait_for(pilot, lambda t: "rows 1–1,000" in t, what="the last query's page")
+        assert app.query_one("#results").raw_rows[0] == (4,)
+        await pilot.press("escape")  # leaves the editor
+        pane.run_sql("SELECT 1 AS small")  # the open result is closed, not kept
+        await wait_for(pilot, lambda t: "✓ 1 row" in t and "small" in t, what="small")
+        # nothing of this process still holds the catalog: another program can write it
+        await wait_until(
+            pilot, lambda: _writable(demo / ".florwb" / "florwb.duckdb"), what="the file free"
+        )
+
+
+def _writable(path: Path) -> bool:
+    import subprocess
+    import sys
+
+    probe = f"import duckdb; duckdb.connect({str(path)!r}).close()"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0

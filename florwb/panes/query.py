@@ -213,8 +213,13 @@ class QueryPane(Vertical):
             self._idle_timer.stop()
             self._idle_timer = None
         if stream is not None:
-            stream.interrupt()
-            run_in_thread(self, stream.close, group="close", description="closing a result")
+            self._discard(stream)
+
+    def _discard(self, stream: ResultStream) -> None:
+        """Close a result no longer shown (a group of its own: an exclusive group could
+        cancel a close not yet started, and the file would stay held)."""
+        stream.interrupt()
+        run_in_thread(self, stream.close, group=f"close-{id(stream)}", description="closing")
 
     def _waiting(self, serial: int) -> LockWaitListener:
         def said(holder: str, waited_s: float) -> None:
@@ -240,6 +245,9 @@ class QueryPane(Vertical):
                 self._post_failure(serial, exc)
                 return
             elapsed = time.perf_counter() - started
+            if serial != self.serial:  # another query was started meanwhile
+                stream.close()
+                return
             self.post_message(QueryRows(serial, stream, rows, True, elapsed))
 
         run_in_thread(self, work, group="query", description="running the query")
@@ -286,6 +294,8 @@ class QueryPane(Vertical):
     def _rows(self, message: QueryRows) -> None:
         message.stop()
         if message.serial != self.serial:
+            if message.first and message.stream is not self.stream:
+                self._discard(message.stream)
             return
         stream: ResultStream = message.stream
         table = self.results
