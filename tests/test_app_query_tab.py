@@ -181,6 +181,13 @@ async def test_table_and_column_names_complete_with_tab(demo: Path):
         assert not editor.completing and editor.has_focus
         assert editor.text.endswith("AND ep")
         assert "iterations" in text
+        # with the list closed, the arrows move the cursor and tab leaves the editor
+        editor.load_text("SELECT 1\nFROM runs")
+        editor.move_cursor((1, 4))
+        await pilot.press("up")
+        assert editor.cursor_location == (0, 4) and not editor.completing
+        await pilot.press("tab")
+        assert not editor.has_focus
 
 
 @pytest.mark.parametrize("suffix", ["csv", "parquet", "json"])

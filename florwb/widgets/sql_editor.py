@@ -109,8 +109,8 @@ class SqlEditor(TextArea):
         self.close_completion()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("accept_completion", "completion_down", "completion_up", "close_completion"):
-            return self.completing
+        if action in ("accept_completion", "close_completion"):
+            return self.completing  # otherwise tab and esc go on to the screen and the pane
         return super().check_action(action, parameters)
 
     def action_accept_completion(self) -> None:
@@ -123,11 +123,19 @@ class SqlEditor(TextArea):
         self._accepted = name
         self.replace(name, (row, column - len(self._prefix)), (row, column))
 
+    # A subclass binding replaces TextArea's for the same key, so with the list closed the
+    # arrows do here what TextArea's own bindings do.
     def action_completion_down(self) -> None:
-        self.dropdown.action_cursor_down()
+        if self.completing:
+            self.dropdown.action_cursor_down()
+        else:
+            self.action_cursor_down()
 
     def action_completion_up(self) -> None:
-        self.dropdown.action_cursor_up()
+        if self.completing:
+            self.dropdown.action_cursor_up()
+        else:
+            self.action_cursor_up()
 
     def action_close_completion(self) -> None:
         self.close_completion()
