@@ -153,7 +153,7 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         await pilot.press(*"SELECT * FROM it")
         await _until(pilot, lambda: query.editor.completing)
         await pilot.pause(0.3)
-        await shot("19-query-schema-completion")
+        await shot("21-query-schema-completion")
         await pilot.press("escape", "f9")
         query.run_sql("SELECT run_id, argv FROM runs ORDER BY run_id LIMIT 1")
         await _until(pilot, lambda: "1 row" in _text(status))
@@ -161,7 +161,7 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         await pilot.press("right", "enter")
         await _until(pilot, lambda: type(app.screen).__name__ == "TextViewScreen")
         await pilot.pause(0.3)
-        await shot("20-query-cell-viewer")
+        await shot("22-query-cell-viewer")
         await pilot.press("escape")
 
         await pilot.press("question_mark")
