@@ -98,6 +98,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace, project: Path, names: list[str], server: ForkServer) -> int:
     from florwb_engine.replay import PlanError, execute, plan_replay
+    from florwb_engine.replay.contain import ContainmentError
     from florwb_engine.replay.cores import available_cores, default_workers, threads_per_worker
     from florwb_engine.replay.plan import DONE
 
@@ -135,7 +136,10 @@ def _replay(args: argparse.Namespace, project: Path, names: list[str], server: F
             return 0
     cancel = threading.Event()
     progress = None if args.json else _progress_printer()
-    result = execute(plan, on_progress=progress, cancel=cancel, server=server)
+    try:
+        result = execute(plan, on_progress=progress, cancel=cancel, server=server)
+    except ContainmentError as exc:
+        raise ReplayCommandError(str(exc)) from None
     if args.json:
         _dump({"plan": {**plan.to_json(), **sharing}, "result": result.to_json()})
     else:
@@ -205,4 +209,6 @@ def _print_result(result: ReplayResult) -> None:
             print(f"{r.run_id} diverged: {r.divergence}")
         if r.error:
             print(f"{r.run_id} failed, {r.error}")
+        if r.at_risk:
+            print(f"{r.run_id} values at risk: {', '.join(r.at_risk)} changed since the run")
     print(f"replay {result.replay_id} {result.status} in {result.elapsed_s:.1f} s")

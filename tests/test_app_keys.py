@@ -15,6 +15,7 @@ from florwb.panes.history import HistoryPane
 from florwb.panes.query import QueryPane
 from florwb.panes.replay import ReplayPane
 from florwb.panes.statements import StatementsPane
+from florwb.screens.chart import ChartScreen
 from florwb.screens.export_result import ExportScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.screens.run_detail import RunDetailScreen
@@ -38,6 +39,7 @@ BOUND = {
     "editor": SqlEditor,
     "textview": TextViewScreen,
     "export": ExportScreen,
+    "chart": ChartScreen,
 }
 
 
@@ -66,7 +68,7 @@ async def test_question_mark_shows_help_generated_from_the_bindings(demo: Path):
         await pilot.press("question_mark")
         text = await wait_for(pilot, lambda t: "Keys (esc closes" in t, what="help")
         seen = text
-        for _ in range(20):  # scroll through the whole help
+        for _ in range(24):  # scroll through the whole help
             await pilot.press("pagedown")
             seen += screen_text(app)
         for entries in keys.KEYS.values():
@@ -83,7 +85,7 @@ async def test_command_palette_reaches_every_action(demo: Path):
         await loaded(pilot)
         titles = {command.title for command in app.get_system_commands(app.screen)}
         for scope, entries in keys.KEYS.items():
-            if scope in ("run", "plan"):
+            if scope in ("run", "plan", "chart"):
                 continue  # offered while those screens are open
             for key in entries:
                 if key.palette:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import runtime
+from florwb_engine.record import echo, runtime
 from florwb_engine.record.values import PRIMITIVES, encode, name_text
 
 T = TypeVar("T")
@@ -48,17 +48,26 @@ _LOGS_EXTEND: Callable[[tuple], None] = _first_record
 
 
 def _forget_in_child() -> None:
-    global _LOGS_EXTEND
+    global _LOGS_EXTEND, _ECHO
     _LOGS_EXTEND = _first_record
+    _ECHO = None
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
+# The opt-in summary line (echo.py); None unless FLORWB_ECHO asks for it while recording.
+_ECHO: echo.Echo | None = None
+
+
 def _start() -> runtime.Run | None:
-    global _LOGS_EXTEND, _entry_ids
+    global _LOGS_EXTEND, _entry_ids, _ECHO
     run = runtime.ensure_run()
     _LOGS_EXTEND = runtime.LOGS.extend if run is not None else _discard
+    interval = echo.interval_from_env() if run is not None and run.replayer is None else None
+    if interval is not None:
+        _ECHO = echo.Echo(runtime.LOGS.extend, interval)
+        _LOGS_EXTEND = _ECHO.extend
     if run is not None and run.replayer is not None:
         # Segments of one replay write rows of the same run and source: their loop entry
         # ids must not collide, or coordinates would mix.
@@ -113,6 +122,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
         is_main = replayer.is_main(names[-1], len(prefix))
         items = replayer.main_items(iterable) if is_main else replayer.inner_items(iterable)
     clock = time.perf_counter
+    echoing = _ECHO if not parent else None  # a summary line per outermost iteration
     base = entry << ENTRY_SHIFT
     i = -1
     ctx = 0
@@ -127,6 +137,8 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
             _TIME_EXTEND((ctx, t1 - t0, t2 - t1))
             _CTX = parent
             t0 = t2
+            if echoing is not None:
+                echoing.iteration_ended(loop_name, i, total)
             if checkpointed_here:
                 ckpt.end_of_iteration(names[-1], i, ctx, t2 - t1, total)
                 t0 = clock()

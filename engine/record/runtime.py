@@ -163,6 +163,7 @@ class Run:
                 "n_files": snap.n_files,
                 "n_bytes": snap.n_bytes,
                 "skipped": [(s.path, s.size, s.reason) for s in snap.skipped],
+                "inputs": _inputs(self.project, snap.skipped),
                 "git_head": snap.git_head,
                 "git_branch": snap.git_branch,
                 "git_dirty": snap.git_dirty,
@@ -429,6 +430,13 @@ def _relative(path: Path, root: Path) -> str:
         return str(path.relative_to(root))
     except ValueError:
         return str(path)
+
+
+def _inputs(project: Path, skipped) -> list[list]:
+    """Fingerprints of the left-out files, so a replay can read the run's bytes of them."""
+    from florwb_engine.versions.inputs import fingerprint
+
+    return [seen.to_json() for seen in fingerprint(project, [s.path for s in skipped])]
 
 
 def _report_skipped_once(store: Path, skipped) -> None:

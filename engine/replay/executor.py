@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from florwb_engine import versions
 from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.record import start_rng
+from florwb_engine.replay import contain
 from florwb_engine.replay.cores import thread_env, threads_per_worker
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
@@ -42,6 +44,7 @@ from florwb_engine.store.replays import (
     record_replay,
     remove_results,
 )
+from florwb_engine.versions.inputs import run_bytes
 
 POLL_S = 0.2
 
@@ -69,6 +72,7 @@ class RunResult:
     divergence: str | None = None
     compared: int = 0
     rows: int = 0
+    at_risk: list[str] = field(default_factory=list)  # changed left-out files it read
 
 
 @dataclass
@@ -92,6 +96,7 @@ class _Task:
     argv: list[str]
     cwd: Path
     project: Path
+    contain: dict | None = None  # how the worker enters its private overlay (namespace mode)
     request: int | None = None  # the fork server's number for this worker
     pid: int | None = None
     returncode: int | None = None
@@ -111,14 +116,21 @@ def execute(
     project = plan.project
     store = Store(project)
     workdir = store_dir(project) / "replays" / plan.replay_id
+    try:
+        containment = contain.choose(project, store_dir(project))  # before anything starts
+    except contain.ContainmentError:
+        if server is not None:
+            server.close()
+        raise
     server = server or warm_workers(project)
     result = ReplayResult(plan.replay_id, "finished")
+    tasks: list[_Task] = []
     try:
         with store.session() as con:
             record_replay(con, plan.replay_id, plan.names, plan.to_json())
         # after its row: a work folder without a running replay is a leftover readers remove
         workdir.mkdir(parents=True, exist_ok=True)
-        tasks = _prepare(plan, workdir, server)
+        tasks = _prepare(plan, workdir, server, containment)
         _run_all(tasks, plan.workers, server, store, on_progress, cancel)
         result = _collect(plan, tasks, store, cancel.is_set())
     except BaseException:
@@ -129,23 +141,32 @@ def execute(
     finally:
         server.close()
         shutil.rmtree(workdir, ignore_errors=True)
+        for task in tasks:
+            if task.contain is not None:
+                contain.remove_scratch(Path(task.contain["scratch"]))
     result.elapsed_s = time.perf_counter() - started
     return result
 
 
-def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
+def _prepare(
+    plan: Plan, workdir: Path, server: ForkServer, containment: contain.Containment
+) -> list[_Task]:
     project = plan.project
     code_dirs: dict[str, Path] = {}
     tasks = []
     for run in plan.ready():
         assert run.version and run.script and run.code is not None and run.mode is not None
-        key = run.version
-        mirror = workdir / "code" / run.version[:12]
+        key = f"{run.version}:{sorted(run.inputs.items())}"  # the run's bytes of left-out files
+        mirror = workdir / "code" / f"{run.version[:12]}-{len(code_dirs)}"
         if key not in code_dirs:
             code_dir = mirrored_project(mirror, project)  # `..` reaches the project's parent
             versions.materialize(store_dir(project), run.version, code_dir)
             (code_dir / run.script).write_text(run.code)
-            _link_missing(project, code_dir)
+            _restore_inputs(project, code_dir, run.inputs)
+            if containment.mode == "namespace":
+                _link_missing(project, code_dir)  # writes through them land in the overlay
+            else:
+                contain.copy_missing(project, code_dir, _SKIP_LINKS)
             code_dirs[key] = code_dir
         code_dir = code_dirs[key]
         server.preload(
@@ -184,9 +205,28 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
                     argv,
                     cwd,
                     project,
+                    containment.request(
+                        Path(tempfile.gettempdir()) / f"florwb-{plan.replay_id}-{stem}"
+                    ),
                 )
             )
     return tasks
+
+
+def _restore_inputs(project: Path, code_dir: Path, inputs: dict[str, str]) -> None:
+    """Write the run's bytes of left-out files that changed since (from the user's git),
+    before the rest is linked or copied: the old script reads what the run read."""
+    for path, blob in inputs.items():
+        data = run_bytes(project, blob)
+        if data is None:
+            raise ReplayInputError(f"git no longer holds the bytes {path} had in the run")
+        target = code_dir / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+
+class ReplayInputError(Exception):
+    """A left-out file's run bytes vanished from git between planning and replaying."""
 
 
 def _mapped_cwd(project: Path, code_dir: Path, cwd: str | None, mirror: Path) -> Path:
@@ -246,7 +286,7 @@ def _run_all(
         while waiting and len(active) < max(1, workers):
             task = waiting.pop(0)
             env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project), **threads}
-            task.request = server.start(task.argv, task.cwd, env, task.log_path)
+            task.request = server.start(task.argv, task.cwd, env, task.log_path, task.contain)
             active.append(task)
 
     with _sigint_sets(cancel):
@@ -396,7 +436,14 @@ def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> R
                 [plan.replay_id, run.run_id],
             ).fetchall()[0][0]
             status: RunReplayStatus = "diverged" if mismatch else "finished"
-            results.append(RunResult(run.run_id, status, None, mismatch, compared, int(rows)))
+            results.append(
+                RunResult(run.run_id, status, None, mismatch, compared, int(rows), run.at_risk)
+            )
+            for path in run.at_risk:  # said where the run's other issues are said
+                con.execute(
+                    "INSERT OR REPLACE INTO run_issues VALUES (?, ?, 'input changed', ?, 1)",
+                    [run.run_id, plan.replay_id, f"{path} changed since the run"],
+                )
         overall: ReplayStatus = (
             "cancelled"
             if stopped

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
+from florwb_engine.replay import run_inputs
 from florwb_engine.replay.cost import Work, run_work, schedule, segment_parts
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.replay.facts import RunFacts, SelectedRun, run_facts, select_runs
@@ -65,6 +66,8 @@ class RunPlan:
     cwd: str | None = None
     args: dict = field(default_factory=dict)
     checkpoints: dict[str, str] = field(default_factory=dict)
+    inputs: dict[str, str] = field(default_factory=dict)  # left-out file -> the run's blob
+    at_risk: list[str] = field(default_factory=list)  # changed left-out files, bytes gone
 
 
 @dataclass
@@ -118,6 +121,7 @@ def plan_replay(
             if not runs:
                 raise PlanError("none of the chosen runs is recorded")
         facts = {run.run_id: run_facts(con, run.run_id) for run in runs}
+        seen_inputs = {run.run_id: run_inputs.load(con, run.run_id) for run in runs}
     placer = Placer(project, names)
     plans = []
     work: dict[str, Work] = {}
@@ -130,10 +134,13 @@ def plan_replay(
                 plan.status, plan.reason = SKIP, found
             else:
                 work[run.run_id] = found
+                inputs = run_inputs.check(project, seen_inputs[run.run_id])
+                plan.inputs, plan.at_risk = inputs.restore, inputs.at_risk
                 plan.notes = [
                     *([found.summary] if found.summary else []),
                     *plan.notes,
                     *found.notes,
+                    *inputs.notes,
                 ]
         plans.append(plan)
     _assign_segments([p for p in plans if p.status == READY], work, workers)

@@ -404,6 +404,11 @@ def _apply_event(con, keys: _Keys, e: dict) -> bool:
             "WHERE run_id = ?",
             [e["version"], e.get("git_head"), e.get("git_branch"), e.get("git_dirty"), run_id],
         )
+        for path, size, mtime_ns, blob in e.get("inputs", ()):
+            con.execute(
+                "INSERT OR REPLACE INTO run_inputs VALUES (?, ?, ?, ?, ?)",
+                [run_id, path, size, mtime_ns, blob],
+            )
     elif kind == "version_error":
         con.execute("UPDATE runs SET message = ? WHERE run_id = ?", [e.get("error"), run_id])
     elif kind == "arg":

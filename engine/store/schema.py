@@ -18,7 +18,7 @@ import duckdb
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
 from florwb_engine.store import run_context
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 RECORDED = "record"
 
 TABLES = {
@@ -63,6 +63,10 @@ TABLES = {
     "run_issues": """
         run_id VARCHAR, source VARCHAR, kind VARCHAR, detail VARCHAR, n BIGINT,
         PRIMARY KEY (run_id, source, kind, detail)""",
+    # The files a run's snapshot left out, as the run saw them (versions/inputs.py).
+    "run_inputs": """
+        run_id VARCHAR, path VARCHAR, size BIGINT, mtime_ns BIGINT, blob VARCHAR,
+        PRIMARY KEY (run_id, path)""",
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
     "run_context": run_context.TABLE,
 }
@@ -135,6 +139,8 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TABLE IF NOT EXISTS run_issues ({TABLES['run_issues']})")
     if version < 5:  # where each run ran and what it needed (store/run_context.py)
         run_context.create(con)
+    if version < 6:  # left-out files identified by content
+        con.execute(f"CREATE TABLE IF NOT EXISTS run_inputs ({TABLES['run_inputs']})")
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
 

@@ -15,7 +15,7 @@ from textual.containers import Vertical
 from textual.widgets import Input, Static
 
 from florwb.ui import format as fmt
-from florwb.ui.messages import MetricChanged, SeriesLoaded, VersionSelected
+from florwb.ui.messages import ChartRequested, MetricChanged, SeriesLoaded, VersionSelected
 from florwb.ui.workers import run_in_thread
 from florwb.widgets.history_list import Columns, HistoryList, HistoryRow, build_rows
 from florwb.widgets.run_summary import RunSummary
@@ -154,6 +154,37 @@ class HistoryPane(Vertical):
         self.refresh_summary(event.row)
         if event.row is not None:
             self.post_message(VersionSelected(event.row.version))
+
+    @on(HistoryList.ChartAsked)
+    def _chart_asked(self, message: HistoryList.ChartAsked) -> None:
+        """The marked runs (and those of marked versions); none marked: the runs of the
+        version under the cursor. Legends name each run by its id and differing args."""
+        message.stop()
+        history = self.history
+        if history is None:
+            return
+        listing = self.history_list
+        marked = listing.marked_runs
+        versions = listing.marked_versions
+        runs = [r for r in history.runs if r.run_id in marked or (r.version in versions)]
+        title = f"{fmt.plural(len(runs), 'marked run')}"
+        version = None  # nothing marked: the version's runs, also those started later
+        if not runs and message.row is not None:
+            version = message.row.version
+            runs = [r for r in history.runs if r.version == version]
+            title = f"version {fmt.short_version(version)}"
+        if not runs:
+            self.notify("No runs to chart: mark runs with space, or move to a version.")
+            return
+        differ = listing.differ
+        labels = {
+            r.run_id: " ".join(
+                part for part in (fmt.short_run(r.run_id), fmt.args_text(r.args, differ)) if part
+            )
+            for r in runs
+        }
+        run_ids = [r.run_id for r in runs]
+        self.post_message(ChartRequested(run_ids, labels, history.metric, title, version))
 
     @on(HistoryList.FilterRequested)
     def _open_filter(self) -> None:

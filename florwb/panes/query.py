@@ -303,12 +303,12 @@ class QueryPane(Vertical):
             self.running = False
             self.elapsed_s = message.elapsed_s
             if not stream.returns_rows:
-                table.start([], [], [])
+                table.start([], [], [], [])
                 table.append(table.generation, [], complete=True)
                 self._status(Text.assemble(("✓ ", "green"), "done (no rows returned)"))
                 return
             series = [i for i, t in enumerate(stream.types) if is_numeric_list(t)]
-            table.start(stream.columns, [str(t) for t in stream.types], series)
+            table.start(stream.columns, [str(t) for t in stream.types], series, message.rows)
             if not stream.exhausted:
                 self.call_after_refresh(self._count, message.serial, stream)
         table.append(table.generation, message.rows, complete=stream.exhausted)

@@ -39,6 +39,7 @@ SCOPES: dict[str, tuple[str, str, str | None]] = {
     "query": ("Query (4)", "#query-pane", "query"),
     "run": ("Run detail", "RunDetailScreen", None),
     "plan": ("Replay plan", "ReplayPlanScreen", None),
+    "chart": ("Chart", "ChartScreen", None),
     "matrix": ("Statement matrix (2)", "#matrix", "statements"),
     "results": ("Query results (4)", "#results", "query"),
     "editor": ("SQL editor completion (4)", "#sql", "query"),
@@ -81,6 +82,8 @@ KEYS: dict[str, tuple[Key, ...]] = {
             "history.metric", "m", "next_metric", "Next metric for sparklines", True, label="metric"
         ),
         Key("history.metric_back", "M", "previous_metric", "Previous metric"),
+        # not in the footer: at 80 columns it would push `q quit` off (help and palette list it)
+        Key("history.chart", "c", "chart", "Chart marked runs (or the version)"),
     ),
     "statements": (
         Key(
@@ -159,6 +162,19 @@ KEYS: dict[str, tuple[Key, ...]] = {
     ),
     "textview": (Key("textview.close", "escape,q", "close", "Close", True, label="close"),),
     "export": (Key("export.close", "escape", "close", "Cancel the export", True, label="cancel"),),
+    "chart": (
+        Key("chart.back", "escape,backspace", "back", "Back", True, label="back"),
+        Key("chart.axis", "x", "next_axis", "x axis: steps / epochs / wall time", True, "axis"),
+        Key("chart.log", "l", "toggle_log", "Log scale on/off", True, label="log"),
+        Key("chart.smooth", "s", "next_smoothing", "Smoothing 0 / 0.6 / 0.9", True, "smooth"),
+        Key("chart.narrow", "plus,equals_sign", "zoom(0.5)", "Narrow the x range", True, "zoom"),
+        Key("chart.widen", "minus", "zoom(2.0)", "Widen the x range"),
+        Key("chart.left", "left", "pan(-0.25)", "Move the x range left"),
+        Key("chart.right", "right", "pan(0.25)", "Move the x range right"),
+        Key("chart.all", "0", "reset_zoom", "Show the whole x range"),
+        Key("chart.metric", "m", "metric(1)", "Next metric", True, label="metric"),
+        Key("chart.metric_back", "M", "metric(-1)", "Previous metric"),
+    ),
     "plan": (
         Key("plan.start", "enter,y", "start", "Start the replay", True, label="start"),
         Key("plan.close", "escape,n", "close", "Close without replaying", True, label="close"),
@@ -178,6 +194,7 @@ KEY_DISPLAY = {
     "ctrl+enter": "^⏎",
     "plus": "+",
     "minus": "-",
+    "equals_sign": "=",
 }
 
 

@@ -28,7 +28,7 @@ def palette_entries(
     screen; `key_display(name)` says how a key name reads."""
     for scope, entries in keys.KEYS.items():
         title, selector, tab = keys.SCOPES[scope]
-        if scope in ("run", "plan") and screen_class != selector:
+        if scope in ("run", "plan", "chart") and screen_class != selector:
             continue
         if tab is not None and not on_main:
             continue

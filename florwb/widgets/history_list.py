@@ -175,6 +175,12 @@ class HistoryList(ScrollView, can_focus=True):
     class FilterRequested(Message):
         """The user asked for the filter box (`/`)."""
 
+    @dataclass
+    class ChartAsked(Message):
+        """The user asked for the chart (`c`) with the cursor on `row`."""
+
+        row: HistoryRow | None
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.rows: list[HistoryRow] = []
@@ -276,6 +282,9 @@ class HistoryList(ScrollView, can_focus=True):
 
     def action_filter(self) -> None:
         self.post_message(self.FilterRequested())
+
+    def action_chart(self) -> None:
+        self.post_message(self.ChartAsked(self.current))
 
     def action_next_metric(self) -> None:
         self.post_message(self.MetricStep(1))

@@ -26,14 +26,20 @@ SPARK_WIDTH = 16
 NEAR_END_ROWS = 20  # the next page is asked for when the cursor is this close to the end
 
 
-def cell(value: Any, as_series: bool) -> Text | str:
+Scale = tuple[float, float]
+
+
+def cell(value: Any, as_series: bool, scale: Scale | None = None) -> Text | str:
+    """`scale`: the low..high every sparkline of the column is drawn against, so rows
+    compare (each row scaled to itself would always span ▁ to █)."""
     if value is None:
         return Text("NULL", "dim italic")
     if as_series and isinstance(value, (list, tuple)):
         numbers = [v for v in value if v is not None]
         last = numbers[-1] if numbers else None
+        low, high = scale if scale is not None else (None, None)
         return Text.assemble(
-            (sparkline(value, SPARK_WIDTH), "cyan"),
+            (sparkline(value, SPARK_WIDTH, low, high), "cyan"),
             (f" {fmt.number(_float(last))}" if last is not None else "", ""),
             (f" n={len(value)}", "dim"),
         )
@@ -44,6 +50,20 @@ def cell(value: Any, as_series: bool) -> Text | str:
     if isinstance(value, int):
         return Text(str(value), justify="right")
     return fmt.clip(str(value).replace("\n", "⏎"), CELL_WIDTH)
+
+
+def column_scale(rows: list[tuple], index: int) -> Scale | None:
+    """The low and high over every finite number of a list column on this page."""
+    low, high = math.inf, -math.inf
+    for row in rows:
+        values = row[index]
+        if not isinstance(values, (list, tuple)):
+            continue
+        for v in values:
+            number = _float(v)
+            if number is not None and math.isfinite(number):
+                low, high = min(low, number), max(high, number)
+    return (low, high) if low <= high else None
 
 
 def _float(value: Any) -> float | None:
@@ -84,21 +104,30 @@ class ResultsTable(DataTable):
         self.types_shown: list[str] = []
         self.raw_rows: list[tuple] = []  # every row handed over, as DuckDB gave it
         self.complete = True  # no more pages to come
-        self._series: frozenset[int] = frozenset()
+        self._scales: dict[int, Scale | None] = {}
         self._asked = False
         self._appending = False  # a page is being added a chunk per frame
 
-    def start(self, columns: list[str], types: list[str], series: list[int]) -> int:
-        """A new result; its generation (pages of an older one are ignored)."""
+    def start(
+        self, columns: list[str], types: list[str], series: list[int], first_rows: list[tuple]
+    ) -> int:
+        """A new result (`series`: the numeric list columns, drawn as sparklines on one
+        scale per column taken from `first_rows`); its generation (pages of an older one
+        are ignored)."""
         self.generation += 1
         self.clear(columns=True)
         self.columns_shown, self.types_shown = list(columns), list(types)
         self.raw_rows = []
         self.complete = False
         self._asked = False
-        self._series = frozenset(series)
+        # one scale per list column, from the first page; later pages are drawn on it
+        self._scales = {i: column_scale(first_rows, i) for i in series}
         for index, (name, kind) in enumerate(zip(columns, types)):
             label = Text.assemble(fmt.clip(name, CELL_WIDTH), (f" {kind.lower()}", "dim"))
+            scale = self._scales.get(index)
+            if scale is not None:
+                low, high = (fmt.number(v, 3) for v in scale)
+                label.append(f" one scale {low}..{high}", "dim")
             self.add_column(label, key=f"c{index}")
         return self.generation
 
@@ -115,7 +144,10 @@ class ResultsTable(DataTable):
         if generation != self.generation:
             return  # a newer result replaced this one
         chunk = rows[start : start + count]
-        self.add_rows([cell(v, i in self._series) for i, v in enumerate(row)] for row in chunk)
+        scales = self._scales
+        self.add_rows(
+            [cell(v, i in scales, scales.get(i)) for i, v in enumerate(row)] for row in chunk
+        )
         if start + count < len(rows):
             self.call_after_refresh(self._append, rows, start + count, CHUNK_ROWS, generation)
         else:
