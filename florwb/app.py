@@ -23,16 +23,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.lazy import Lazy
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Header, TabbedContent, TabPane
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from florwb.components.live_monitor import LiveMonitor
+from florwb.components.live_monitor import LiveMonitor, waiting_line
 from florwb.components.replay_runner import ReplayRunner
 from florwb.panes.history import HistoryPane
 from florwb.panes.query import QueryPane
@@ -60,6 +61,7 @@ from florwb.ui.messages import (
     ReplayProgressed,
     ReplayRequested,
     ScriptSaved,
+    StoreWaiting,
     VersionSelected,
 )
 from florwb.ui.palette import palette_entries
@@ -182,6 +184,14 @@ class WorkbenchApp(App[int]):
         if isinstance(top, ErrorScreen) and (top.title_text, top.message) == (title, text):
             return  # a poll failing again: one modal says it
         self.push_screen(ErrorScreen(title, text))
+
+    @on(StoreWaiting)
+    def _store_waiting(self, message: StoreWaiting) -> None:
+        """Another process holds the catalog (issue 14, defect 7): said where the history
+        shows, or in the title bar once it is on screen, until the history loads."""
+        self.sub_title = waiting_line(message.holder, message.waited_s)
+        if self._history is None:
+            self.query_one("#run-summary", Static).update(Text(self.sub_title, "yellow"))
 
     # --- the history ----------------------------------------------------------------------
 

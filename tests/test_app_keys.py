@@ -17,15 +17,18 @@ from florwb.panes.query import QueryPane
 from florwb.panes.replay import PastReplaysTable, ReplayPane
 from florwb.panes.statements import StatementsPane
 from florwb.screens.chart import ChartScreen
+from florwb.screens.export_result import ExportScreen
 from florwb.screens.replay_detail import ReplayDetailScreen
 from florwb.screens.replay_plan import PlanRunsTable, ReplayPlanScreen
 from florwb.screens.run_compare import RunCompareScreen
 from florwb.screens.run_detail import RunDetailScreen
+from florwb.screens.text_view import TextViewScreen
 from florwb.ui import keys
 from florwb.widgets.code_diff import DiffView
 from florwb.widgets.history_list import HistoryList
 from florwb.widgets.matrix_table import MatrixTable
 from florwb.widgets.results_table import ResultsTable
+from florwb.widgets.sql_editor import SqlEditor
 
 BOUND = {
     "app": WorkbenchApp,
@@ -37,6 +40,9 @@ BOUND = {
     "plan": ReplayPlanScreen,
     "matrix": MatrixTable,
     "results": ResultsTable,
+    "editor": SqlEditor,
+    "textview": TextViewScreen,
+    "export": ExportScreen,
     "chart": ChartScreen,
     "diff": DiffView,
     "plan_runs": PlanRunsTable,
@@ -166,7 +172,7 @@ async def test_readable_at_80x24_with_256_colors(demo: Path, monkeypatch):
         assert "Recording now: none" in text
         await pilot.press("4")
         text = await wait_for(pilot, lambda t: "SQL" in t, what="the query tab")
-        assert "^⏎ / ^j / F5 run · ^↑ ^↓ history · F8 list · esc leaves the editor" in text
+        assert "^⏎ run · esc stop/leave · ^e export · F9 schema · ^↑^↓ history · F8 list" in text
 
 
 async def test_help_and_palette_follow_the_active_keymap(demo: Path):

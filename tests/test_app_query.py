@@ -48,8 +48,7 @@ async def test_large_results_show_the_first_page_and_say_how_many(demo: Path):
         await loaded(pilot)
         await pilot.press("4")
         await _run(pilot, "SELECT range AS i, range * 2 AS j FROM range(2500000)")
-        text = await wait_for(pilot, lambda t: "1,000 of 2,500,000 rows" in t, what="count")
-        assert "1,000 of 2,500,000 rows" in text
+        await wait_for(pilot, lambda t: "rows 1–1,000 of 2,500,000" in t, what="count")
         table = app.query_one("#results")
         assert table.row_count == 1000
 

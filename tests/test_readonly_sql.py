@@ -133,7 +133,7 @@ def _surfaces(project: Path, sql: str) -> list[str]:
     """Run `sql` through the in-process surfaces; the outcome of each, for the message."""
     import florwb as flor
     from florwb.cli import main
-    from florwb_engine.store import Store
+    from florwb_engine.store import Store, StoreError
     from florwb_engine.store.queries import count_rows, query_page
 
     outcomes = []
@@ -152,7 +152,7 @@ def _surfaces(project: Path, sql: str) -> list[str]:
             call()
             outcomes.append("ran")
         except Exception as exc:  # StoreError expected; anything else fails below
-            assert type(exc).__name__ == "StoreError", (sql, repr(exc))
+            assert isinstance(exc, StoreError), (sql, repr(exc))  # or its UserSqlError
             outcomes.append("refused")
     return outcomes
 

@@ -8,23 +8,63 @@ another process holds the lock, so concurrent readers and ingesters take turns.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 DB_FILENAME = "florwb.duckdb"
-LOCK_TIMEOUT_S = 120.0
+LOCK_TIMEOUT_S = 120.0  # FLORWB_LOCK_WAIT_S overrides it (tests, impatient scripts)
 LOCK_NOTICE_AFTER_S = 1.0  # a wait longer than this is said once (logged at INFO level)
 
 # Who waits on whose lock: said through logging, so the engine stays silent under a TUI
 # unless its reader asks (the CLI sends this logger to stderr).
 log = logging.getLogger(__name__)
+
+
+# Who is told, while a connection waits on another process's lock, who holds it and for how
+# long it has waited (the workbench shows it; the CLI has the log line). Per thread/task.
+LockWaitListener = Callable[[str, float], None]
+_lock_wait_listener: ContextVar[LockWaitListener | None] = ContextVar(
+    "florwb_lock_wait_listener", default=None
+)
+LOCK_REPORT_EVERY_S = 0.5
+
+
+@contextmanager
+def lock_waits_reported(listener: LockWaitListener) -> Iterator[None]:
+    """Connections opened inside this block call `listener(holder, waited_s)` every
+    LOCK_REPORT_EVERY_S while they wait on another process's lock."""
+    token = _lock_wait_listener.set(listener)
+    try:
+        yield
+    finally:
+        _lock_wait_listener.reset(token)
+
+
+# Called when this process's own read-only connection stands in the way of a connection it
+# opens (DuckDB refuses one file open with two configurations in one process): holders of
+# idle read-only connections (a result being paged through) let go of them.
+_SAME_PROCESS_CONFLICT_HOOKS: list[Callable[[], None]] = []
+
+
+def on_same_process_conflict(hook: Callable[[], None]) -> None:
+    _SAME_PROCESS_CONFLICT_HOOKS.append(hook)
+
+
+def lock_timeout_s() -> float:
+    """How long a connection waits for another process's lock before StoreBusy."""
+    try:
+        return float(os.environ.get("FLORWB_LOCK_WAIT_S", LOCK_TIMEOUT_S))
+    except ValueError:
+        return LOCK_TIMEOUT_S
 
 
 class StoreBusy(RuntimeError):
@@ -60,7 +100,7 @@ def _is_lock_conflict(exc: Exception) -> bool:
 def connect(
     store: Path,
     *,
-    timeout_s: float = LOCK_TIMEOUT_S,
+    timeout_s: float | None = None,
     read_only: bool = False,
     config: dict[str, Any] | None = None,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -72,6 +112,10 @@ def connect(
             "with `import florwb as flor` first, or try `florwb demo`)"
         )
     path = store / DB_FILENAME
+    timeout_s = lock_timeout_s() if timeout_s is None else timeout_s
+    listener = _lock_wait_listener.get()
+    began = time.monotonic()
+    reported_at = began
     deadline = time.monotonic() + timeout_s
     noticed_at = time.monotonic() + LOCK_NOTICE_AFTER_S
     said = False
@@ -86,11 +130,19 @@ def connect(
             if not _is_lock_conflict(exc):
                 raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
             holder = lock_holder(str(exc))
+            if "different configuration" in str(exc):
+                for hook in _SAME_PROCESS_CONFLICT_HOOKS:
+                    hook()
             if time.monotonic() > deadline:
                 raise StoreBusy(f"{path} stayed locked by {holder} for {timeout_s:.0f} s") from None
             if not said and time.monotonic() > noticed_at and "Conflicting lock" in str(exc):
                 log.info("%s is locked by %s; retrying for up to %.0f s", path, holder, timeout_s)
                 said = True
+            now = time.monotonic()
+            if listener is not None and "Conflicting lock" in str(exc):
+                if now - reported_at >= LOCK_REPORT_EVERY_S:
+                    reported_at = now
+                    listener(holder, now - began)
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 0.5)
     try:

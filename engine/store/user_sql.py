@@ -14,23 +14,28 @@ and read-only at once: pending journals are ingested first in a short write sess
 is closed before the read-only connection opens. Read-only connections of this process are
 opened one at a time, each a fresh DuckDB instance (the configuration lock is per instance).
 
-Results stream: callers fetch what they show (`fetch_df_chunk`/`fetchmany`), never the whole
-result, so `SELECT * FROM range(100000000000)` runs in bounded memory.
+Results stream: callers fetch what they show (`fetch_df_chunk`/`fetchmany`, `ResultStream`
+a page at a time), never the whole result, so `SELECT * FROM range(100000000000)` runs in
+bounded memory.
+
+Errors keep DuckDB's whole message (`UserSqlError.detail`: candidate bindings, the
+`LINE 1 ... ^` pointer) for whoever can show it; `str()` is the first line, for the CLI.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 
 from florwb_engine.store import repair
-from florwb_engine.store.db import StoreError, connect
+from florwb_engine.store.db import StoreError, connect, on_same_process_conflict
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,12 +53,54 @@ READ_ONLY_CONFIG: dict[str, Any] = {
     "allow_persistent_secrets": False,
 }
 CHUNK_VECTORS = 1  # one DuckDB vector (2,048 rows) per fetched chunk
-_READ_ONLY_OPENING = threading.Lock()
+# Held while this process has a read-only connection open (one at a time: DuckDB shares one
+# instance per file and configuration, and the configuration lock is per instance).
+READ_ONLY_HELD = threading.Lock()
+
+
+class Parkable(Protocol):
+    def park(self) -> bool: ...
+
+
+# Open results being paged through (engine/store/result_stream.py): they hold a read-only
+# connection between pages, and let go of it when idle and something else needs the file.
+_HOLDERS: weakref.WeakSet[Parkable] = weakref.WeakSet()
+
+
+def hold(holder: Parkable) -> None:
+    _HOLDERS.add(holder)
+
+
+def park_idle_holders() -> None:
+    """Idle open results close their connection (they reopen when asked for more)."""
+    for holder in list(_HOLDERS):
+        holder.park()
+
+
+on_same_process_conflict(park_idle_holders)
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)
 
 
 def first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+class UserSqlError(StoreError):
+    """The user's SQL failed: `str()` is DuckDB's first line, `detail` its whole message."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail if detail is not None else message
+
+
+class QueryStopped(StoreError):
+    """The user stopped the query (`ResultStream.interrupt`)."""
+
+
+def _failure(exc: duckdb.Error) -> StoreError:
+    if isinstance(exc, duckdb.InterruptException):
+        return QueryStopped("stopped")
+    return UserSqlError(first_line(exc), str(exc).strip())
 
 
 def check_read_only(sql: str) -> list[str]:
@@ -64,7 +111,7 @@ def check_read_only(sql: str) -> list[str]:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
-        raise StoreError(first_line(exc)) from None
+        raise _failure(exc) from None
     if not statements:
         raise StoreError("empty query")
     for statement in statements:
@@ -91,7 +138,8 @@ def read_only_connection(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection to the catalog that cannot write anything anywhere; journals are
     ingested first (a short write session of its own)."""
     store.ingest()
-    with _READ_ONLY_OPENING, repair.guarded(store.dir):
+    park_idle_holders()
+    with READ_ONLY_HELD, repair.guarded(store.dir):
         with connect(store.dir, read_only=True, config=READ_ONLY_CONFIG) as con:
             con.execute("SET lock_configuration = true")
             yield con
@@ -108,7 +156,7 @@ def user_result(store: Store, sql: str) -> Iterator[duckdb.DuckDBPyConnection | 
                 con.execute(statement).fetchall()
             result = con.execute(statements[-1])
         except duckdb.Error as exc:
-            raise StoreError(first_line(exc)) from None
+            raise _failure(exc) from None
         yield result if result.description else None
 
 
@@ -120,7 +168,7 @@ def fetch_chunks(result: duckdb.DuckDBPyConnection) -> Iterator[pd.DataFrame]:
         try:
             chunk = result.fetch_df_chunk(CHUNK_VECTORS)
         except duckdb.Error as exc:
-            raise StoreError(first_line(exc)) from None
+            raise _failure(exc) from None
         if chunk.empty and not first:
             return
         yield chunk
@@ -139,7 +187,7 @@ def query_frame(store: Store, sql: str) -> pd.DataFrame:
         try:
             return result.df()
         except duckdb.Error as exc:
-            raise StoreError(first_line(exc)) from None
+            raise _failure(exc) from None
 
 
 @dataclass
@@ -163,7 +211,7 @@ def query_head(store: Store, sql: str, limit: int) -> Head:
         try:
             rows = result.fetchmany(limit + 1)
         except duckdb.Error as exc:
-            raise StoreError(first_line(exc)) from None
+            raise _failure(exc) from None
     return Head(columns, types, rows[:limit], len(rows) > limit)
 
 
@@ -179,4 +227,4 @@ def count_result(store: Store, sql: str) -> int:
                 return 0
             return int(relation.aggregate("count(*)").fetchall()[0][0])
         except duckdb.Error as exc:
-            raise StoreError(first_line(exc)) from None
+            raise _failure(exc) from None

@@ -20,9 +20,16 @@ from pathlib import Path
 from textual import on
 from textual.widget import Widget
 
-from florwb.ui.messages import HistoryLoaded, LiveUpdated, PendingChanged, ScriptSaved
+from florwb.ui.messages import (
+    HistoryLoaded,
+    LiveUpdated,
+    PendingChanged,
+    ScriptSaved,
+    StoreWaiting,
+)
 from florwb.ui.workers import run_in_thread
 from florwb_engine.store import Store, StoreBusy
+from florwb_engine.store.db import LockWaitListener, lock_waits_reported
 from florwb_engine.store.history_values import HistoryValues, load_history_values
 from florwb_engine.store.name_coverage import names_lacking
 from florwb_engine.store.queries import History, load_live
@@ -30,6 +37,12 @@ from florwb_engine.watch import JournalSizes, PendingStatements, ScriptWatcher, 
 
 RUNNING_POLL_EVERY = 3  # polls: re-read running runs this often even if journals are quiet
 RELOAD_COST_FACTOR = 4  # wait this many times the last reload's duration before the next
+BUSY_RETRY_S = 1.0  # a reload that found the catalog held past the lock wait tries again
+
+
+def waiting_line(holder: str, waited_s: float) -> str:
+    """What the workbench says while another process holds the catalog."""
+    return f"The catalog is held by {holder}; retrying… {waited_s:.0f} s"
 
 
 class LiveMonitor(Widget):
@@ -53,6 +66,9 @@ class LiveMonitor(Widget):
         self.watch_scripts = watch_scripts
         self.history: History | None = None  # the newest history this monitor loaded
         self.metric: str | None = None  # the sparkline metric reloads keep
+        self._busy_since: float | None = None
+        self._poll_was_busy = False
+        self.holder = "another process"  # who held the catalog when a connection last waited
         self._sizes = JournalSizes(project)
         self._watcher: ScriptWatcher | None = None
         self._watched: set[Path] = set()
@@ -71,15 +87,38 @@ class LiveMonitor(Widget):
     # --- the history ----------------------------------------------------------------------
 
     def reload(self, *, initial: bool = False) -> None:
-        """Read the history now (in a worker); posts HistoryLoaded."""
+        """Read the history now (in a worker); posts HistoryLoaded. While another process
+        holds the catalog, posts StoreWaiting (who holds it, for how long) and keeps
+        retrying, instead of a loading message that never changes (issue 14, defect 7)."""
         metric = self.metric
+        if self._busy_since is None:
+            self._busy_since = time.monotonic()
+        began = self._busy_since  # retries after a busy catalog keep counting from the first
 
         def work() -> None:
             if initial:
                 self._sizes.changed()  # the poll then reports only what is new after this
-            self.post_message(HistoryLoaded(load_history_values(self.store, metric)))
+            try:
+                with lock_waits_reported(self._say_waiting(began)):
+                    history = load_history_values(self.store, metric)
+            except StoreBusy:
+                self.post_message(StoreWaiting(self.holder, time.monotonic() - began))
+                self.call_later(self._retry_reload, initial)
+                return
+            self._busy_since = None
+            self.post_message(HistoryLoaded(history))
 
         run_in_thread(self, work, group="history", description="loading the history")
+
+    def _say_waiting(self, began: float) -> LockWaitListener:
+        def said(holder: str, _waited_s: float) -> None:
+            self.holder = holder
+            self.post_message(StoreWaiting(holder, time.monotonic() - began))
+
+        return said
+
+    def _retry_reload(self, initial: bool) -> None:
+        self.set_timer(BUSY_RETRY_S, lambda: self.reload(initial=initial))
 
     @on(HistoryLoaded)
     def _loaded(self, message: HistoryLoaded) -> None:
@@ -97,7 +136,7 @@ class LiveMonitor(Widget):
             return  # a big project: reloading takes a while, so not every second
         history = self.history
         running = bool(history and any(r.status == "running" for r in history.runs))
-        force = running and self._polls % RUNNING_POLL_EVERY == 0
+        force = (running and self._polls % RUNNING_POLL_EVERY == 0) or self._poll_was_busy
         metric = self.metric
 
         def work() -> None:
@@ -109,15 +148,18 @@ class LiveMonitor(Widget):
                 return
             began = time.monotonic()
             try:
-                history = load_history_values(self.store, metric)
-                recording = any(r.status == "running" for r in history.runs)
-                live = load_live(self.store) if recording else []
+                with lock_waits_reported(self._say_waiting(began)):
+                    history = load_history_values(self.store, metric)
+                    recording = any(r.status == "running" for r in history.runs)
+                    live = load_live(self.store) if recording else []
             except StoreBusy:
-                return  # another process holds the store for a moment: the next poll retries
+                self._poll_was_busy = True  # the next poll retries what this one saw change
+                return
             finally:
                 self._next_reload = time.monotonic() + RELOAD_COST_FACTOR * (
                     time.monotonic() - began
                 )
+            self._poll_was_busy = False
             self.post_message(HistoryLoaded(history))
             self.post_message(LiveUpdated(live))
 

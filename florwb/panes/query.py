@@ -1,8 +1,13 @@
-"""The query tab: a SQL editor with history, and a results table that pages.
+"""The query tab: a SQL editor with completion and history, a schema sidebar, and a results
+table that pages through the whole result without loading it.
 
-Queries run in an exclusive thread worker: the first page is posted as soon as DuckDB has
-it, the row count follows when known, and an error opens a modal instead of raising.
-History is kept per project in `.florwb/workbench/query_history.json`.
+Queries run in thread workers on a result stream (engine/store/result_stream.py): several
+statements run in order and the last one's rows show; the first page is posted as soon as
+DuckDB has it, the next ones as the cursor nears the end, the row count when known. esc or
+^c stops a running query (DuckDB's interrupt). An error opens DuckDB's whole message in a
+scrollable view; ⏎ on a cell opens its value; ^e writes the result to a file; F9 shows the
+tables and views with their columns. History is kept per project in
+`.florwb/workbench/query_history.json`.
 """
 
 from __future__ import annotations
@@ -14,21 +19,40 @@ from pathlib import Path
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import OptionList, Static, TextArea
+from textual.timer import Timer
+from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from florwb.screens.export_result import ExportScreen
+from florwb.screens.text_view import TextViewScreen, cell_text
 from florwb.ui import format as fmt
 from florwb.ui import keys
-from florwb.ui.messages import ErrorReported, QueryCounted, QueryFailed, QueryPageLoaded
+from florwb.ui.messages import (
+    OutlineLoaded,
+    QueryCounted,
+    QueryExported,
+    QueryFailed,
+    QueryRows,
+    StoreWaiting,
+)
 from florwb.ui.workers import run_in_thread
 from florwb.widgets.results_table import ResultsTable
+from florwb.widgets.schema_tree import SchemaTree
+from florwb.widgets.sql_editor import SqlEditor
 from florwb_engine import project as projects
 from florwb_engine.store import Store, StoreBusy, StoreError
-from florwb_engine.store.queries import PAGE_ROWS, count_rows, query_page
+from florwb_engine.store.catalog_outline import Relation, outline
+from florwb_engine.store.db import LockWaitListener, lock_waits_reported
+from florwb_engine.store.queries import PAGE_ROWS
+from florwb_engine.store.queries import _is_numeric_list as is_numeric_list
+from florwb_engine.store.result_stream import ResultStream
+from florwb_engine.store.user_export import export_result
+from florwb_engine.store.user_sql import QueryStopped, UserSqlError
 
 HISTORY_LIMIT = 200
+IDLE_RELEASE_S = 5.0  # an open result lets go of the catalog file after this long unused
 # `source = 'record'`: a replay re-executes recorded statements too, so without it each
 # replay would add another copy of every value (issue 14, defect 4).
 DEFAULT_SQL = (
@@ -93,6 +117,8 @@ class HistoryPicker(ModalScreen[str | None]):
 class QueryPane(Vertical):
     BINDINGS = keys.bindings("query")
     DEFAULT_CSS = """
+    QueryPane #query-body { height: 1fr; }
+    QueryPane #schema { display: none; }
     QueryPane #sql { height: 7; }
     QueryPane #query-status { height: 1; padding: 0 1; }
     QueryPane #results { height: 1fr; }
@@ -106,24 +132,51 @@ class QueryPane(Vertical):
         self.history: list[str] = []
         self.position: int | None = None  # index into history while browsing it
         self.started = 0.0
-        self.shown_rows = 0
         self.last_sql = ""
+        self.stream: ResultStream | None = None  # the result on screen, while it streams
+        self.running = False  # the first page is not here yet
+        self.total: int | None = None
+        self.elapsed_s = 0.0
+        self.outline: list[Relation] | None = None
+        self._stop_serial = -1
+        self._fetching = False
+        self._idle_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
-        yield TextArea(DEFAULT_SQL, id="sql", soft_wrap=True, tab_behavior="focus")
-        yield Static(
-            Text("^⏎ / ^j / F5 run · ^↑ ^↓ history · F8 list · esc leaves the editor", "dim"),
-            id="query-status",
-        )
-        yield ResultsTable(id="results", zebra_stripes=True)
+        editor = SqlEditor(DEFAULT_SQL, id="sql", soft_wrap=True, tab_behavior="focus")
+        with Horizontal(id="query-body"):
+            yield SchemaTree(id="schema")
+            with Vertical(id="query-main"):
+                yield editor
+                yield Static(
+                    Text(
+                        "^⏎ run · esc stop/leave · ^e export · F9 schema · ^↑^↓ history · F8 list",
+                        "dim",
+                    ),
+                    id="query-status",
+                )
+                yield ResultsTable(id="results", zebra_stripes=True)
+        yield editor.dropdown
 
     def on_mount(self) -> None:
         self.history = read_history(self.project)
-        self.query_one("#sql", TextArea).border_title = "SQL"
+        self.editor.border_title = "SQL"
+
+    def on_show(self) -> None:
+        if self.outline is None:
+            self.load_outline()
+
+    def on_unmount(self) -> None:
+        if self.stream is not None:
+            self.stream.close(wait=False)
 
     @property
-    def editor(self) -> TextArea:
-        return self.query_one("#sql", TextArea)
+    def editor(self) -> SqlEditor:
+        return self.query_one("#sql", SqlEditor)
+
+    @property
+    def results(self) -> ResultsTable:
+        return self.query_one(ResultsTable)
 
     def _status(self, text: Text | str) -> None:
         self.query_one("#query-status", Static).update(text)
@@ -145,75 +198,276 @@ class QueryPane(Vertical):
             self.history.append(sql)
             write_history(self.project, self.history)
         self.position = None
+        self._close_stream()
         self.serial += 1
         self.started = time.perf_counter()
         self.last_sql = sql
-        self._status(Text("running…", "yellow"))
+        self.running = True
+        self.total = None
+        self._status(Text("running… (esc or ^c stops)", "yellow"))
         self._query(self.serial, sql)
+
+    def _close_stream(self) -> None:
+        stream, self.stream = self.stream, None
+        if self._idle_timer is not None:
+            self._idle_timer.stop()
+            self._idle_timer = None
+        if stream is not None:
+            self._discard(stream)
+
+    def _discard(self, stream: ResultStream) -> None:
+        """Close a result no longer shown (a group of its own: an exclusive group could
+        cancel a close not yet started, and the file would stay held)."""
+        stream.interrupt()
+        run_in_thread(self, stream.close, group=f"close-{id(stream)}", description="closing")
+
+    def _waiting(self, serial: int) -> LockWaitListener:
+        def said(holder: str, waited_s: float) -> None:
+            if self._stop_serial == serial:  # esc while waiting: give up the wait
+                raise QueryStopped("stopped")
+            self.post_message(StoreWaiting(holder, waited_s, serial))
+
+        return said
 
     def _query(self, serial: int, sql: str) -> None:
         def work() -> None:
             started = time.perf_counter()
             try:
-                page = query_page(self.store, sql, PAGE_ROWS)
+                with lock_waits_reported(self._waiting(serial)):
+                    stream = ResultStream(self.store, sql)
+                    if serial == self.serial:
+                        self.stream = stream
+                    if self._stop_serial == serial:
+                        stream.interrupt()
+                    stream.start()
+                    rows = stream.fetch(PAGE_ROWS) if stream.returns_rows else []
             except (StoreError, StoreBusy) as exc:  # the user's SQL: said in the pane
-                self.post_message(QueryFailed(serial, sql, str(exc)))
+                self._post_failure(serial, exc)
                 return
-            self.post_message(QueryPageLoaded(serial, sql, page, time.perf_counter() - started))
+            elapsed = time.perf_counter() - started
+            if serial != self.serial:  # another query was started meanwhile
+                stream.close()
+                return
+            self.post_message(QueryRows(serial, stream, rows, True, elapsed))
 
         run_in_thread(self, work, group="query", description="running the query")
 
-    def _count(self, serial: int, sql: str) -> None:
+    def _post_failure(self, serial: int, exc: Exception) -> None:
+        detail = exc.detail if isinstance(exc, UserSqlError) else str(exc)
+        stopped = isinstance(exc, QueryStopped)
+        self.post_message(QueryFailed(serial, str(exc), detail, stopped))
+
+    def _more(self) -> None:
+        stream, serial = self.stream, self.serial
+        if stream is None or stream.exhausted or self._fetching:
+            return
+        self._fetching = True
+
+        def work() -> None:
+            started = time.perf_counter()
+            try:
+                with lock_waits_reported(self._waiting(serial)):
+                    rows = stream.fetch(PAGE_ROWS)
+            except (StoreError, StoreBusy) as exc:
+                self._post_failure(serial, exc)
+                return
+            finally:
+                self._fetching = False
+            self.post_message(QueryRows(serial, stream, rows, False, time.perf_counter() - started))
+
+        run_in_thread(self, work, group="more", description="fetching more rows")
+
+    def _count(self, serial: int, stream: ResultStream) -> None:
         """Started once the first page is on screen, so counting (as slow as the whole
         query) never competes with drawing it."""
 
         def work() -> None:
             try:
-                total = count_rows(self.store, sql)
+                total = stream.count()
             except (StoreError, StoreBusy):
-                return  # the page is shown; the label keeps saying "counting…" is unknown
-            if serial == self.serial:
-                self.post_message(QueryCounted(serial, total))
+                return  # the rows are shown; the label keeps saying "so far"
+            self.post_message(QueryCounted(serial, total))
 
         run_in_thread(self, work, group="count", description="counting the query's rows")
 
-    @on(QueryPageLoaded)
-    def _page(self, message: QueryPageLoaded) -> None:
+    @on(QueryRows)
+    def _rows(self, message: QueryRows) -> None:
         message.stop()
         if message.serial != self.serial:
+            if message.first and message.stream is not self.stream:
+                self._discard(message.stream)
             return
-        self.query_one(ResultsTable).show(message.page)
-        self.shown_rows = len(message.page.rows)
-        if message.page.total is None:
-            self.call_after_refresh(self._count, message.serial, message.sql)
-        self._status(
-            Text.assemble(
-                ("✓ ", "green"),
-                fmt.rows_label(self.shown_rows, message.page.total),
-                (f" · {message.elapsed_s:.2f} s", "dim"),
+        stream: ResultStream = message.stream
+        table = self.results
+        if message.first:
+            self.running = False
+            self.elapsed_s = message.elapsed_s
+            if not stream.returns_rows:
+                table.start([], [], [], [])
+                table.append(table.generation, [], complete=True)
+                self._status(Text.assemble(("✓ ", "green"), "done (no rows returned)"))
+                return
+            series = [i for i, t in enumerate(stream.types) if is_numeric_list(t)]
+            table.start(stream.columns, [str(t) for t in stream.types], series, message.rows)
+            if not stream.exhausted:
+                self.call_after_refresh(self._count, message.serial, stream)
+        table.append(table.generation, message.rows, complete=stream.exhausted)
+        if stream.exhausted:
+            self.total = stream.fetched
+        self._show_rows()
+        self._arm_idle_release(stream)
+
+    def _arm_idle_release(self, stream: ResultStream) -> None:
+        """Let go of the catalog file when the user stops paging (a writer elsewhere, a
+        `florwb runs` in another terminal, would wait on it); paging on reopens it."""
+        if self._idle_timer is not None:
+            self._idle_timer.stop()
+            self._idle_timer = None
+        if stream.is_open:
+            self._idle_timer = self.set_timer(
+                IDLE_RELEASE_S,
+                lambda: run_in_thread(
+                    self, stream.park, group="park", description="letting go of the catalog"
+                ),
             )
-        )
+
+    def _show_rows(self) -> None:
+        loaded = len(self.results.raw_rows)
+        stream = self.stream
+        if stream is None or stream.exhausted:
+            label = fmt.plural(loaded, "row")
+        elif self.total is not None:
+            label = f"rows 1–{loaded:,} of {self.total:,}"
+        else:
+            label = f"rows 1–{loaded:,} · {loaded:,}+ so far (counting…)"
+        self._status(Text.assemble(("✓ ", "green"), label, (f" · {self.elapsed_s:.2f} s", "dim")))
 
     @on(QueryCounted)
     def _counted(self, message: QueryCounted) -> None:
         message.stop()
         if message.serial != self.serial:
             return
-        self._status(
-            Text.assemble(
-                ("✓ ", "green"),
-                fmt.rows_label(self.shown_rows, message.total),
-                (f" · {time.perf_counter() - self.started:.2f} s", "dim"),
-            )
-        )
+        self.total = message.total
+        self._show_rows()
 
     @on(QueryFailed)
     def _failed(self, message: QueryFailed) -> None:
         message.stop()
         if message.serial != self.serial:
             return
+        self.running = False
+        if message.stopped:
+            self._status(Text.assemble(("■ ", "yellow"), ("stopped", "yellow")))
+            return
         self._status(Text.assemble(("✗ ", "red"), (fmt.clip(message.error, 200), "red")))
-        self.post_message(ErrorReported("Query failed", message.error))
+        self.app.push_screen(TextViewScreen("Query failed", message.detail, error=True))
+
+    @on(StoreWaiting)
+    def _store_waiting(self, message: StoreWaiting) -> None:
+        message.stop()
+        if message.serial != self.serial or not self.running:
+            return
+        self._status(
+            Text(
+                f"waiting: the catalog is held by {message.holder} · "
+                f"{message.waited_s:.0f} s (esc stops)",
+                "yellow",
+            )
+        )
+
+    @on(ResultsTable.MoreWanted)
+    def _more_wanted(self, message: ResultsTable.MoreWanted) -> None:
+        message.stop()
+        if message.generation == self.results.generation:
+            self._more()
+
+    # --- stopping -------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop_query":
+            return self.running  # otherwise ^c copies, as everywhere
+        return super().check_action(action, parameters)
+
+    def action_stop_query(self) -> None:
+        if not self.running:
+            return
+        self._stop_serial = self.serial
+        if self.stream is not None:
+            self.stream.interrupt()
+        self._status(Text("stopping…", "yellow"))
+
+    # --- cells, export, schema ------------------------------------------------------------
+
+    @on(ResultsTable.CellOpened)
+    def _cell_opened(self, message: ResultsTable.CellOpened) -> None:
+        message.stop()
+        title = f"{message.column} ({message.kind.lower()})"
+        self.app.push_screen(TextViewScreen(title, cell_text(message.value)))
+
+    def action_export(self) -> None:
+        sql = self.last_sql
+        if not sql:
+            self._status(Text("Run a query first; ^e writes its result to a file.", "yellow"))
+            return
+
+        def chosen(path: Path | None) -> None:
+            if path is not None:
+                self._export(sql, path)
+
+        self.app.push_screen(ExportScreen(self.project, "query-result.csv"), chosen)
+
+    def _export(self, sql: str, path: Path) -> None:
+        serial = self.serial
+        self._status(Text(f"writing {path}…", "yellow"))
+
+        def work() -> None:
+            try:
+                with lock_waits_reported(self._waiting(serial)):
+                    rows = export_result(self.store, sql, path)
+            except (StoreError, StoreBusy) as exc:
+                self._post_failure(serial, exc)
+                return
+            self.post_message(QueryExported(str(path), rows))
+
+        run_in_thread(self, work, group="export", description="exporting the result")
+
+    @on(QueryExported)
+    def _exported(self, message: QueryExported) -> None:
+        message.stop()
+        self._status(
+            Text.assemble(
+                ("✓ ", "green"), f"wrote {fmt.plural(message.rows, 'row')} to ", message.path
+            )
+        )
+
+    def load_outline(self) -> None:
+        def work() -> None:
+            try:
+                relations = outline(self.store)
+            except (StoreError, StoreBusy):
+                return  # no sidebar and no completion this time; F9 tries again
+            self.post_message(OutlineLoaded(relations))
+
+        run_in_thread(self, work, group="outline", description="reading the catalog's tables")
+
+    @on(OutlineLoaded)
+    def _outline_loaded(self, message: OutlineLoaded) -> None:
+        message.stop()
+        self.outline = message.relations
+        self.query_one(SchemaTree).show(message.relations)
+        words: dict[str, str] = {}
+        for relation in message.relations:
+            for column, _kind in relation.columns:
+                words.setdefault(column, "column")
+        for relation in message.relations:
+            words[relation.name] = relation.kind
+        self.editor.set_vocabulary(words)
+
+    def action_toggle_schema(self) -> None:
+        tree = self.query_one(SchemaTree)
+        tree.display = not tree.display
+        if tree.display and self.outline is None:
+            self.load_outline()
 
     # --- history --------------------------------------------------------------------------
 
@@ -244,7 +498,10 @@ class QueryPane(Vertical):
         self.app.push_screen(HistoryPicker(self.history), chosen)
 
     def action_leave_editor(self) -> None:
-        self.query_one(ResultsTable).focus()
+        if self.running:
+            self.action_stop_query()
+            return
+        self.results.focus()
 
     def action_focus_results(self) -> None:
         if self.editor.has_focus:

@@ -47,6 +47,9 @@ SCOPES: dict[str, tuple[str, str, str | None]] = {
     "past": ("Past replays (3)", "#past-replays", "replay"),
     "compare": ("Run comparison", "RunCompareScreen", None),
     "replay_detail": ("Replay detail", "ReplayDetailScreen", None),
+    "editor": ("SQL editor completion (4)", "#sql", "query"),
+    "textview": ("Error / cell viewer", "TextViewScreen", None),
+    "export": ("Export a result", "ExportScreen", None),
 }
 
 # Scopes that live on a modal screen: offered by the palette only while it is open.
@@ -57,6 +60,8 @@ SCREEN_SCOPES = {
     "compare": "RunCompareScreen",
     "replay_detail": "ReplayDetailScreen",
     "chart": "ChartScreen",
+    "textview": "TextViewScreen",
+    "export": "ExportScreen",
 }
 
 KEYS: dict[str, tuple[Key, ...]] = {
@@ -153,7 +158,18 @@ KEYS: dict[str, tuple[Key, ...]] = {
             "query.history", "f8", "history_list", "Pick from query history", True, label="history"
         ),
         Key("query.results", "ctrl+o", "focus_results", "Focus results / editor"),
-        Key("query.leave", "escape", "leave_editor", "Leave the editor (1-4 switch tabs)"),
+        Key("query.leave", "escape", "leave_editor", "Stop the query / leave the editor"),
+        Key("query.stop", "ctrl+c", "stop_query", "Stop the running query", priority=True),
+        Key(
+            "query.export",
+            "ctrl+e",
+            "export",
+            "Export the result to a file",
+            True,
+            label="export",
+            priority=True,  # the editor's ^e (end of line) would take it otherwise
+        ),
+        Key("query.schema", "f9", "toggle_schema", "Show / hide the schema", True, label="schema"),
     ),
     "run": (
         Key("run.back", "escape,backspace", "back", "Back", True, label="back"),
@@ -191,8 +207,18 @@ KEYS: dict[str, tuple[Key, ...]] = {
         Key("results.down", "j", "cursor_down", "Next row"),
         Key("results.up", "k", "cursor_up", "Previous row"),
         Key("results.first", "g", "scroll_top", "First row"),
-        Key("results.last", "G", "scroll_bottom", "Last row"),
+        Key("results.last", "G", "scroll_bottom", "Last loaded row (loads more)"),
+        Key("results.open", "enter", "open_cell", "Open the cell's whole value"),
     ),
+    # Only while the completion list is open; otherwise the keys do what they always do.
+    "editor": (
+        Key("editor.accept", "tab", "accept_completion", "Accept the completion"),
+        Key("editor.down", "down", "completion_down", "Next completion", palette=False),
+        Key("editor.up", "up", "completion_up", "Previous completion", palette=False),
+        Key("editor.close", "escape", "close_completion", "Close the completion list"),
+    ),
+    "textview": (Key("textview.close", "escape,q", "close", "Close", True, label="close"),),
+    "export": (Key("export.close", "escape", "close", "Cancel the export", True, label="cancel"),),
     "chart": (
         Key("chart.back", "escape,backspace", "back", "Back", True, label="back"),
         Key("chart.axis", "x", "next_axis", "x axis: steps / epochs / wall time", True, "axis"),

@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.widget import Widget
 
 from florwb_engine.statements import StatementTable
-from florwb_engine.store.queries import History, LiveRun, QueryPage, ReplayRow, RunDetail
+from florwb_engine.store.queries import History, LiveRun, ReplayRow, RunDetail
 from florwb_engine.watch import PendingStatements
 
 
@@ -65,24 +65,51 @@ class StatementTableLoaded(Message):
 
 
 @dataclass
-class QueryPageLoaded(Message):
+class QueryRows(Message):
+    """A page of the Query tab's result: the first one (`first`) or one more."""
+
     serial: int
-    sql: str
-    page: QueryPage
+    stream: Any  # florwb_engine.store.result_stream.ResultStream
+    rows: list[tuple]
+    first: bool
     elapsed_s: float
 
 
 @dataclass
 class QueryCounted(Message):
     serial: int
-    total: int
+    total: int | None
 
 
 @dataclass
 class QueryFailed(Message):
+    """The query failed (`error` one line, `detail` DuckDB's whole message) or was
+    stopped (`stopped`)."""
+
     serial: int
-    sql: str
     error: str
+    detail: str
+    stopped: bool = False
+
+
+@dataclass
+class QueryExported(Message):
+    path: str
+    rows: int
+
+
+@dataclass
+class StoreWaiting(Message):
+    """A connection waits on another process's lock (engine/store/db.py): who holds it."""
+
+    holder: str
+    waited_s: float
+    serial: int = 0
+
+
+@dataclass
+class OutlineLoaded(Message):
+    relations: list[Any]  # florwb_engine.store.catalog_outline.Relation
 
 
 @dataclass

@@ -1,0 +1,84 @@
+"""Writing a user's query result to a file (the Query tab's ^e): CSV, Parquet or JSON.
+
+The user's SQL passes the same read-only check as every query (so a COPY inside it is still
+refused); florwb wraps its last statement in its own `COPY (...) TO path`, on a read-only
+connection whose file access is limited to that one path (DuckDB's `allowed_paths`, then
+external access off and the configuration locked). So the export writes where the user
+asked and nowhere else, and reads no other file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import duckdb
+
+from florwb_engine.store import repair
+from florwb_engine.store.db import StoreError, connect
+from florwb_engine.store.user_sql import (
+    READ_ONLY_CONFIG,
+    READ_ONLY_HELD,
+    _failure,
+    check_read_only,
+    park_idle_holders,
+)
+
+if TYPE_CHECKING:
+    from florwb_engine.store.catalog import Store
+
+# Extension -> DuckDB COPY options.
+FORMATS = {
+    ".csv": "(FORMAT csv, HEADER true)",
+    ".parquet": "(FORMAT parquet)",
+    ".json": "(FORMAT json, ARRAY true)",
+    ".jsonl": "(FORMAT json)",
+    ".ndjson": "(FORMAT json)",
+}
+# External access must be on when the instance starts for `allowed_paths` to be settable;
+# it is switched off (and locked) before any user SQL runs.
+_EXPORT_CONFIG = {k: v for k, v in READ_ONLY_CONFIG.items() if k != "enable_external_access"}
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def export_target(path: Path) -> tuple[Path, str]:
+    """The absolute path and COPY options, or StoreError saying what is wrong with it."""
+    options = FORMATS.get(path.suffix.lower())
+    if options is None:
+        raise StoreError(
+            f"cannot tell the format of {path.name!r}: end it in .csv, .parquet, .json or .jsonl"
+        )
+    path = path.expanduser().resolve()
+    if path.exists():
+        raise StoreError(f"{path} exists; choose another name")
+    if not path.parent.is_dir():
+        raise StoreError(f"no folder {path.parent}")
+    return path, options
+
+
+def export_result(store: Store, sql: str, path: Path) -> int:
+    """Write the last statement's result of `sql` to `path` (format from its extension);
+    the number of rows written."""
+    statements = check_read_only(sql)
+    target, options = export_target(path)
+    last = statements[-1].rstrip().rstrip(";")
+    store.ingest()
+    park_idle_holders()
+    with READ_ONLY_HELD, repair.guarded(store.dir):
+        with connect(store.dir, read_only=True, config=_EXPORT_CONFIG) as con:
+            con.execute(f"SET allowed_paths = [{_literal(str(target))}]")
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+            try:
+                for statement in statements[:-1]:
+                    con.execute(statement).fetchall()
+                row = con.execute(
+                    f"COPY (\n{last}\n) TO {_literal(str(target))} {options}"
+                ).fetchall()
+            except duckdb.Error as exc:
+                target.unlink(missing_ok=True)  # a half-written file is not a result
+                raise _failure(exc) from None
+    return int(row[0][0]) if row and row[0] else 0
