@@ -41,8 +41,12 @@ class SegmentPart:
     estimate_s: float
 
 
-def run_work(mode: ReplayMode, main_loop: str | None, facts: RunFacts) -> Work | str:
-    """The work of replaying one run in `mode`, or why there is none to do."""
+def run_work(
+    mode: ReplayMode, main_loop: str | None, facts: RunFacts, *, from_start: bool = False
+) -> Work | str:
+    """The work of replaying one run in `mode`, or why there is none to do. `from_start`:
+    the statements read state no checkpoint holds, so the main loop runs from its first
+    iteration in one segment, restoring nothing (state_reads.py)."""
     prefix_s = PROCESS_START_S + max(facts.wall_s - sum(facts.epoch_s.values()), 0.0)
     if mode == PREFIX:
         return Work([], {}, set(), prefix_s)
@@ -70,6 +74,12 @@ def run_work(mode: ReplayMode, main_loop: str | None, facts: RunFacts) -> Work |
         )
         if executed:
             notes.append(f"no checkpoint around {ranges(executed)}: re-executed in full")
+    elif from_start:
+        summary = (
+            f"inner: re-executes {len(epochs)} {main_loop} iterations from the first, "
+            "in one segment"
+        )
+        return Work([epochs], cost, skipped, prefix_s, summary, notes)
     else:
         summary = f"inner: re-executes {len(epochs)} {main_loop} iterations"
         missing = [i for i in epochs if i > 0 and i - 1 not in ckpt]

@@ -25,7 +25,8 @@ from florwb_engine.replay.errors import PlanError
 from florwb_engine.replay.facts import RunFacts, SelectedRun, run_facts, select_runs
 from florwb_engine.replay.mode import replay_mode
 from florwb_engine.replay.placing import Placer, placed_statements
-from florwb_engine.replay.spec import ReplayMode
+from florwb_engine.replay.spec import INNER, ReplayMode
+from florwb_engine.replay.state_decision import state_decision
 from florwb_engine.store import Store
 
 # What a run's plan says: it will be replayed, it cannot be (with the reason), or it
@@ -65,6 +66,7 @@ class RunPlan:
     cwd: str | None = None
     args: dict = field(default_factory=dict)
     checkpoints: dict[str, str] = field(default_factory=dict)
+    from_start: bool = False  # statements read state no checkpoint holds (state_reads.py)
 
 
 @dataclass
@@ -122,10 +124,12 @@ def plan_replay(
     plans = []
     work: dict[str, Work] = {}
     for run in runs:
-        plan = _plan_run(placer, names, run, facts[run.run_id])
+        plan = _plan_run(project, placer, names, run, facts[run.run_id])
         if plan.status == READY:
             assert plan.mode is not None
-            found = run_work(plan.mode, plan.main_loop, facts[run.run_id])
+            found = run_work(
+                plan.mode, plan.main_loop, facts[run.run_id], from_start=plan.from_start
+            )
             if isinstance(found, str):
                 plan.status, plan.reason = SKIP, found
             else:
@@ -147,7 +151,9 @@ def plan_replay(
     )
 
 
-def _plan_run(placer: Placer, names: list[str], run: SelectedRun, facts: RunFacts) -> RunPlan:
+def _plan_run(
+    project: Path, placer: Placer, names: list[str], run: SelectedRun, facts: RunFacts
+) -> RunPlan:
     plan = RunPlan(run_id=run.run_id, version=run.version, script=run.script, status=SKIP)
     plan.argv = run.argv
     plan.cwd = run.cwd
@@ -172,6 +178,14 @@ def _plan_run(placer: Placer, names: list[str], run: SelectedRun, facts: RunFact
     if mode is None:
         plan.reason = why
         return plan
+    state = state_decision(project, run.run_id, result.code, placed, facts, mode)
+    if isinstance(state, str):
+        plan.reason = state
+        return plan
+    if state.from_start:
+        mode = INNER
+    plan.from_start = state.from_start
+    plan.notes.extend(state.notes)
     plan.mode = mode
     plan.names = list(placed)
     plan.code = result.code

@@ -1,0 +1,188 @@
+"""The differential replay corpus (issue 11): every script shape x every statement position,
+replayed against a recorded old version and compared with a forward run of today's script.
+
+Each script in tests/replay_corpus/ is the old version (v1) of a small training script; its
+`# @<position> <statement>` lines are today's new statements (v2 = v1 with those lines
+uncommented). Per script: v1 is committed in a real git repository and recorded; v2 is
+committed; every position's statement is replayed on its own (positions of one kind share
+a replay: before / epoch / step-level) and each replayed value is compared with what a
+forward run of v2, with the same args and the run's inputs, logs. A position a script
+declares as refused (`# expect: <position> refused: <reason>`) must be refused or marked
+with that reason instead. A wrong value fails the test: "right or refused".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from conftest import git, run_py
+
+from florwb_engine.replay import execute, plan_replay
+from florwb_engine.store import Store
+
+CORPUS = Path(__file__).parent / "replay_corpus"
+POSITIONS = ("before", "epoch_start", "epoch_end", "step", "function", "closure")
+# positions replayed together: step-level statements all need the inner mode, so sharing a
+# replay hides no mode decision and keeps the corpus within its time budget
+GROUPS = (("before",), ("epoch_start",), ("epoch_end",), ("step", "closure"), ("function",))
+MARK = re.compile(r"^(?P<indent>\s*)# @(?P<position>\w+) (?P<statement>.+)$")
+EXPECT = re.compile(r"^# expect: (?P<position>\w+) (?P<verdict>refused|marked): (?P<why>.+)$")
+ARGS = re.compile(r"^# args: (?P<args>.*)$")
+FILES = re.compile(r"^# files: (?P<module>\w+)$")
+
+
+@dataclass
+class Case:
+    """One corpus script, parsed from its comment lines."""
+
+    name: str
+    v1: str
+    v2: str
+    positions: dict[str, str]  # position -> statement name
+    expect: dict[str, tuple[str, str]]  # position -> (refused|marked, reason substring)
+    args: list[str]
+    files: str | None  # a helper in the script's folder that writes its input files
+    outcome: dict[str, str] = field(default_factory=dict)
+
+
+def load_case(path: Path) -> Case:
+    v1_lines, v2_lines, positions, expect, args, files = [], [], {}, {}, [], None
+    for line in path.read_text().splitlines():
+        if m := MARK.match(line):
+            statement = m["statement"]
+            name = re.search(r'flor\.log\("(\w+)"', statement)
+            assert name, f"{path.name}: a marked statement must be a flor.log: {line}"
+            positions[m["position"]] = name[1]
+            v2_lines.append(m["indent"] + statement)
+            continue
+        if m := EXPECT.match(line):
+            expect[m["position"]] = (m["verdict"], m["why"])
+        if m := ARGS.match(line):
+            args = m["args"].split()
+        if m := FILES.match(line):
+            files = m["module"]
+        v1_lines.append(line)
+        v2_lines.append(line)
+    assert set(positions) <= set(POSITIONS), positions
+    return Case(
+        path.stem, "\n".join(v1_lines) + "\n", "\n".join(v2_lines) + "\n", positions, expect,
+        args, files,
+    )
+
+
+CASES = sorted(p.stem for p in CORPUS.glob("*.py") if not p.stem.startswith("_"))
+
+
+def _values(project: Path, run_id: str, name: str, source: str | None) -> list:
+    where = "run_id = ? AND name = ?" + (" AND source = ?" if source else "")
+    params = [run_id, name, *([source] if source else [])]
+    with Store(project).session() as con:
+        rows = con.execute(
+            f"SELECT value, text FROM logs WHERE {where} ORDER BY epoch NULLS FIRST, step "
+            "NULLS FIRST, seq",
+            params,
+        ).fetchall()
+    return [t if v is None or (isinstance(v, float) and math.isnan(v)) else v for v, t in rows]
+
+
+def _write_inputs(case: Case, folder: Path, version: int) -> None:
+    if case.files:
+        namespace: dict = {}
+        exec((CORPUS / f"{case.files}.py").read_text(), namespace)
+        namespace["write"](folder, version)
+
+
+@pytest.mark.parametrize("script", CASES)
+def test_replay_corpus(script: str, tmp_path: Path) -> None:
+    start = time.perf_counter()
+    timings: list[str] = []
+    case = load_case(CORPUS / f"{script}.py")
+    root = tmp_path / "project"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / ".gitignore").write_text("*.pt\nout/\n")
+    (root / "train.py").write_text(case.v1)
+    _write_inputs(case, root, 1)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "v1")
+    run_py(root, "train.py", *case.args)
+    (run_id,) = [r["run_id"] for r in Store(root).runs()]
+
+    # the forward run: today's script, the same args, the run's inputs, its own project
+    fresh = tmp_path / "fresh"
+    shutil.copytree(root, fresh, ignore=shutil.ignore_patterns(".florwb", ".git"))
+    (fresh / "train.py").write_text(case.v2)
+    run_py(fresh, "train.py", *case.args)
+    (fresh_id,) = [r["run_id"] for r in Store(fresh).runs()]
+
+    (root / "train.py").write_text(case.v2)
+    _write_inputs(case, root, 2)
+    git(root, "commit", "-q", "-am", "v2")
+    outputs = {p: p.read_bytes() for p in root.rglob("*") if _user_output(root, p)}
+
+    timings.append(f"record+forward {time.perf_counter() - start:.1f}s cpu {_cpu():.1f}")
+    report: dict[str, str] = {}
+    for group in GROUPS:
+        wanted = {p: case.positions[p] for p in group if p in case.positions}
+        if not wanted:
+            continue
+        t0 = time.perf_counter()
+        plan = plan_replay(root, list(wanted.values()))
+        (run,) = plan.runs
+        result = execute(plan) if plan.ready() else None
+        timings.append(f"{'+'.join(group)} {time.perf_counter() - t0:.1f}s cpu {_cpu():.1f}")
+        for position, name in wanted.items():
+            report[position] = _verdict(
+                case, position, name, plan, run, result, root, run_id, fresh, fresh_id
+            )
+    changed = [
+        str(p.relative_to(root))
+        for p, data in outputs.items()
+        if not p.exists() or p.read_bytes() != data
+    ]
+    assert not changed, f"replay wrote into the user's working tree: {changed}"
+    wrong = {p: v for p, v in report.items() if not v.startswith(("ok", "refused as expected"))}
+    print(f"\n{script}: " + "; ".join(f"{p}: {v}" for p, v in report.items()))
+    print("  " + ", ".join(timings))
+    assert not wrong, f"{script}: {wrong}"
+
+
+def _cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _user_output(root: Path, path: Path) -> bool:
+    rel = path.relative_to(root).parts
+    return path.is_file() and rel[0] not in (".git", ".florwb")
+
+
+def _verdict(case, position, name, plan, run, result, root, run_id, fresh, fresh_id) -> str:
+    why_text = " ".join([run.reason or "", *run.notes])
+    expected = case.expect.get(position)
+    if run.status != "ready" or name not in run.names:
+        if expected and expected[0] == "refused" and expected[1] in why_text:
+            return f"refused as expected ({run.reason})"
+        return f"refused: {run.reason or why_text}"
+    (outcome,) = [r for r in result.runs if r.run_id == run_id]
+    if expected:
+        if expected[1] in why_text or expected[1] in (outcome.divergence or ""):
+            return f"refused as expected (marked: {expected[1]})"
+        return f"expected {expected[0]} ({expected[1]}), but replayed: {outcome.status}"
+    replayed = _values(root, run_id, name, plan.replay_id)
+    forward = _values(fresh, fresh_id, name, None)
+    if outcome.status != "finished":
+        return f"replay {outcome.status}: {outcome.error or outcome.divergence}"
+    if not forward:
+        return "the forward run logged nothing (a broken corpus script)"
+    if replayed != pytest.approx(forward, rel=1e-6, abs=1e-9):
+        return f"WRONG VALUES ({run.mode}): replayed {replayed} forward {forward}"
+    return f"ok ({run.mode}, {len(replayed)} values)"
