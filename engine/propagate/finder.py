@@ -222,9 +222,7 @@ class Analysis:
                         return None
                     sites.append(site)
             return sites
-        scope = next(
-            (a for a in func.ancestors() if isinstance(a.node, _SCOPES)), self.tree.root
-        )
+        scope = next((a for a in func.ancestors() if isinstance(a.node, _SCOPES)), self.tree.root)
         sites = []
         for tn in self.tree.nodes[scope.idx : scope.end + 1]:
             if tn.label != "Name" or tn.value != name or tn.field in ("attr", "keyword"):

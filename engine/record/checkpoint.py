@@ -139,9 +139,7 @@ def grads_of(objects: dict[str, Any]) -> dict:
         named = getattr(obj, "named_parameters", None)
         if not callable(named):
             continue
-        grads[name] = {
-            pname: copy_to_host(p.grad) for pname, p in named() if p.grad is not None
-        }
+        grads[name] = {pname: copy_to_host(p.grad) for pname, p in named() if p.grad is not None}
     return grads
 
 

@@ -56,8 +56,7 @@ def state_decision(
         decision.from_start = True
         listed = ", ".join(paths[:3])
         decision.notes.append(
-            f"{name} reads {listed}, which the {loop} loop changes and no checkpoint holds: "
-            f"{again}"
+            f"{name} reads {listed}, which the {loop} loop changes and no checkpoint holds: {again}"
         )
     return decision
 

@@ -22,6 +22,7 @@ A statement in a function whose call sites florwb cannot follow is refused: its 
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from florwb_engine.flor_calls import FlorImports, ast_call_name, imports_from_ast
@@ -102,8 +103,8 @@ def state_reads(code: str, placed: dict[str, Placement], main_loop: str | None) 
 
 def _log_calls(
     tree: ast.Module, imports: FlorImports, lines: set[int | None]
-) -> dict[tuple[int, str], ast.Call]:
-    out = {}
+) -> dict[tuple[int | None, str], ast.Call]:
+    out: dict[tuple[int | None, str], ast.Call] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.lineno in lines:
             name = ast_call_name(node, imports, "log")
@@ -165,11 +166,13 @@ def _changed_paths(
     are re-bound by the code that runs, and mode.py handles reads of inner-loop ones."""
     found: set[tuple[str, ...]] = set()
     bound_in_loop = _bound(main)
-    found |= {p for p in _mutations(main) if p[0] not in bound_in_loop}
+    found |= {p for p in _mutations(main, registered) if p[0] not in bound_in_loop}
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":
             local = _bound(node) | {a.arg for a in node.args.args + node.args.kwonlyargs}
-            found |= {p for p in _mutations(node) if p[0] == "self" or p[0] not in local}
+            found |= {
+                p for p in _mutations(node, registered) if p[0] == "self" or p[0] not in local
+            }
     return {
         p
         for p in found
@@ -196,7 +199,7 @@ def _bound(node: ast.AST) -> set[str]:
     }
 
 
-def _mutations(node: ast.AST) -> set[tuple[str, ...]]:
+def _mutations(node: ast.AST, registered: set[tuple[str, ...]]) -> set[tuple[str, ...]]:
     """Paths changed in place: attribute/subscript targets, augmented assignments to them,
     receivers of methods that are not known to be pure."""
     out: set[tuple[str, ...]] = set()
@@ -218,7 +221,10 @@ def _mutations(node: ast.AST) -> set[tuple[str, ...]]:
                         out.add(path)
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
             if sub.func.attr not in _PURE_METHODS:
-                path = _path(sub.func.value)
+                called = _path(sub.func)
+                # `self.net(x)` calls the module `self.net`: record that path, which is
+                # left out when it is registered, rather than changing all of `self`
+                path = called if called in registered else _path(sub.func.value)
                 if path:
                     out.add(path)
     return out
@@ -251,7 +257,7 @@ def _overlap(read: tuple[str, ...], changed: tuple[str, ...]) -> bool:
     return n > 0 and read[:n] == changed[:n]
 
 
-def _reads_grads(value: ast.AST, functions: dict[str, ast.AST]) -> bool:
+def _reads_grads(value: ast.AST, functions: Mapping[str, ast.AST]) -> bool:
     seen: set[str] = set()
     stack = [value]
     while stack:
@@ -270,7 +276,7 @@ def _reads_grads(value: ast.AST, functions: dict[str, ast.AST]) -> bool:
                 )
                 if called in _GRAD_CALLS:
                     return True
-                if called in functions and called not in seen:
+                if called is not None and called in functions and called not in seen:
                     seen.add(called)
                     stack.append(functions[called])
     return False
