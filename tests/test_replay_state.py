@@ -156,7 +156,7 @@ TODAY = V1.replace(
     "        for step in",
     f'        flor.log("grad_norm", {GRAD})\n        flor.log("grad_again", {GRAD})\n'
     "        for step in",
-)
+).replace("with flor", 'flor.log("before", float(net.weight.sum()))\nwith flor')
 
 
 @pytest.fixture
@@ -187,14 +187,17 @@ def test_gradients_come_back_from_checkpoints_or_the_loop_is_re_executed(recorde
     files = sorted((recorded / ".florwb" / "checkpoints").rglob("*.pt"))
     assert len(files) == 3 and all(holds_grads(f) for f in files)
 
-    plan = plan_replay(recorded, ["grad_norm"], workers=2)
+    plan = plan_replay(recorded, ["grad_norm", "before"], workers=2)
     (run,) = plan.runs
     assert run.mode == "outer" and not run.from_start
     assert run.segments[0].skip_inner  # the step loops are skipped: gradients restored
+    assert len(run.segments) == 2  # both run the code before the loop; one logs it
     notes = " ".join(run.notes)
     assert "grad_norm reads gradients: restored from the run's checkpoints" in notes
     assert execute(plan).status == "finished"
     assert _replayed(recorded, "grad_norm") == pytest.approx(forward, rel=1e-6)
+    count = "SELECT count(*) AS n FROM logs WHERE name = 'before'"
+    assert Store(recorded).query(count).n[0] == 1
 
     # checkpoints written before florwb saved gradients: re-executed from the first epoch
     for f in files:

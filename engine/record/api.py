@@ -63,7 +63,21 @@ def _start() -> runtime.Run | None:
         # Segments of one replay write rows of the same run and source: their loop entry
         # ids must not collide, or coordinates would mix.
         _entry_ids = itertools.count(run.replayer.spec.segment * SEGMENT_ENTRIES + 1)
+        if run.replayer.spec.first > 0:
+            _LOGS_EXTEND = _outside_prefix(runtime.LOGS.extend)
     return run
+
+
+def _outside_prefix(extend: Callable[[tuple], None]) -> Callable[[tuple], None]:
+    """A later segment of a replay runs the code before the main loop again: the values
+    logged there (outside any loop) belong to the segment that starts at the first
+    iteration, and would otherwise be stored once per segment."""
+
+    def keep(record: tuple) -> None:
+        if record[2] != 0:
+            extend(record)
+
+    return keep
 
 
 def log(name: str, value: T) -> T:

@@ -41,5 +41,5 @@ with flor.checkpointing(model=net, optimizer=opt):
             loss.backward()
             opt.step()
             # @step flor.log("step_loss", loss.item())
-        # @epoch_end flor.log("e_end", float(net.weight.detach().norm()) + random.random())
+        # @epoch_end flor.log("e_end", float(net.weight.detach().norm()) + opt_args.seed)
         time.sleep(0.03)

@@ -34,5 +34,5 @@ with flor.checkpointing(model=net, optimizer=opt):
             loss.backward()
             opt.step()
             # @step flor.log("step_loss", loss.item() + float(noise.sum()))
-        # @epoch_end flor.log("e_end", float(net.weight.detach().norm()) + float(np.random.rand()))
+        # @epoch_end flor.log("e_end", float(net.weight.detach().norm()) + float(x.mean()))
         time.sleep(0.03)
