@@ -245,3 +245,18 @@ Trainer().fit()
 """
     )
     assert found.unheld == {"seen": ["self.seen"]}
+
+
+def test_a_function_handed_to_a_hook_is_refused_not_guessed():
+    found = _reads(
+        HEAD
+        + """
+def hook(module, inputs, output):
+    flor.log("act", float(output.sum()))
+
+net.register_forward_hook(hook)
+for epoch in flor.loop("epoch", range(2)):
+    net(torch.ones(2))
+"""
+    )
+    assert found.refused and "act sits in `hook`" in found.refused

@@ -195,9 +195,9 @@ class Analysis:
         return calls, escapes
 
     def _call_sites(self, func: TNode) -> list[TNode] | None:
-        """Where a function runs: its call sites, and the calls it is passed to (an
-        optimizer closure runs inside `opt.step(closure)`). None when a reference is
-        anything else (stored, returned): where it runs is then unknown.
+        """Where a function runs: its call sites, and the optimizer steps it is passed to
+        (a closure runs inside `opt.step(closure)`). None when a reference is anything
+        else (stored, returned, a hook): where it runs is then unknown.
 
         Module-level functions are found by name in the module, nested functions by name
         in the scope defining them, methods of a module-level class as `<x>.<name>`."""
@@ -412,14 +412,18 @@ def find_log_statements(source: str) -> list[LogStatement]:
 
 
 def _call_site(ref: TNode) -> TNode | None:
-    """The call that runs a function referenced at `ref`: the call itself (`f()`), or the
-    call it is handed to as an argument (`opt.step(closure)`); None for other uses."""
+    """The call that runs a function referenced at `ref`: the call itself (`f()`), or an
+    optimizer's `step` it is handed to (`opt.step(closure)` calls it before returning);
+    None for other uses. A function handed to anything else (a hook, a thread, a
+    scheduler) runs at times florwb cannot tell."""
     parent = ref.parent
     if parent is None:
         return None
     if ref.field == "func" and parent.label == "Call":
         return parent
-    if ref.field == "value" and parent.label == "Arg" and parent.parent is not None:
-        if parent.parent.label == "Call":
-            return parent.parent
+    call = parent.parent
+    if ref.field == "value" and parent.label == "Arg" and call is not None:
+        func = getattr(call.node, "func", None)
+        if call.label == "Call" and isinstance(func, cst.Attribute) and func.attr.value == "step":
+            return call
     return None
