@@ -128,7 +128,7 @@ def _write_inputs(case: Case, folder: Path, version: int) -> None:
 
 @pytest.mark.parametrize("script", CASES)
 def test_replay_corpus(script: str, tmp_path: Path) -> None:
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), _cpu()
     timings: list[str] = []
     case = load_case(CORPUS / f"{script}.py")
     root = tmp_path / "project"
@@ -156,7 +156,7 @@ def test_replay_corpus(script: str, tmp_path: Path) -> None:
     git(root, "commit", "-q", "-am", "v2")
     outputs = {p: p.read_bytes() for p in root.rglob("*") if _user_output(root, p)}
 
-    timings.append(f"record+forward {time.perf_counter() - start:.1f}s cpu {_cpu():.1f}")
+    timings.append(f"record+forward {time.perf_counter() - start:.1f}s cpu {_cpu() - cpu0:.1f}")
     report: dict[str, str] = {}
     for group in GROUPS:
         wanted = {p: case.positions[p] for p in group if p in case.positions}
@@ -173,7 +173,7 @@ def test_replay_corpus(script: str, tmp_path: Path) -> None:
             plan = plan_replay(root, list(wanted.values()))
             (run,) = plan.runs
         result = execute(plan) if plan.ready() else None
-        timings.append(f"{'+'.join(group)} {time.perf_counter() - t0:.1f}s cpu {_cpu():.1f}")
+        timings.append(f"{'+'.join(group)} {time.perf_counter() - t0:.1f}s cpu {_cpu() - cpu0:.1f}")
         for position, name in wanted.items():
             report[position] = _verdict(
                 case, position, name, run, plan, result, root, run_id, fresh, fresh_id
@@ -193,8 +193,9 @@ def test_replay_corpus(script: str, tmp_path: Path) -> None:
 def _cpu() -> float:
     import resource
 
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return children.ru_utime + children.ru_stime + me.ru_utime + me.ru_stime
 
 
 def _user_output(root: Path, path: Path) -> bool:
