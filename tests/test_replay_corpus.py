@@ -4,11 +4,14 @@ replayed against a recorded old version and compared with a forward run of today
 Each script in tests/replay_corpus/ is the old version (v1) of a small training script; its
 `# @<position> <statement>` lines are today's new statements (v2 = v1 with those lines
 uncommented). Per script: v1 is committed in a real git repository and recorded; v2 is
-committed; every position's statement is replayed on its own (positions of one kind share
-a replay: before / epoch / step-level) and each replayed value is compared with what a
-forward run of v2, with the same args and the run's inputs, logs. A position a script
-declares as refused (`# expect: <position> refused: <reason>`) must be refused or marked
-with that reason instead. A wrong value fails the test: "right or refused".
+committed; the statements are replayed (epoch-level ones together, step-level ones
+together: see GROUPS) and each replayed value is compared with what a forward run of v2
+logs with the same args, the run's inputs and the run's RNG states at `import florwb`. A
+position a script declares refused (`# expect: <position> refused: <reason>`) must be
+refused with that reason instead. `# xfail: <reason>` marks a script florwb does not get
+right yet (strict: it fails once fixed, so the mark is removed). A wrong value fails the
+test: "right or refused". Statements must not draw random numbers: one that does changes
+the run it is compared with.
 """
 
 from __future__ import annotations
