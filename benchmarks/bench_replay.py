@@ -20,6 +20,15 @@ Two measurements, each in throwaway git repos, in one run of this script:
 
      replay_workers1_s, replay_workers2_s, replay_workers2_speedup (= workers1 / workers2)
 
+3. With `--executor ray` (only this part): the epoch-level statement over --runs recorded
+   runs, replayed by the local fork server and as Ray tasks on a local Ray cluster started
+   once by the benchmark (`florwb replay NAME --executor ray --address ADDR`), --rounds
+   rounds in ABBA order after an untimed warm-up of each; medians, and the bytes shipped
+   per segment (code + checkpoints).
+
+     replay_local_s, replay_ray_s, replay_ray_over_local (= ray / local)
+     replay_ray_bytes_per_segment
+
 The workload is benchmarks/train_mlp.py with its dynamic `flor = load_flor(...)` line
 replaced by a static `import florwb as flor` (or `import flordb as flor`): florwb finds log
 statements through the names its import binds, and flordb through the literal name `flor`.
@@ -411,6 +420,79 @@ def part_workers(args) -> None:
     result("replay_workers2_speedup", t1 / t2, "x")
 
 
+# ------------------------------------------------- 3. the same replay, local and on Ray
+
+
+def part_ray(args) -> None:
+    """The epoch-level statement over --runs recorded runs, replayed by the local fork
+    server and by Ray tasks on a local Ray cluster (started once here, as a cluster
+    would be up already), --rounds rounds in ABBA order after one untimed warm-up each."""
+    try:
+        import ray
+    except ImportError:
+        raise SystemExit("--executor ray needs Ray: pip install 'florwb[ray]'") from None
+    epochs = args.small_epochs or 3
+    steps = args.small_steps
+    note(f"== 3. epoch-level statement, {args.runs} runs x {epochs} epochs x {steps} steps")
+    context = ray.init(include_dashboard=False, log_to_driver=False)
+    address = context.address_info["gcs_address"]
+    note(f"Ray {ray.__version__} started here: {ray.cluster_resources().get('CPU', 0):.0f} CPU(s)")
+    env = backend_env("florwb", BENCH_EPOCHS=str(epochs), BENCH_STEPS=str(steps))
+    flags = {"local": [], "ray": ["--executor", "ray", "--address", address]}
+    try:
+        with temp_git_repo(TRAIN_SCRIPT) as repo:
+            new_project(repo, "florwb")
+            walls = [
+                run_timed([str(PYTHON), SCRIPT, "--kwargs", f"lr={lr}"], repo, env)
+                for lr in LRS[: args.runs]
+            ]
+            note(f"recorded {args.runs} runs: {', '.join(f'{w:.1f}' for w in walls)} s")
+            add_statement(repo, EPOCH_ANCHOR, EPOCH_STATEMENT)
+            times: dict[str, list[float]] = {"local": [], "ray": []}
+            shipped: list[dict] = []
+            values: dict[str, list] = {}
+            for r in range(args.rounds + 1):
+                for ex in ("local", "ray") if r % 2 == 0 else ("ray", "local"):
+                    copy = fresh_copy(repo, f"{ex}-{r}")
+                    ran = florwb_cli(copy, "replay", EPOCH_NAME, "--yes", "--json", *flags[ex])
+                    report = json.loads(ran.stdout)
+                    res = report["result"]
+                    note(
+                        f"{'warm-up' if r == 0 else f'round {r}'} {ex}: {ran.wall:.2f} s wall, "
+                        f"estimate {report['plan']['estimate_s']:.1f} s "
+                        f"(calibration {report['plan']['calibration']:.2f}), executor "
+                        f"{res['elapsed_s']:.2f} s, status {res['status']}; {load()}"
+                    )
+                    if r:
+                        times[ex].append(ran.wall)
+                    if ex == "ray":
+                        shipped.extend(res["shipped"].values())
+                    rows = florwb_json(copy, "dataframe", EPOCH_NAME, "--format", "json")
+                    got = sorted(
+                        (x["run_id"], int(x["epoch"]), x[EPOCH_NAME])
+                        for x in rows
+                        if x.get(EPOCH_NAME) is not None
+                    )
+                    values.setdefault(ex, got)
+                    shutil.rmtree(copy, ignore_errors=True)
+            if values["local"] != values["ray"]:
+                note(f"FAIL local and Ray replays gave different {EPOCH_NAME} values")
+            else:
+                note(f"local and Ray: identical {len(values['local'])} {EPOCH_NAME} values")
+    finally:
+        ray.shutdown()
+    code = median([s["code_bytes"] for s in shipped])
+    ckpt = median([s["checkpoint_bytes"] for s in shipped])
+    note(
+        f"shipped per segment (median of {len(shipped)}): "
+        f"{code:.0f} B code + {ckpt:.0f} B checkpoints"
+    )
+    result("replay_local_s", median(times["local"]), "s")
+    result("replay_ray_s", median(times["ray"]), "s")
+    result("replay_ray_over_local", median(times["ray"]) / median(times["local"]), "x")
+    result("replay_ray_bytes_per_segment", code + ckpt, "B")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record-s", type=float, default=30.0, help="part 1 recorded run size")
@@ -424,6 +506,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=4, help="part 2 recorded runs")
     parser.add_argument("--rounds", type=int, default=3, help="part 2 rounds (medians)")
     parser.add_argument("--parts", default="epoch,workers")
+    parser.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="ray: compare the same replay on the local fork server and on Ray (part 3 only)",
+    )
     parser.add_argument("--no-flordb", dest="flordb", action="store_false")
     args = parser.parse_args()
     args.runs = max(1, min(args.runs, len(LRS)))
@@ -434,6 +522,10 @@ def main() -> None:
     started = time.perf_counter()
     note(f"before: {uptime()}")
     parts = {p.strip() for p in args.parts.split(",")}
+    if args.executor == "ray":
+        parts = {"ray"}
+    if "ray" in parts:
+        part_ray(args)
     if "epoch" in parts:
         part_epoch(args)
     if "workers" in parts:

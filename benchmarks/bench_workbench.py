@@ -14,6 +14,15 @@ run writes them, then ingested) under the system temp dir and reuses it. Prints:
   workbench_move_p95_ms       the same, 95th percentile
   workbench_query_first_page_s  `SELECT * FROM logs LIMIT 1000000`: run -> first page shown
   workbench_query_sorted_first_page_s  a sorted 1,000,000-row result -> first page shown
+  workbench_chart_draw_ms     10 marked runs x 10,000 loss values each, in hand: `l` (log
+                              scale) -> the chart repainted (downsampling, plotext), median
+  workbench_chart_draw_cpu_ms the CPU time of this process meanwhile (steadier on a busy
+                              machine: the wall time there is mostly waiting for a core)
+  workbench_chart_open_ms     `c` -> the chart painted, reading the 100,000 values first
+  workbench_chart_open_cpu_ms its CPU time
+  workbench_idle_cpu_pct      the app idle on the History tab (its live monitor polling as
+                              it does for a user, no run recording): process CPU time / wall
+                              time over IDLE_S seconds, in a child process of its own
 """
 
 from __future__ import annotations
@@ -58,6 +67,31 @@ def ready():
 
 run_workbench(Path(sys.argv[1]), headless=True, size=(80, 24), on_ready=ready)
 """
+
+IDLE_S = 10.0
+SETTLE_S = 3.0
+# The workbench as a user opens it (poll every second, script watcher on), left alone on
+# the History tab: after the first frame and SETTLE_S seconds, CPU time over IDLE_S.
+IDLE_CHILD = """
+import sys, threading, time
+from pathlib import Path
+from florwb.cli_app import run_workbench
+import textual.app
+
+def measure(app):
+    time.sleep(SETTLE_S)
+    cpu, wall = time.process_time(), time.monotonic()
+    time.sleep(IDLE_S)
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    Path(sys.argv[2]).write_text(f"{cpu} {wall}\\n")
+    app.call_from_thread(app.exit)
+
+def ready():
+    app = textual.app.active_app.get()
+    threading.Thread(target=measure, args=(app,), daemon=True).start()
+
+run_workbench(Path(sys.argv[1]), headless=True, size=(100, 30), on_ready=ready)
+""".replace("SETTLE_S", repr(SETTLE_S)).replace("IDLE_S", repr(IDLE_S))
 
 
 def build_project(folder: Path, runs: int, rows: int) -> None:
@@ -172,6 +206,74 @@ def cold_start(project: Path, rounds: int) -> tuple[list[float], list[float]]:
     return times, cpu
 
 
+def idle_cpu(project: Path) -> float:
+    """Percent of one core the idle workbench uses (process CPU time / wall time)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPATH=str(REPO), PYTHONPYCACHEPREFIX=str(PYCACHE))
+    with tempfile.NamedTemporaryFile("r", suffix=".idle") as out:
+        subprocess.run(
+            [str(PYTHON), "-c", IDLE_CHILD, str(project), out.name],
+            env=env,
+            check=True,
+            timeout=120,
+            stdout=subprocess.DEVNULL,
+        )
+        cpu, wall = (float(v) for v in Path(out.name).read_text().split())
+    return cpu / wall * 100
+
+
+async def chart(project: Path, rounds: int) -> dict[str, list[float]]:
+    """Mark 10 runs, chart their loss (10,000 values each): `c` -> painted, `l` -> painted."""
+    from textual import events
+
+    from florwb.app import WorkbenchApp
+    from florwb.screens.chart import ChartScreen
+
+    app = WorkbenchApp(project, poll_s=0)
+    out: dict[str, list[float]] = {"open": [], "open_cpu": [], "draw": [], "draw_cpu": []}
+
+    async def painted(screen: ChartScreen, before: object) -> None:
+        while screen.drawing is None or screen.drawing is before:
+            await asyncio.sleep(0.001)
+        done = asyncio.Event()
+        screen.query_one("#chart").call_after_refresh(done.set)
+        await done.wait()
+
+    async with app.run_test(size=(120, 36)) as pilot:
+        while app.history is None:
+            await pilot.pause(0.05)
+        while app.history.metric != "loss":
+            await pilot.press("m")
+            await pilot.pause(0.2)
+        listing = app.query_one("#history-list")
+        while len(app.marked_runs) < 10:  # ten runs, skipping the version headers
+            current = listing.current
+            await pilot.press("space" if current is not None and current.run else "j")
+        for _ in range(rounds):
+            began, cpu = time.perf_counter(), time.process_time()
+            app._driver.send_message(events.Key("c", "c"))
+            while not isinstance(app.screen, ChartScreen):
+                await asyncio.sleep(0.001)
+            screen = app.screen
+            await painted(screen, None)
+            out["open"].append(time.perf_counter() - began)
+            out["open_cpu"].append(time.process_time() - cpu)
+            assert screen.curves is not None and screen.curves.points >= 10 * 9_990, (
+                screen.curves.points
+            )
+            before = screen.drawing
+            began, cpu = time.perf_counter(), time.process_time()
+            app._driver.send_message(events.Key("l", "l"))
+            await painted(screen, before)
+            out["draw"].append(time.perf_counter() - began)
+            out["draw_cpu"].append(time.process_time() - cpu)
+            note(f"chart: {screen.curves.points:,} values, {screen.drawing.points:,} drawn")
+            await pilot.press("escape")
+            while isinstance(app.screen, ChartScreen):
+                await pilot.pause(0.02)
+    return out
+
+
 async def in_app(project: Path, moves: int) -> dict[str, list[float]]:
     from florwb.app import WorkbenchApp
 
@@ -235,6 +337,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--moves", type=int, default=40)
     parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument(
+        "--only", choices=("all", "chart", "idle"), default="all", help="run only these parts"
+    )
     parser.add_argument("--project", type=Path, default=DEFAULT_DIR)
     args = parser.parse_args()
     marker = args.project / ".florwb" / "bench-complete"
@@ -252,6 +357,14 @@ def main() -> None:
     else:
         note(f"reusing {args.project}")
     note(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    if args.only in ("all", "chart"):
+        drawn = asyncio.run(chart(args.project, args.rounds))
+        for key in ("draw", "draw_cpu", "open", "open_cpu"):
+            result(f"workbench_chart_{key}_ms", statistics.median(drawn[key]) * 1000, "ms")
+    if args.only in ("all", "idle"):
+        result("workbench_idle_cpu_pct", idle_cpu(args.project), "%")
+    if args.only != "all":
+        return
     cold_start(args.project, 1)  # untimed: writes the bytecode cache once
     starts, cpu = cold_start(args.project, args.rounds)
     note("cold starts: " + ", ".join(f"{t:.2f}" for t in starts))

@@ -3,8 +3,10 @@
 BENCH_FLOR picks the backend: plain (a no-op shim, the zero-cost baseline; default), florwb
 (`import florwb as flor`) or flordb (`import flordb as flor`). Sizes come from BENCH_EPOCHS,
 BENCH_STEPS (batches per epoch), BENCH_HIDDEN and BENCH_BATCH; the defaults take a few seconds.
+BENCH_PRINT=1 prints a line every step, as many scripts do (bench_capture.py).
 When BENCH_TIMING_FILE is set, the script writes its own timings there as JSON: flor_import_s
-(importing the backend) and train_s (first flor call through flor.commit()).
+(importing the backend), train_s (first flor call through flor.commit()) and train_cpu_s
+(the CPU seconds of all the process's threads over the same span).
 CPU only, one thread, fixed seeds, no downloads.
 """
 
@@ -62,6 +64,7 @@ def load_flor(backend):
 _t_import = time.perf_counter()
 flor = load_flor(os.environ.get("BENCH_FLOR", "plain"))
 _t_imported = time.perf_counter()
+_cpu_imported = time.process_time()
 
 
 def make_data(steps, batch_size, seed):
@@ -96,6 +99,7 @@ def main():
     )
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
+    print_steps = os.environ.get("BENCH_PRINT") == "1"
 
     # epoch and step stay named although unused: hindsight log statements added later use them.
     with flor.checkpointing(model=net, optimizer=opt):
@@ -107,6 +111,8 @@ def main():
                 loss.backward()
                 opt.step()
                 flor.log("loss", loss.item())
+                if print_steps:
+                    print(f"epoch {epoch} step {step} loss {loss.item():.4f}")
             net.eval()
             with torch.no_grad():
                 acc = (net(x_val).argmax(dim=1) == y_val).float().mean().item()
@@ -120,8 +126,13 @@ def main():
 if __name__ == "__main__":
     main()
     t_end = time.perf_counter()
+    cpu_end = time.process_time()
     timing_file = os.environ.get("BENCH_TIMING_FILE")
     if timing_file:
-        timings = {"flor_import_s": _t_imported - _t_import, "train_s": t_end - _t_imported}
+        timings = {
+            "flor_import_s": _t_imported - _t_import,
+            "train_s": t_end - _t_imported,
+            "train_cpu_s": cpu_end - _cpu_imported,
+        }
         with open(timing_file, "w") as f:
             json.dump(timings, f)

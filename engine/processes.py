@@ -38,3 +38,17 @@ def is_multiprocessing_child() -> bool:
     if mp is None:
         return False
     return mp.parent_process() is not None or getattr(mp.current_process(), "_inheriting", False)
+
+
+def start_time(pid: int) -> float | None:
+    """When a process started, as a Unix time (Linux: boot time + its start ticks); the
+    same for every process that asks about the same pid."""
+    ticks = start_ticks(pid)
+    if ticks is None:
+        return None
+    try:
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")

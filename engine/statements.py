@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from florwb_engine.record.notebook import is_notebook_script
 from florwb_engine.store import Store
 from florwb_engine.store.queries import replayed_names
 from florwb_engine.watch.pending import recorded_source
@@ -65,7 +66,8 @@ def choose_script_and_versions(
     oldest first. The script is the one `wanted` (a version) was recorded with, else the
     newest run's; versions follow `version_order`, the newest `max_versions`, keeping
     `wanted`. Returns (script, versions, runs per version), or None without scripts."""
-    listed = list(runs)
+    # notebook runs have no script to propagate statements into (record/notebook.py)
+    listed = [(s, v) for s, v in runs if not is_notebook_script(s)]
     scripts = [script for script, _version in reversed(listed) if script]
     if not scripts:
         return None

@@ -16,11 +16,13 @@ __all__ = [
     "checkpointing",
     "commit",
     "dataframe",
+    "io",
     "load",
     "load_into",
     "log",
     "loop",
     "query",
+    "set_capture",
     "set_checkpoint_budget",
 ]
 __version__ = "0.1.0"
@@ -57,6 +59,36 @@ def dataframe(*names: str) -> Any:
 def query(sql: str) -> Any:
     """pandas DataFrame with the result of read-only SQL over the project's catalog."""
     return _again_if_rebuilt(lambda: _store().query(sql))
+
+
+def io(run_id: str | None = None, grep: str | None = None) -> Any:
+    """pandas DataFrame of what runs printed (stdout, stderr) and logged (`logging`, the
+    level as channel): one row per line with its run, loop coordinates and repeat count
+    `n`. `run_id` (a unique prefix works) picks one run; `grep` is a regular expression."""
+    from florwb_engine.store.console import read_io
+
+    return _again_if_rebuilt(lambda: read_io(_store(), run_id, grep))
+
+
+def set_capture(
+    enabled: bool | None = None,
+    max_line: int | None = None,
+    max_records: int | None = None,
+    **_ignored: Any,
+) -> None:
+    """flordb's switch for keeping printed and logged lines: `set_capture(False)` before
+    the run starts (or FLORWB_CAPTURE=0 / FLOR_CAPTURE=0) keeps none; `max_line` characters
+    per line, `max_records` lines per run."""
+    from florwb_engine.record import capture
+
+    if enabled is not None:
+        capture.settings.enabled = bool(enabled)
+        if not enabled:
+            capture.uninstall()
+    if max_line is not None:
+        capture.settings.max_line = int(max_line)
+    if max_records is not None:
+        capture.settings.max_lines = int(max_records)
 
 
 def _project(project: Any = None) -> Any:

@@ -38,6 +38,7 @@ from florwb.panes.history import HistoryPane
 from florwb.panes.query import QueryPane
 from florwb.panes.replay import ReplayPane
 from florwb.panes.statements import StatementsPane
+from florwb.screens.chart import ChartScreen
 from florwb.screens.confirm import ConfirmScreen
 from florwb.screens.error import ErrorScreen
 from florwb.screens.help import HelpScreen
@@ -48,6 +49,7 @@ from florwb.ui import keys
 from florwb.ui.format import TITLE_ICON
 from florwb.ui.messages import (
     CancelRequested,
+    ChartRequested,
     ErrorReported,
     HistoryLoaded,
     LiveUpdated,
@@ -195,6 +197,7 @@ class WorkbenchApp(App[int]):
         )
         self._statements.set_history(history)
         self._refresh_statements()
+        self._chart_data_changed()
         if not self._first_frame:
             self._first_frame = True
             self.call_after_refresh(self._first_frame_shown)
@@ -207,6 +210,19 @@ class WorkbenchApp(App[int]):
         self._monitor.start_watching()
         if self._replay.is_attached:
             self._replay.reload_replays()
+
+    @on(ChartRequested)
+    def _chart_requested(self, message: ChartRequested) -> None:
+        m = message
+        self.push_screen(
+            ChartScreen(self.store, m.run_ids, m.labels, m.metric, m.title, version=m.version)
+        )
+
+    def _chart_data_changed(self) -> None:
+        """An open chart fills in live: it re-reads (throttled) when the store changed."""
+        for screen in self.screen_stack:
+            if isinstance(screen, ChartScreen):
+                screen.data_changed()
 
     @on(LiveUpdated)
     def _live_updated(self, message: LiveUpdated) -> None:
@@ -303,14 +319,16 @@ class WorkbenchApp(App[int]):
 
     @on(ReplayRequested)
     def _replay_requested(self, message: ReplayRequested) -> None:
-        self._plan_replay(message.run_ids)
+        self._plan_replay(message.run_ids, message.names)
 
-    def _plan_replay(self, run_ids: Iterable[str] | None) -> None:
+    def _plan_replay(
+        self, run_ids: Iterable[str] | None, only: Iterable[str] | None = None
+    ) -> None:
         if self.replay_running:
             self.notify("A replay is running; see the Replay tab (c cancels it).")
             self.action_show_tab("replay")
             return
-        names = self._banner.names
+        names = list(only) if only else self._banner.names
         if not names:
             self.notify(
                 "No new log statements: add a flor.log line to the training script and save.",
@@ -336,6 +354,7 @@ class WorkbenchApp(App[int]):
     def _replay_progressed(self, message: ReplayProgressed) -> None:
         if self._replay.is_attached:
             self._replay.progress(message.progress)
+        self._chart_data_changed()
 
     @on(ReplayEnded)
     def _replay_ended(self, message: ReplayEnded) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from florwb.cli_checkpoints import add_parser as add_checkpoints_parser
 from florwb.cli_instrument import add_parser as add_instrument_parser
+from florwb.cli_io import add_parser as add_io_parser
 from florwb.cli_replay import ReplayCommandError
 from florwb.cli_replay import add_parsers as add_replay_parsers
 from florwb.output import json_safe, write_chunks, write_frame, write_table
@@ -82,6 +83,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
             ]
         )
     columns = ["run", "started", "status", "version", "script", "time", "logs", "stall", "args"]
+    if any(r.world_size > 1 for r in runs):  # multi-process launches: how many ranks
+        columns.insert(3, "procs")
+        for row, r in zip(rows, runs):
+            row.insert(3, r.world_size)
     write_table(columns, rows, sys.stdout, last="fit")
     from florwb_engine.store.hints import data_wait_hint
 
@@ -214,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parsers(sub)
     add_instrument_parser(sub)
     add_checkpoints_parser(sub)
+    add_io_parser(sub)
 
     p = sub.add_parser("demo", help="build the demo project (several runs, two versions)")
     p.add_argument("dir", nargs="?", default="florwb-demo")

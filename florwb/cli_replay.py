@@ -30,6 +30,17 @@ def add_parsers(sub) -> None:
         type=int,
         help="worker processes (default: one per core, no more than independent segments)",
     )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="where segments run: worker processes here (default) or tasks on a Ray cluster",
+    )
+    p.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else local)")
+    p.add_argument(
+        "--gpus-per-task", type=float, help="GPUs per Ray task (default: what the run used)"
+    )
+    p.add_argument("--cpus-per-task", type=float, help="CPUs per Ray task (default: 1)")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="print the plan (and result) as JSON")
     p.set_defaults(func=cmd_replay)
@@ -87,29 +98,68 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise ReplayCommandError("--workers must be at least 1")
+    ray_flags = [args.address, args.gpus_per_task, args.cpus_per_task]
+    if args.executor != "ray" and any(flag is not None for flag in ray_flags):
+        raise ReplayCommandError("--address, --gpus-per-task, --cpus-per-task need --executor ray")
+    for flag, value in (
+        ("--gpus-per-task", args.gpus_per_task),
+        ("--cpus-per-task", args.cpus_per_task),
+    ):
+        if value is not None and value < 0:
+            raise ReplayCommandError(f"{flag} must not be negative")
     names = [n for n in args.names.split(",") if n.strip()]
     project = find_project(None)
-    server = warm_workers(project, names)  # imports what the scripts need while we plan
+    # imports what the scripts need while we plan (only for the local workers)
+    server = warm_workers(project, names) if args.executor == "local" else None
     try:
         return _replay(args, project, names, server)
     finally:
-        server.close()
+        if server is not None:
+            server.close()
 
 
-def _replay(args: argparse.Namespace, project: Path, names: list[str], server: ForkServer) -> int:
+def _executor(args: argparse.Namespace):
+    if args.executor == "local":
+        return "local"
+    from florwb_engine.replay.ray_executor import RayOptions, RayUnavailable, connect
+
+    options = RayOptions(args.address, args.gpus_per_task, args.cpus_per_task)
+    try:  # before planning: an unreachable cluster or a missing Ray is said at once
+        connect(options)
+    except RayUnavailable as exc:
+        raise ReplayCommandError(str(exc)) from None
+    return options
+
+
+def _replay(
+    args: argparse.Namespace, project: Path, names: list[str], server: ForkServer | None
+) -> int:
     from florwb_engine.replay import PlanError, execute, plan_replay
+    from florwb_engine.replay.contain import ContainmentError
     from florwb_engine.replay.cores import available_cores, default_workers, threads_per_worker
     from florwb_engine.replay.plan import DONE
 
     cores = available_cores()
+    executor = _executor(args)
+    if executor != "local":  # the cluster's task slots stand for the cores
+        from florwb_engine.replay.ray_executor import cluster_slots
+
+        cores = cluster_slots(executor)
     try:
-        plan = plan_replay(project, names, where=args.where, workers=args.workers or cores)
+        plan = plan_replay(
+            project,
+            names,
+            where=args.where,
+            workers=args.workers or cores,
+            executor="local" if executor == "local" else "ray",
+        )
     except PlanError as exc:
         raise ReplayCommandError(str(exc)) from None
     segments = sum(len(run.segments) for run in plan.ready())
     if args.workers is None:  # planned for every core; use no more workers than segments
         plan.workers = default_workers(segments, cores)
-        why = f"the default: {cores} core(s), {segments} independent segment(s)"
+        where = "core(s)" if executor == "local" else "Ray task slot(s)"
+        why = f"the default: {cores} {where}, {segments} independent segment(s)"
     else:
         why = "--workers" + (f", more than the {cores} core(s)" if args.workers > cores else "")
     threads = threads_per_worker(min(plan.workers, max(1, segments)), cores)
@@ -135,7 +185,12 @@ def _replay(args: argparse.Namespace, project: Path, names: list[str], server: F
             return 0
     cancel = threading.Event()
     progress = None if args.json else _progress_printer()
-    result = execute(plan, on_progress=progress, cancel=cancel, server=server)
+    try:
+        result = execute(
+            plan, on_progress=progress, cancel=cancel, server=server, executor=executor
+        )
+    except ContainmentError as exc:
+        raise ReplayCommandError(str(exc)) from None
     if args.json:
         _dump({"plan": {**plan.to_json(), **sharing}, "result": result.to_json()})
     else:
@@ -205,4 +260,6 @@ def _print_result(result: ReplayResult) -> None:
             print(f"{r.run_id} diverged: {r.divergence}")
         if r.error:
             print(f"{r.run_id} failed, {r.error}")
+        if r.at_risk:
+            print(f"{r.run_id} values at risk: {', '.join(r.at_risk)} changed since the run")
     print(f"replay {result.replay_id} {result.status} in {result.elapsed_s:.1f} s")

@@ -84,6 +84,22 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         await pilot.pause(0.3)
         await shot("05-statements")
 
+        # two runs of different versions side by side, the diff searched for "model"
+        await pilot.press("1", "u")
+        listing = app.query_one("#history-list", HistoryList)
+        versions_seen: set[str | None] = set()
+        for index, row in enumerate(listing.rows):
+            if row.run is not None and row.version not in versions_seen:
+                versions_seen.add(row.version)
+                listing.cursor = index
+                await pilot.press("space")
+        await pilot.press("v")
+        await _until(pilot, lambda: getattr(app.screen, "comparison", None) is not None)
+        await pilot.press("d", "slash", *"model", "enter")
+        await pilot.pause(0.5)
+        await shot("21-run-compare")
+        await pilot.press("escape")
+
         await pilot.press("1", "u", "r")  # no marks: replay every run
         await _until(pilot, lambda: getattr(app.screen, "plan", None) is not None)
         await pilot.pause(0.2)
@@ -101,6 +117,7 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         await pilot.press("1")
         await pilot.pause(1.0)
         await shot("09-history-replayed")
+        await _chart_shots(pilot, app, shot)
 
         script = project / "train.py"
         script.write_text(
@@ -162,6 +179,37 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         await pilot.pause(0.5)
         await shot("18-theme-light")
     return saved
+
+
+async def _chart_shots(pilot, app, shot: Callable) -> None:
+    """The chart view over the newest version's runs: loss against epochs, smoothed, then
+    the replayed weight_norm (drawn with • and called "replayed" in the legend)."""
+    from florwb.screens.chart import ChartScreen
+
+    await pilot.press("u", "g", "j", "c")
+    await _until(pilot, lambda: getattr(app.screen, "drawing", None) is not None)
+    chart = app.screen
+    assert isinstance(chart, ChartScreen)
+    while chart.state.metric != "loss":
+        await pilot.press("m")
+        await _until(
+            pilot, lambda: chart.curves is not None and chart.curves.metric == chart.state.metric
+        )
+    loads = chart.loads
+    await pilot.press("x")
+    await _until(pilot, lambda: chart.loads > loads)
+    await pilot.press("s")
+    await pilot.pause(1.0)
+    await shot("19-chart-loss-by-epoch")
+    while chart.state.metric != "weight_norm":
+        await pilot.press("m")
+        await _until(
+            pilot, lambda: chart.curves is not None and chart.curves.metric == chart.state.metric
+        )
+    await pilot.pause(1.0)
+    await shot("20-chart-replayed")
+    await pilot.press("escape")
+    await pilot.pause(0.3)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,15 @@ from textual.binding import Binding
 from florwb.app import WorkbenchApp
 from florwb.panes.history import HistoryPane
 from florwb.panes.query import QueryPane
-from florwb.panes.replay import ReplayPane
+from florwb.panes.replay import PastReplaysTable, ReplayPane
 from florwb.panes.statements import StatementsPane
-from florwb.screens.replay_plan import ReplayPlanScreen
+from florwb.screens.chart import ChartScreen
+from florwb.screens.replay_detail import ReplayDetailScreen
+from florwb.screens.replay_plan import PlanRunsTable, ReplayPlanScreen
+from florwb.screens.run_compare import RunCompareScreen
 from florwb.screens.run_detail import RunDetailScreen
 from florwb.ui import keys
+from florwb.widgets.code_diff import DiffView
 from florwb.widgets.history_list import HistoryList
 from florwb.widgets.matrix_table import MatrixTable
 from florwb.widgets.results_table import ResultsTable
@@ -32,6 +37,12 @@ BOUND = {
     "plan": ReplayPlanScreen,
     "matrix": MatrixTable,
     "results": ResultsTable,
+    "chart": ChartScreen,
+    "diff": DiffView,
+    "plan_runs": PlanRunsTable,
+    "past": PastReplaysTable,
+    "compare": RunCompareScreen,
+    "replay_detail": ReplayDetailScreen,
 }
 
 
@@ -60,7 +71,7 @@ async def test_question_mark_shows_help_generated_from_the_bindings(demo: Path):
         await pilot.press("question_mark")
         text = await wait_for(pilot, lambda t: "Keys (esc closes" in t, what="help")
         seen = text
-        for _ in range(12):  # scroll through the whole help
+        for _ in range(24):  # scroll through the whole help
             await pilot.press("pagedown")
             seen += screen_text(app)
         for entries in keys.KEYS.values():
@@ -77,7 +88,7 @@ async def test_command_palette_reaches_every_action(demo: Path):
         await loaded(pilot)
         titles = {command.title for command in app.get_system_commands(app.screen)}
         for scope, entries in keys.KEYS.items():
-            if scope in ("run", "plan"):
+            if scope in keys.SCREEN_SCOPES:
                 continue  # offered while those screens are open
             for key in entries:
                 if key.palette:
@@ -116,7 +127,7 @@ async def test_themes_change_and_the_screen_stays_readable(demo: Path):
         await wait_for(pilot, lambda t: "version " in t)
         assert app.theme == "textual-light"
         text = screen_text(app)
-        assert "args that differ" in text
+        assert "started" in text and "lr" in text  # the run table's header
 
 
 async def test_readable_at_80x24_with_256_colors(demo: Path, monkeypatch):
@@ -134,9 +145,11 @@ async def test_readable_at_80x24_with_256_colors(demo: Path, monkeypatch):
         footer = lines[-1]
         for key in ("? help", "r replay", "q quit"):
             assert key in footer, footer
-        # every column of a run line fits: status, run, args that differ, sparkline, value
+        # every column of a run line fits: status, run, args that differ, values, sparkline
         run_line = next(line for line in lines if "finished" in line)
-        assert "lr=" in run_line and run_line.rstrip()[-1].isdigit()
+        header = next(line for line in lines if "started" in line and " run " in line)
+        assert " lr " in header and "hidden" not in header
+        assert re.search(r" 0\.\d+ +0\.\d+ +[▁▂▃▄▅▆▇█]", run_line), run_line
         assert any(ch in run_line for ch in "▁▂▃▄▅▆▇█")
         await pilot.press("2")
         text = await wait_for(
@@ -144,7 +157,9 @@ async def test_readable_at_80x24_with_256_colors(demo: Path, monkeypatch):
         )
         assert "✗ cannot place" in text  # the legend's last entry: the title is not cut
         row = next(line for line in text.splitlines() if line.strip().startswith("weight_norm"))
-        assert row.count("→ L") == 2 and "● L" in row  # both versions and the tree fit
+        assert row.count("→ L") == 2 and re.search(
+            r"\+ L\d+ new", row
+        )  # both versions and the tree fit
         await pilot.press("3")
         text = await wait_for(pilot, lambda t: "Past replays" in t, what="the replay tab")
         assert "Press r to plan one for the pending log statements." in text

@@ -55,7 +55,9 @@ async def test_replay_plan_confirm_live_progress_and_results_in_the_store(demo: 
         assert "Replay plan: weight_norm" in text
         assert short_run(run_id) in text and "ready" in text
         await pilot.press("enter")  # confirm
-        text = await wait_for(pilot, lambda t: "c cancels" in t, what="replay tab")
+        text = await wait_for(
+            pilot, lambda t: "c cancels" in t or "r plans the next" in t, what="replay tab"
+        )
         assert short_run(run_id) in text
         assert "ETA" in text or "finished" in text
         # the workbench answers while the replay runs

@@ -21,9 +21,9 @@ async def test_a_filter_that_matches_no_run_says_so(demo: Path):
     app = make_app(demo)
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
-        await pilot.press("slash", *"lr>0.05")
+        await pilot.press("slash", *"lr>5")  # a --where condition that selects no run
         text = await wait_for(pilot, lambda t: "No run matches" in t, what="no match")
-        assert "lr>0.05" in text
+        assert "lr>5" in text
         assert "No runs recorded yet" not in text
         assert run_lines(text) == []
         assert app.history is not None and len(app.history.runs) == 4

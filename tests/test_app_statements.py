@@ -50,7 +50,7 @@ async def test_matrix_of_statements_by_version_and_code_diff(demo: Path):
         assert row.count("→") == 2  # propagatable into both recorded versions
         assert expected.cell("weight_norm", old).status == "propagatable"
         assert f"→ L{expected.cell('weight_norm', new).line}" in row
-        assert "● L" in row  # present in the working tree
+        assert "+ L" in row and "new" in row  # in the working tree, no run has it yet
         loss = _matrix_line(text, "loss")
         assert loss.count("● L") == 3  # recorded everywhere
         # the diff of the newest version against the working tree highlights the new line
@@ -86,12 +86,15 @@ async def test_cannot_place_shows_the_reason_and_marked_version_is_the_base(demo
         row = _matrix_line(text, "momentum_used")
         assert "✗ no" in row  # v1 has no momentum: cannot place
         table = app.query_one("#matrix")
+        pane = app.query_one("#statements-pane")
+        # columns: statement, working tree (both fixed), then the versions oldest first
+        assert pane.order[0] == "working tree" and table.fixed_columns == 2
         table.move_cursor(
-            row=list(app.query_one("#statements-pane").data.names).index("momentum_used"), column=1
+            row=list(pane.data.names).index("momentum_used"), column=pane.order.index(old) + 1
         )
         text = await wait_for(pilot, lambda t: "cannot place:" in t, what="reason")
         assert "momentum" in text
-        table.move_cursor(column=2)
+        table.move_cursor(column=pane.order.index(new) + 1)
         await pilot.press("b")
         text = await wait_for(
             pilot, lambda t: f"→ version {short_version(old)}" in t, what="marked base"

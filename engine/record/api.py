@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import runtime
+from florwb_engine.record import echo, ranks, runtime, save_mirror
 from florwb_engine.record.values import PRIMITIVES, encode, name_text
 
 T = TypeVar("T")
@@ -48,23 +48,37 @@ _LOGS_EXTEND: Callable[[tuple], None] = _first_record
 
 
 def _forget_in_child() -> None:
-    global _LOGS_EXTEND
+    global _LOGS_EXTEND, _ECHO
     _LOGS_EXTEND = _first_record
+    _ECHO = None
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
+# The opt-in summary line (echo.py); None unless FLORWB_ECHO asks for it while recording.
+_ECHO: echo.Echo | None = None
+
+
 def _start() -> runtime.Run | None:
-    global _LOGS_EXTEND, _entry_ids
+    global _LOGS_EXTEND, _entry_ids, _ECHO
     run = runtime.ensure_run()
     _LOGS_EXTEND = runtime.LOGS.extend if run is not None else _discard
-    if run is not None and run.replayer is not None:
-        # Segments of one replay write rows of the same run and source: their loop entry
-        # ids must not collide, or coordinates would mix.
-        _entry_ids = itertools.count(run.replayer.spec.segment * SEGMENT_ENTRIES + 1)
-        if run.replayer.spec.first > 0:
-            _LOGS_EXTEND = _outside_prefix(runtime.LOGS.extend)
+    if run is None and not runtime.disabled():  # a spawned rank still importing (ranks.py)
+        _LOGS_EXTEND = _first_record
+    interval = echo.interval_from_env() if run is not None and run.replayer is None else None
+    if interval is not None:
+        _ECHO = echo.Echo(runtime.LOGS.extend, interval)
+        _LOGS_EXTEND = _ECHO.extend
+    if run is not None and (run.replayer is not None or run.rank is not None):
+        # Segments of one replay, and ranks of one launch, write rows of the same run and
+        # source: their loop entry ids must not collide, or coordinates would mix.
+        slot = ranks.entry_slot(run.rank)
+        if run.replayer is not None:
+            slot += run.replayer.spec.segment * max(1, run.replayer.spec.world_size)
+        _entry_ids = itertools.count(slot * SEGMENT_ENTRIES + 1)
+    if run is not None and run.replayer is not None and run.replayer.spec.first > 0:
+        _LOGS_EXTEND = _outside_prefix(runtime.LOGS.extend)
     return run
 
 
@@ -96,6 +110,8 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     if run is None:
         yield from iterable
         return
+    if save_mirror.WAITING:  # torch imported after the run started: wrap its save now
+        save_mirror.arm()
     parent = _CTX
     loop_name = name_text(name)
     if loop_name is None:  # a name whose str() fails: the loop still runs, under this name
@@ -127,6 +143,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
         is_main = replayer.is_main(names[-1], len(prefix))
         items = replayer.main_items(iterable) if is_main else replayer.inner_items(iterable)
     clock = time.perf_counter
+    echoing = _ECHO if not parent else None  # a summary line per outermost iteration
     base = entry << ENTRY_SHIFT
     i = -1
     ctx = 0
@@ -141,6 +158,8 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
             _TIME_EXTEND((ctx, t1 - t0, t2 - t1))
             _CTX = parent
             t0 = t2
+            if echoing is not None:
+                echoing.iteration_ended(loop_name, i, total)
             if checkpointed_here:
                 ckpt.end_of_iteration(names[-1], i, ctx, t2 - t1, total)
                 t0 = clock()

@@ -206,6 +206,9 @@ class Checkpointer:
         self._state_bytes = 0
         self.last_iteration: int | None = None
         self.failed = 0  # checkpoints that could not be written
+        # Ranks > 0 of a DDP launch: rank 0 writes the (identical) state; this rank keeps
+        # only its RNG states, here, at the end of every outer iteration (a few KiB).
+        self.rng_only: Path | None = None
 
     def estimate_s(self) -> float:
         if not self._state_bytes:
@@ -224,13 +227,20 @@ class Checkpointer:
             return
         last = total is not None and iteration == total - 1
         reserve = total is not None and not last
+        if self.rng_only is not None:  # whichever iteration rank 0 keeps, this rank has it
+            self.save(loop, iteration, ctx_id)
+            return
         if self.policy.should_checkpoint(iteration_s, self.estimate_s(), reserve) or last:
             self.save(loop, iteration, ctx_id)
 
     def save(self, loop: str, iteration: int, ctx_id: int) -> None:
         start = time.perf_counter()
-        state = state_of(self.objects)
-        path = checkpoint_path(self.folder, loop, iteration)
+        if self.rng_only is not None:
+            state: dict = {"objects": {}, "rng": capture_rng()}
+            path = checkpoint_path(self.rng_only, loop, iteration)
+        else:
+            state = state_of(self.objects)
+            path = checkpoint_path(self.folder, loop, iteration)
         self.start()
         snapshot_s = time.perf_counter() - start
         self._queue.put((state, path, loop, iteration, ctx_id, snapshot_s))
@@ -263,7 +273,7 @@ class Checkpointer:
             try:
                 buffer = io.BytesIO()  # one write of the whole file is faster than torch's many
                 torch.save(state, buffer)
-                self.folder.mkdir(parents=True, exist_ok=True)
+                path.parent.mkdir(parents=True, exist_ok=True)
                 with open(tmp, "wb") as f:
                     f.write(buffer.getbuffer())
                     f.flush()
@@ -274,8 +284,10 @@ class Checkpointer:
                     # what it costs a run end to end).
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
-                _sync_folder(self.folder)
+                _sync_folder(path.parent)
                 self.policy.paid(snapshot_s + write_s)
+                if self.rng_only is not None:  # not a checkpoint of the run's state
+                    continue
                 self._on_written(
                     {
                         "kind": "checkpoint",

@@ -20,7 +20,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from florwb_engine.record.checkpoint import copy_to_host, load, restore
+from florwb_engine.record import ranks
+from florwb_engine.record.checkpoint import copy_to_host, load, restore, restore_rng
+from florwb_engine.record.restore_saves import restore_own_saves
 from florwb_engine.replay.spec import OUTER, PREFIX, ReplaySpec
 
 KEEP_BYTES = 256 << 20
@@ -28,8 +30,14 @@ PROGRESS_EVERY_S = 0.1
 
 
 class Replayer:
-    def __init__(self, spec: ReplaySpec, objects: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        spec: ReplaySpec,
+        objects: Callable[[], dict[str, Any]],
+        rank: ranks.Rank | None = None,
+    ) -> None:
         self.spec = spec
+        self.rank = rank  # a DDP rank: state from rank 0's checkpoint, RNG from its own
         self._objects = objects  # the registered checkpoint objects, looked up when needed
         self.current: int | None = None  # the main-loop iteration being replayed
         self._restored: int | None = None
@@ -73,6 +81,10 @@ class Replayer:
         then start of i+1), so a small one is kept in memory after the first read. Restores
         take a copy: optimizers keep the tensors they are given and update them in place."""
         path = self.spec.checkpoint(iteration) if iteration >= 0 else None
+        own = self.spec.mirrored_checkpoint(iteration) if iteration >= 0 else None
+        if own is not None:  # the script's own torch.save (flor.checkpointing's wins)
+            restore_own_saves(own, self.spec.saved_map, self._objects(), rng=path is None)
+            self._restored = iteration
         if path is None:
             return
         if self._kept is not None and self._kept[0] == iteration:
@@ -84,11 +96,20 @@ class Replayer:
                 self._kept = (iteration, saved)
                 saved = copy_to_host(saved)
         restore(self._objects(), saved)
+        if self.rank is not None and self.rank.rank > 0:
+            self._restore_rank_rng(path)
         self._restored = iteration
 
+    def _restore_rank_rng(self, path: Path) -> None:
+        own = Path(ranks.rank_file(str(path), self.rank))
+        try:
+            restore_rng(load(own)["rng"])
+        except (OSError, KeyError, RuntimeError) as exc:  # replay goes on; fidelity checks
+            print(f"florwb: rank RNG states not restored from {own.name}: {exc}", file=sys.stderr)
+
     def _progress(self, total: int) -> None:
-        if not self.spec.progress_file:
-            return
+        if not self.spec.progress_file or (self.rank is not None and self.rank.rank != 0):
+            return  # one progress file per segment: rank 0 writes it
         now = time.monotonic()
         if 0 < self.done < total and now - self._reported < PROGRESS_EVERY_S:
             return  # the executor looks 5 times a second; a file per iteration is too many

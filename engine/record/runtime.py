@@ -33,7 +33,7 @@ from florwb_engine.journal import (
     replay_journal_name,
 )
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import start_rng
+from florwb_engine.record import capture, notebook, ranks, save_mirror, start_rng
 from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
 from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
@@ -73,24 +73,31 @@ class Run:
         self.project = project or projects.find_project(script.parent if script else None)
         self.store = projects.store_dir(self.project)
         self.replayer: Replayer | None = None
+        self.rank = ranks.detect()  # one rank of a torchrun / mp.spawn launch (ranks.py)
         spec_path = os.environ.get(REPLAY_ENV)
         if spec_path:  # a replay worker: the run is the recorded one, the rows a new source
             spec = ReplaySpec.load(Path(spec_path))
             self.run_id = spec.run_id
             self.source = spec.replay_id
             journal_name = replay_journal_name(spec.replay_id, spec.segment)
-            self.replayer = Replayer(spec, lambda: self.checkpointer.objects)
-            _restore_start_rng(spec.start_rng)
+            self.replayer = Replayer(spec, lambda: self.checkpointer.objects, self.rank)
+            _restore_start_rng(ranks.rank_file(spec.start_rng, self.rank))
             self.replayer.on_finish = lambda: self.finish("finished")
         else:
-            self.run_id = new_run_id()
+            self.run_id = ranks.run_id(self.rank) if self.rank else new_run_id()
             self.source = RECORDED
             journal_name = f"{self.run_id}{SUFFIX}"
-        self.script = _relative(script, self.project) if script else None
+        journal_name = ranks.journal_name(journal_name.removesuffix(SUFFIX), self.rank, SUFFIX)
+        self.script = (
+            _relative(script, self.project) if script else notebook.script_name(self.project)
+        )
         self.journal = JournalWriter(projects.journal_dir(self.project) / journal_name)
         self.checkpointer = Checkpointer(
             projects.checkpoint_dir(self.project) / self.run_id, EVENTS.append, DEFAULT_BUDGET
         )
+        self._rng_folder = ranks.rank_folder(self.checkpointer.folder, self.rank)
+        if self._rng_folder != self.checkpointer.folder:  # rank > 0: rank 0 saves the state
+            self.checkpointer.rng_only = self._rng_folder
         if self.replayer is None:
             self._save_start_rng(start_states)
         self.args: dict[str, object] = {}
@@ -107,8 +114,10 @@ class Run:
         self._flusher = threading.Thread(target=self._flush_loop, name="florwb-flush", daemon=True)
         self._flusher.start()
         self._snapshotter = threading.Thread(target=self._snapshot, name="florwb-snap", daemon=True)
+        if self.replayer is None and (self.rank is None or self.rank.rank == 0):
+            self._snapshotter.start()  # one code version per launch: rank 0 snapshots it
         if self.replayer is None:
-            self._snapshotter.start()
+            capture.install()  # printed and logged lines, teed (capture.py)
 
     def _save_start_rng(self, states: dict) -> None:
         """Written at once (tens of KiB) so a replay of a run killed early still has them.
@@ -116,14 +125,14 @@ class Run:
         disk-full warning already says it once); only what is still unsaved at the end of
         the run is reported."""
         try:
-            start_rng.save(states, self.checkpointer.folder)
+            start_rng.save(states, self._rng_folder)
         except OSError:
             self._start_rng_pending = states
 
     def _retry_start_rng(self) -> None:
         if self._start_rng_pending is not None:
             with contextlib.suppress(OSError):  # still refused: kept, said at the end
-                start_rng.save(self._start_rng_pending, self.checkpointer.folder)
+                start_rng.save(self._start_rng_pending, self._rng_folder)
                 self._start_rng_pending = None
 
     def _write_start_event(self) -> None:
@@ -142,6 +151,7 @@ class Run:
                 "python": sys.version.split()[0],
                 "time": time.time(),
                 "context": self.context.at_start(),
+                **({"rank": self.rank.to_event()} if self.rank else {}),
             }
         )
         self.try_flush()  # visible to readers at once, even if the process dies next
@@ -163,6 +173,7 @@ class Run:
                 "n_files": snap.n_files,
                 "n_bytes": snap.n_bytes,
                 "skipped": [(s.path, s.size, s.reason) for s in snap.skipped],
+                "inputs": _inputs(self.project, snap.skipped),
                 "git_head": snap.git_head,
                 "git_branch": snap.git_branch,
                 "git_dirty": snap.git_dirty,
@@ -174,6 +185,7 @@ class Run:
         """Pack what the buffers hold and write it with whatever still waits; OSError when
         the journal cannot be written (the packed chunks wait in memory for the next try)."""
         with self._flush_lock:
+            capture.drain(EVENTS)
             # Pack straight from the buffers, then drop what was packed: the training thread
             # only appends, so the first n items stay put meanwhile.
             n_logs, n_timings, n_events = len(LOGS), len(TIMINGS), len(EVENTS)
@@ -271,11 +283,15 @@ class Run:
                 status = "interrupted"
             else:
                 status = "failed"
+        EVENTS.extend(notebook.final_events(self))  # a notebook's executed cells as its code
         unused = sorted(set(cli_args.CLI_KWARGS) - set(self.args))
         if unused and self.replayer is None:
             print(
                 f"florwb: --kwargs not used by any flor.arg: {', '.join(unused)}", file=sys.stderr
             )
+        with self._flush_lock:  # the last lines go before the end event
+            capture.uninstall()
+            capture.drain(EVENTS, final=True)
         EVENTS.append(
             {
                 "kind": "end",
@@ -284,6 +300,7 @@ class Run:
                 "message": None if exc is None else str(exc)[:500],
                 "time": time.time(),
                 "context": self.context.at_end_or_error(),
+                **ranks.end_fields(self.rank),
             }
         )
         self._stop.set()
@@ -431,6 +448,13 @@ def _relative(path: Path, root: Path) -> str:
         return str(path)
 
 
+def _inputs(project: Path, skipped) -> list[list]:
+    """Fingerprints of the left-out files, so a replay can read the run's bytes of them."""
+    from florwb_engine.versions.inputs import fingerprint
+
+    return [seen.to_json() for seen in fingerprint(project, [s.path for s in skipped])]
+
+
 def _report_skipped_once(store: Path, skipped) -> None:
     """Say which files were left out of the code snapshot, once per set of files."""
     if not skipped:
@@ -457,24 +481,32 @@ def current() -> Run | None:
     return _current
 
 
+def disabled() -> bool:
+    return _disabled
+
+
 def ensure_run() -> Run | None:
     """The current run, started on first use; None in a forked child (it does not record)."""
     global _current, _disabled
     if _current is not None or _disabled:
         return _current
-    if processes.is_multiprocessing_child():  # not a run of its own
-        _disabled = True
+    if processes.is_multiprocessing_child() and not ranks.is_spawned_rank():
+        # not a run of its own; a torch.multiprocessing.spawn child re-importing the
+        # script is not one yet: its rank function, called next, records (ranks.py)
+        _disabled = not ranks.may_become_rank()
         return None
     with _lock:
         if _current is None:
             _current = Run()
             _install_hooks()
+            save_mirror.attach(_current)  # the script's own torch.save become checkpoints
     return _current
 
 
 def end_run(status: str | None = None) -> None:
     global _current
     run = _current
+    save_mirror.detach()
     if run is not None:
         run.finish(status)
         _current = None
@@ -505,5 +537,6 @@ def _disable_in_child() -> None:
     global _current, _disabled
     _current = None
     _disabled = True
+    capture.disable_in_child()
     for buf in (LOGS, TIMINGS, EVENTS):
         buf.clear()

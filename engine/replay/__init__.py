@@ -16,6 +16,7 @@ _EXPORTS = {
     "Segment": "plan",
     "plan_replay": "plan",
     "Progress": "executor",
+    "RayOptions": "ray_executor",
     "ReplayResult": "executor",
     "RunResult": "executor",
     "execute": "executor",

@@ -3,20 +3,66 @@
 A run's main-loop iterations are cut into chunks that each start from a known state (the
 first iteration, or one after a checkpoint); chunks are grouped into segments of similar
 estimated time, one process each, and the replay's wall time is estimated by scheduling
-the segments longest first on the workers. Estimates come from the run's recorded
-iteration timings and checkpoint sizes.
+the segments longest first on the workers, plus what every replay pays once.
+
+Estimates come from the run's recorded iteration timings (made robust in facts.py: a few
+iterations slowed by a busy machine do not stand for the run), its checkpoint sizes and the
+executor's costs: a segment on the local fork server starts by forking a warm process; a
+Ray task waits for a worker, receives the version's code and the segment's checkpoints over
+the network and forks the script from its Ray worker's fork server, whose imports each Ray
+worker pays once, side by side with the others. The
+constants below were measured on a 2-core box with the demo and a 10-run sweep
+(tests/test_replay_estimate.py checks the estimate against the replays' recorded durations).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from florwb_engine.replay.facts import RunFacts
 from florwb_engine.replay.spec import OUTER, PREFIX, ReplayMode
 
-LOAD_BYTES_PER_S = 300e6
-PROCESS_START_S = 1.0
+# Where segments run: the local fork server, or tasks on a Ray cluster (ray_executor.py).
+ExecutorName = Literal["local", "ray"]
+
+LOAD_BYTES_PER_S = 300e6  # torch.load of a checkpoint from the page cache or a local disk
+# What a replay pays once: its record, materialising versions, ingesting the journals and
+# the fidelity check.
+REPLAY_FIXED_S = 0.5
+# Per segment: fork from the warm server, the florwb runtime's start and its last flush.
+LOCAL_START_S = 0.35
+# Per Ray task: scheduling, unpacking the code and checkpoints, forking the script from the
+# Ray worker's fork server. Once per replay, the workers side by side: each `florwb replay`
+# is a new Ray job, whose worker processes start (Python, ray, florwb) and whose fork
+# servers import the script's modules (torch is most of it). Measured with
+# `bench_replay.py --executor ray` on a busy 2-core box.
+RAY_START_S = 1.0
+RAY_IMPORT_S = 3.0
+RAY_BYTES_PER_S = 100e6  # object-store transfer of code and checkpoints to the node
+PREFIX_FLOOR_S = 0.2
+PREFIX_EPOCHS = 2.0
+# A project's finished replays calibrate the next estimate: the median ratio of their
+# recorded durations to their estimates, within these bounds (facts.past_ratio).
+CALIBRATION_BOUNDS = (0.25, 4.0)
+
+
+def replayed_prefix_s(facts: RunFacts) -> float:
+    """What the code before the main loop costs a replay. The recorded time also holds what
+    a replay does not pay again: imports the run made late (torch.optim's first use pulls
+    in torch._dynamo, seconds here; the fork server has it deferred), the code snapshot and
+    the first RNG save. It is counted up to PREFIX_EPOCHS of the run's typical iteration
+    (data loading before a long loop stays in full; seconds of imports before a loop of
+    milliseconds do not) and never less than PREFIX_FLOOR_S."""
+    epochs = sorted(facts.epoch_s.values())
+    typical = epochs[len(epochs) // 2] if epochs else 0.0
+    return min(facts.prefix_s, PREFIX_FLOOR_S + PREFIX_EPOCHS * typical)
+
+
+def segment_start_s(executor: ExecutorName) -> float:
+    """Seconds a segment costs before the old script runs its first line."""
+    return LOCAL_START_S if executor == "local" else RAY_START_S
 
 
 @dataclass
@@ -42,12 +88,17 @@ class SegmentPart:
 
 
 def run_work(
-    mode: ReplayMode, main_loop: str | None, facts: RunFacts, *, from_start: bool = False
+    mode: ReplayMode,
+    main_loop: str | None,
+    facts: RunFacts,
+    executor: ExecutorName = "local",
+    *,
+    from_start: bool = False,
 ) -> Work | str:
-    """The work of replaying one run in `mode`, or why there is none to do. `from_start`:
-    the statements read state no checkpoint holds, so the main loop runs from its first
-    iteration in one segment, restoring nothing (state_reads.py)."""
-    prefix_s = PROCESS_START_S + max(facts.wall_s - sum(facts.epoch_s.values()), 0.0)
+    """The work of replaying one run in `mode` on `executor`, or why there is none to do.
+    `from_start`: the statements read state no checkpoint holds, so the main loop runs
+    from its first iteration in one segment, restoring nothing (state_reads.py)."""
+    prefix_s = segment_start_s(executor) + replayed_prefix_s(facts)
     if mode == PREFIX:
         return Work([], {}, set(), prefix_s)
     epochs = sorted(facts.epoch_s) or sorted(facts.checkpoints)
@@ -56,7 +107,12 @@ def run_work(
             return "the run is still recording (no iteration of its main loop done yet)"
         return "the run finished no iteration of its main loop"
     ckpt = facts.checkpoints
-    load_s = {i: size / LOAD_BYTES_PER_S for i, (_path, size) in ckpt.items()}
+    per_s = (
+        LOAD_BYTES_PER_S
+        if executor == "local"
+        else 1 / (1 / LOAD_BYTES_PER_S + 1 / RAY_BYTES_PER_S)
+    )
+    load_s = {i: size / per_s for i, (_path, size) in ckpt.items()}
     skipped: set[int] = set()
     cost: dict[int, float] = {}
     for i in epochs:
@@ -135,6 +191,15 @@ def schedule(costs: list[float], workers: int) -> float:
     for cost in sorted(costs, reverse=True):
         loads[loads.index(min(loads))] += cost
     return max(loads) if costs else 0.0
+
+
+def replay_estimate(costs: list[float], workers: int, executor: ExecutorName = "local") -> float:
+    """The replay's wall time: its segments scheduled on the workers, plus what it pays once
+    (on Ray: the workers' imports, side by side)."""
+    if not costs:
+        return 0.0
+    once = REPLAY_FIXED_S + (RAY_IMPORT_S if executor == "ray" else 0.0)
+    return once + schedule(costs, workers)
 
 
 def ranges(values: list[int]) -> str:

@@ -15,19 +15,20 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Union
 
 import duckdb
 
 from florwb_engine import versions
-from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.record import start_rng
+from florwb_engine.replay import contain, ddp_launch
 from florwb_engine.replay.cores import thread_env, threads_per_worker
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
@@ -42,6 +43,10 @@ from florwb_engine.store.replays import (
     record_replay,
     remove_results,
 )
+from florwb_engine.versions.inputs import run_bytes
+
+if TYPE_CHECKING:
+    from florwb_engine.replay.ray_executor import RayOptions, Shipment
 
 POLL_S = 0.2
 
@@ -50,6 +55,8 @@ SegmentState = Literal["waiting", "running", "finished", "failed", "cancelled"]
 # One run's outcome: `diverged` when recomputed values differ from what the run recorded.
 RunReplayStatus = Literal["finished", "diverged", "failed", "cancelled"]
 _SKIP_LINKS = {".florwb", ".git", "__pycache__"}
+# Where segments run: "local" (the fork server) or "ray" / RayOptions (ray_executor.py).
+Executor = Union[Literal["local", "ray"], "RayOptions"]
 
 
 @dataclass
@@ -69,6 +76,7 @@ class RunResult:
     divergence: str | None = None
     compared: int = 0
     rows: int = 0
+    at_risk: list[str] = field(default_factory=list)  # changed left-out files it read
 
 
 @dataclass
@@ -77,6 +85,7 @@ class ReplayResult:
     status: ReplayStatus
     runs: list[RunResult] = field(default_factory=list)
     elapsed_s: float = 0.0
+    shipped: dict[int, Shipment] = field(default_factory=dict)  # segment -> bytes sent (ray)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -92,6 +101,9 @@ class _Task:
     argv: list[str]
     cwd: Path
     project: Path
+    contain: dict | None = None  # how the worker enters its private overlay (namespace mode)
+    code_dir: Path | None = None  # the materialised version (shipped by remote executors)
+    mirror: Path | None = None  # the base of the project's mirror holding code_dir
     request: int | None = None  # the fork server's number for this worker
     pid: int | None = None
     returncode: int | None = None
@@ -103,54 +115,109 @@ def execute(
     on_progress: Callable[[Progress], None] | None = None,
     cancel: threading.Event | None = None,
     server: ForkServer | None = None,
+    executor: Executor = "local",
 ) -> ReplayResult:
     """Run the plan on `plan.workers` processes forked by `server` (from warm_workers),
-    which is used and closed; without one, one is started."""
+    which is used and closed; without one, one is started. `executor="ray"` (or
+    RayOptions) runs the segments as Ray tasks instead (ray_executor.py)."""
     started = time.perf_counter()
     cancel = cancel or threading.Event()
     project = plan.project
     store = Store(project)
     workdir = store_dir(project) / "replays" / plan.replay_id
-    server = server or warm_workers(project)
+    remote = _remote_options(executor)
+    if remote is not None and server is not None:
+        server.close()  # a warm local server is not needed: the tasks run on Ray
+        server = None
+    containment: contain.Containment | None = None  # Ray tasks contain themselves
+    try:
+        if remote is None:
+            containment = contain.choose(project, store_dir(project))  # before anything starts
+    except contain.ContainmentError:
+        if server is not None:
+            server.close()
+        raise
+    server = server or (warm_workers(project) if remote is None else None)
     result = ReplayResult(plan.replay_id, "finished")
+    tasks: list[_Task] = []
     try:
         with store.session() as con:
             record_replay(con, plan.replay_id, plan.names, plan.to_json())
         # after its row: a work folder without a running replay is a leftover readers remove
         workdir.mkdir(parents=True, exist_ok=True)
-        tasks = _prepare(plan, workdir, server)
-        _run_all(tasks, plan.workers, server, store, on_progress, cancel)
+        tasks = _prepare(plan, workdir, server, containment)
+        if remote is None:
+            assert server is not None
+            _run_all(tasks, plan.workers, server, store, on_progress, cancel)
+        else:
+            from florwb_engine.replay import ray_executor
+
+            result.shipped = ray_executor.run_all(
+                tasks, store, on_progress, cancel, remote, _ingest_early
+            )
+        shipped = result.shipped
         result = _collect(plan, tasks, store, cancel.is_set())
+        result.shipped = shipped
     except BaseException:
         _remove_results(store, project, plan.replay_id)
         with store.session() as con:
             finish_replay(con, plan.replay_id, "failed", plan.to_json())
         raise
     finally:
-        server.close()
+        if server is not None:
+            server.close()
         shutil.rmtree(workdir, ignore_errors=True)
+        for task in tasks:
+            if task.contain is not None:
+                contain.remove_scratch(Path(task.contain["scratch"]))
     result.elapsed_s = time.perf_counter() - started
     return result
 
 
-def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
+def _remote_options(executor: Executor) -> RayOptions | None:
+    """None for the local fork server; the Ray executor's options otherwise."""
+    if executor == "local":
+        return None
+    from florwb_engine.replay.ray_executor import RayOptions
+
+    if executor == "ray":
+        return RayOptions()
+    if isinstance(executor, RayOptions):
+        return executor
+    raise ValueError(f"unknown executor {executor!r}: local or ray")
+
+
+def _prepare(
+    plan: Plan,
+    workdir: Path,
+    server: ForkServer | None,
+    containment: contain.Containment | None,
+) -> list[_Task]:
+    """Materialise each version and write each segment's spec. Without `containment` (a
+    Ray replay) the files the snapshot left out are not placed here: each task copies
+    them on its node (ray_executor.py)."""
     project = plan.project
     code_dirs: dict[str, Path] = {}
     tasks = []
     for run in plan.ready():
         assert run.version and run.script and run.code is not None and run.mode is not None
-        key = run.version
-        mirror = workdir / "code" / run.version[:12]
+        key = f"{run.version}:{sorted(run.inputs.items())}"  # the run's bytes of left-out files
+        mirror = workdir / "code" / f"{run.version[:12]}-{len(code_dirs)}"
         if key not in code_dirs:
             code_dir = mirrored_project(mirror, project)  # `..` reaches the project's parent
             versions.materialize(store_dir(project), run.version, code_dir)
             (code_dir / run.script).write_text(run.code)
-            _link_missing(project, code_dir)
+            _restore_inputs(project, code_dir, run.inputs)
+            if containment is not None and containment.mode == "namespace":
+                _link_missing(project, code_dir)  # writes through them land in the overlay
+            elif containment is not None:
+                contain.copy_missing(project, code_dir, _SKIP_LINKS)
             code_dirs[key] = code_dir
         code_dir = code_dirs[key]
-        server.preload(
-            script_imports(run.code), [project, code_dir, (code_dir / run.script).parent]
-        )
+        if server is not None:
+            server.preload(
+                script_imports(run.code), [project, code_dir, (code_dir / run.script).parent]
+            )
         cwd = _mapped_cwd(project, code_dir, run.cwd, mirror)
         for segment in run.segments:
             stem = f"{segment.index:03d}"
@@ -170,10 +237,14 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
                 args=run.args,
                 progress_file=str(workdir / f"{stem}.progress"),
                 start_rng=str(start_states) if start_states.exists() else "",
+                world_size=run.launch["world_size"] if run.launch else 1,
+                mirrored=run.mirrored,
+                saved_map=run.saved_map,
             )
             spec_path = workdir / f"{stem}.spec.json"
             spec.save(spec_path)
-            argv = [str(code_dir / run.script), *run.argv[1:]]
+            # a multi-process run starts as it was launched (ddp_launch.py)
+            argv = ddp_launch.launch_argv(run.launch, [str(code_dir / run.script), *run.argv[1:]])
             tasks.append(
                 _Task(
                     run,
@@ -184,9 +255,32 @@ def _prepare(plan: Plan, workdir: Path, server: ForkServer) -> list[_Task]:
                     argv,
                     cwd,
                     project,
+                    containment.request(
+                        Path(tempfile.gettempdir()) / f"florwb-{plan.replay_id}-{stem}"
+                    )
+                    if containment is not None
+                    else None,
+                    code_dir,
+                    mirror,
                 )
             )
     return tasks
+
+
+def _restore_inputs(project: Path, code_dir: Path, inputs: dict[str, str]) -> None:
+    """Write the run's bytes of left-out files that changed since (from the user's git),
+    before the rest is linked or copied: the old script reads what the run read."""
+    for path, blob in inputs.items():
+        data = run_bytes(project, blob)
+        if data is None:
+            raise ReplayInputError(f"git no longer holds the bytes {path} had in the run")
+        target = code_dir / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+
+class ReplayInputError(Exception):
+    """A left-out file's run bytes vanished from git between planning and replaying."""
 
 
 def _mapped_cwd(project: Path, code_dir: Path, cwd: str | None, mirror: Path) -> Path:
@@ -246,7 +340,8 @@ def _run_all(
         while waiting and len(active) < max(1, workers):
             task = waiting.pop(0)
             env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project), **threads}
-            task.request = server.start(task.argv, task.cwd, env, task.log_path)
+            env.update(ddp_launch.launch_env(task.plan.launch))  # a free port for mp.spawn
+            task.request = server.start(task.argv, task.cwd, env, task.log_path, task.contain)
             active.append(task)
 
     with _sigint_sets(cancel):
@@ -376,8 +471,11 @@ def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> R
         else:
             bad = next(t for t in run_tasks if t.returncode != 0)
             failed[run_id] = _stderr_tail(bad.log_path, bad.returncode)
-        for task in run_tasks:
-            _journal(project, plan.replay_id, task.segment.index).unlink(missing_ok=True)
+        for task in run_tasks:  # one journal per segment, or per rank (ddp_launch.py)
+            for journal in ddp_launch.segment_journals(
+                journal_dir(project), plan.replay_id, task.segment.index
+            ):
+                journal.unlink(missing_ok=True)
     results = []
     with store.session() as con:  # ingests the replay journals
         for run in plan.ready():
@@ -396,7 +494,14 @@ def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> R
                 [plan.replay_id, run.run_id],
             ).fetchall()[0][0]
             status: RunReplayStatus = "diverged" if mismatch else "finished"
-            results.append(RunResult(run.run_id, status, None, mismatch, compared, int(rows)))
+            results.append(
+                RunResult(run.run_id, status, None, mismatch, compared, int(rows), run.at_risk)
+            )
+            for path in run.at_risk:  # said where the run's other issues are said
+                con.execute(
+                    "INSERT OR REPLACE INTO run_issues VALUES (?, ?, 'input changed', ?, 1)",
+                    [run.run_id, plan.replay_id, f"{path} changed since the run"],
+                )
         overall: ReplayStatus = (
             "cancelled"
             if stopped
@@ -411,10 +516,6 @@ def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> R
         detail = {**plan.to_json(), "results": [asdict(r) for r in results]}
         finish_replay(con, plan.replay_id, overall, detail)
     return ReplayResult(plan.replay_id, overall, results)
-
-
-def _journal(project: Path, replay_id: str, segment: int) -> Path:
-    return journal_dir(project) / replay_journal_name(replay_id, segment)
 
 
 def _remove_results(store: Store, project: Path, replay_id: str) -> None:

@@ -257,10 +257,19 @@ def run_child(request: dict, boot: set[str]) -> None:
     os.dup2(err, 2)
     os.close(null)
     os.close(err)
+    if request.get("contain"):  # before chdir: the working folder must be the overlay's
+        from florwb_engine.replay.contain import enter
+
+        try:
+            enter(request["contain"])
+        except OSError as exc:
+            why = f"florwb: the replay's writes could not be kept off your files: {exc}\n"
+            os.write(2, why.encode())
+            os._exit(70)
     os.chdir(request["cwd"])
     os.environ.update(request["env"])
     argv = request["argv"]
-    if request.get("exec"):
+    if request.get("exec") or argv[0] == "-m":  # `-m`: a launcher (ddp_launch.py)
         os.execv(sys.executable, [sys.executable, *argv])
     limit_threads()  # torch is imported already: its thread count is set here, not by env
     sys.argv = list(argv)
@@ -329,12 +338,27 @@ class ForkServer:
         if modules:
             self._request({"preload": modules, "shadow": [str(s) for s in shadow]})
 
-    def start(self, argv: list[str], cwd: Path, env: dict[str, str], stderr: Path) -> int:
-        """Ask for a worker; returns the request number that `started` will hold."""
+    def start(
+        self,
+        argv: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        stderr: Path,
+        contain: dict | None = None,
+    ) -> int:
+        """Ask for a worker; returns the request number that `started` will hold. With
+        `contain` (contain.Containment.request), the worker's writes go to an overlay."""
         n = self._next
         self._next += 1
         self._request(
-            {"start": n, "argv": argv, "cwd": str(cwd), "env": env, "stderr": str(stderr)}
+            {
+                "start": n,
+                "argv": argv,
+                "cwd": str(cwd),
+                "env": env,
+                "stderr": str(stderr),
+                "contain": contain,
+            }
         )
         return n
 
@@ -376,6 +400,10 @@ class ForkServer:
             stdin.flush()
         except (BrokenPipeError, OSError):
             self._lost()
+
+    def lost(self) -> bool:
+        """Whether the server process has ended."""
+        return self._process.poll() is not None
 
     def kill(self) -> None:
         """Stop the server now (its workers run in their own sessions and go on)."""

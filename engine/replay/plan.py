@@ -20,11 +20,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-from florwb_engine.replay.cost import Work, run_work, schedule, segment_parts
+from florwb_engine.record.notebook import is_notebook_script
+from florwb_engine.replay import ddp_launch, run_inputs
+from florwb_engine.replay.cost import (
+    CALIBRATION_BOUNDS,
+    ExecutorName,
+    Work,
+    replay_estimate,
+    run_work,
+    segment_parts,
+)
 from florwb_engine.replay.errors import PlanError
-from florwb_engine.replay.facts import RunFacts, SelectedRun, run_facts, select_runs
+from florwb_engine.replay.facts import RunFacts, SelectedRun, past_ratio, run_facts, select_runs
 from florwb_engine.replay.mode import replay_mode
 from florwb_engine.replay.placing import Placer, placed_statements
+from florwb_engine.replay.saved_state import use_saved_state
 from florwb_engine.replay.spec import INNER, ReplayMode
 from florwb_engine.replay.state_decision import state_decision
 from florwb_engine.store import Store
@@ -66,6 +76,11 @@ class RunPlan:
     cwd: str | None = None
     args: dict = field(default_factory=dict)
     checkpoints: dict[str, str] = field(default_factory=dict)
+    launch: dict | None = None  # how a multi-process run's replay starts (ddp_launch.py)
+    mirrored: dict[str, str] = field(default_factory=dict)  # iteration -> own-save manifest
+    saved_map: dict[str, list[list]] = field(default_factory=dict)  # save site -> targets
+    inputs: dict[str, str] = field(default_factory=dict)  # left-out file -> the run's blob
+    at_risk: list[str] = field(default_factory=list)  # changed left-out files, bytes gone
     from_start: bool = False  # statements read state no checkpoint holds (state_reads.py)
 
 
@@ -77,6 +92,10 @@ class Plan:
     workers: int
     runs: list[RunPlan]
     estimate_s: float
+    executor: ExecutorName = "local"
+    # the cost model's own estimate, before the project's past replays calibrated it
+    estimate_raw_s: float = 0.0
+    calibration: float = 1.0
 
     def ready(self) -> list[RunPlan]:
         return [r for r in self.runs if r.status == READY]
@@ -86,12 +105,16 @@ class Plan:
             "replay_id": self.replay_id,
             "names": self.names,
             "workers": self.workers,
+            "executor": self.executor,
             "estimate_s": self.estimate_s,
+            "estimate_raw_s": self.estimate_raw_s,
+            "calibration": self.calibration,
             "runs": [
                 {
                     key: value
                     for key, value in asdict(run).items()
-                    if key not in ("code", "checkpoints", "args", "argv", "cwd")
+                    if key
+                    not in ("code", "checkpoints", "args", "argv", "cwd", "mirrored", "saved_map")
                 }
                 for run in self.runs
             ],
@@ -105,9 +128,11 @@ def plan_replay(
     where: str | None = None,
     run_ids: Sequence[str] | None = None,
     workers: int = 1,
+    executor: ExecutorName = "local",
 ) -> Plan:
     """Plan replaying `names` for the runs matching `where` (SQL over runs and args) and,
-    when given, only the runs in `run_ids` (the workbench's marked runs)."""
+    when given, only the runs in `run_ids` (the workbench's marked runs). `executor` is
+    where the segments will run: its start and transfer costs enter the estimate."""
     names = list(dict.fromkeys(n.strip() for n in names if n.strip()))
     if not names:
         raise PlanError("name at least one log statement to replay")
@@ -120,34 +145,63 @@ def plan_replay(
             if not runs:
                 raise PlanError("none of the chosen runs is recorded")
         facts = {run.run_id: run_facts(con, run.run_id) for run in runs}
+        ratio = past_ratio(con, executor)
+        seen_inputs = {run.run_id: run_inputs.load(con, run.run_id) for run in runs}
+        launched = ddp_launch.launches(con, [run.run_id for run in runs])
+    gpus = ddp_launch.gpus_here() if launched else 0
     placer = Placer(project, names)
     plans = []
     work: dict[str, Work] = {}
     for run in runs:
         plan = _plan_run(project, placer, names, run, facts[run.run_id])
         if plan.status == READY:
+            ddp_launch.settle(plan, launched.get(run.run_id), gpus)
+        if plan.status == READY:
+            use_saved_state(project, plan, facts[run.run_id])
+        if plan.status == READY and executor != "local" and (plan.launch or plan.mirrored):
+            plan.status = SKIP  # ray_executor.py ships flor.checkpointing's files, one process
+            plan.reason = (
+                "a multi-process run replays with the local executor, not on Ray"
+                if plan.launch
+                else "a run restored from its own torch.save replays with the local executor"
+            )
+        if plan.status == READY:
             assert plan.mode is not None
             found = run_work(
-                plan.mode, plan.main_loop, facts[run.run_id], from_start=plan.from_start
+                plan.mode,
+                plan.main_loop,
+                facts[run.run_id],
+                executor,
+                from_start=plan.from_start,
             )
             if isinstance(found, str):
                 plan.status, plan.reason = SKIP, found
             else:
                 work[run.run_id] = found
+                inputs = run_inputs.check(project, seen_inputs[run.run_id])
+                plan.inputs, plan.at_risk = inputs.restore, inputs.at_risk
                 plan.notes = [
                     *([found.summary] if found.summary else []),
                     *plan.notes,
                     *found.notes,
+                    *inputs.notes,
                 ]
         plans.append(plan)
-    _assign_segments([p for p in plans if p.status == READY], work, workers)
+    factor = 1.0 if ratio is None else min(max(ratio, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
+    _assign_segments([p for p in plans if p.status == READY], work, workers, factor)
+    raw = replay_estimate(
+        [s.estimate_s / factor for p in plans for s in p.segments], workers, executor
+    )
     return Plan(
         replay_id=time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2),
         project=project,
         names=names,
         workers=workers,
         runs=plans,
-        estimate_s=schedule([s.estimate_s for p in plans for s in p.segments], workers),
+        estimate_s=raw * factor,
+        executor=executor,
+        estimate_raw_s=raw,
+        calibration=factor,
     )
 
 
@@ -161,6 +215,9 @@ def _plan_run(
     plan.main_loop = facts.main_loop
     plan.checkpoints = {str(i): path for i, (path, _size) in facts.checkpoints.items()}
     wanted = [n for n in names if n not in facts.present]
+    if is_notebook_script(run.script):
+        plan.reason = "recorded in a notebook: replaying notebook runs is not supported"
+        return plan
     if not wanted:
         plan.status = DONE
         plan.reason = "already has " + ", ".join(names)
@@ -195,8 +252,11 @@ def _plan_run(
     return plan
 
 
-def _assign_segments(ready: list[RunPlan], work: dict[str, Work], workers: int) -> None:
-    """Give each run as many segments as keeps `workers` busy, balancing estimated time."""
+def _assign_segments(
+    ready: list[RunPlan], work: dict[str, Work], workers: int, factor: float
+) -> None:
+    """Give each run as many segments as keeps `workers` busy, balancing estimated time;
+    `factor` calibrates the estimates from the project's past replays."""
     per_run = max(1, math.ceil(workers / max(len(ready), 1)))
     index = 0
     for plan in ready:
@@ -208,11 +268,13 @@ def _assign_segments(ready: list[RunPlan], work: dict[str, Work], workers: int) 
                     first=part.first,
                     last=part.last,
                     skip_inner=part.skip_inner,
-                    estimate_s=part.estimate_s,
+                    estimate_s=part.estimate_s * factor,
                 )
             )
             index += 1
-        plan.estimate_s = sum(s.estimate_s for s in plan.segments)
+        # the run's own wall time with its segments side by side: more workers cut a run
+        # into more segments, which never makes the run itself look longer
+        plan.estimate_s = max((s.estimate_s for s in plan.segments), default=0.0)
 
 
 __all__ = ["Plan", "PlanError", "RunPlan", "RunPlanStatus", "Segment", "plan_replay"]

@@ -36,9 +36,18 @@ class ReplaySpec:
     args: dict[str, object] = field(default_factory=dict)
     progress_file: str = ""
     start_rng: str = ""  # the run's RNG states at its first florwb call, when recorded
+    world_size: int = 1  # ranks of a multi-process run: each replays (ddp_launch.py)
+    # the script's own torch.save checkpoints (replay/saved_state.py): iteration -> manifest,
+    # and per call site (`train.py:42`) the [keys, expression, required] of what it saved
+    mirrored: dict[str, str] = field(default_factory=dict)
+    saved_map: dict[str, list[list]] = field(default_factory=dict)
 
     def checkpoint(self, iteration: int) -> Path | None:
         name = self.checkpoints.get(str(iteration))
+        return Path(self.checkpoint_dir) / name if name else None
+
+    def mirrored_checkpoint(self, iteration: int) -> Path | None:
+        name = self.mirrored.get(str(iteration))
         return Path(self.checkpoint_dir) / name if name else None
 
     def save(self, path: Path) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from florwb_engine import project as projects
-from florwb_engine.store import repair, user_sql
+from florwb_engine.store import repair, run_ranks, user_sql
 from florwb_engine.store.db import StoreError
 from florwb_engine.store.ingest import IngestReport, ingest_pending
 from florwb_engine.store.replays import clear_abandoned
@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pandas loads only when a DataFrame is made: it slows every 
     import pandas as pd
 
 from florwb_engine.store.schema import (
+    RANK_SHIFT,
     coordinates_sql,
     ensure_schema,
     entry_join,
@@ -179,7 +180,8 @@ def _pivot(con: duckdb.DuckDBPyConnection, tokens: list[str]) -> pd.DataFrame:
         if n_numeric == n and n_int == n:
             casts[alias] = "Int64"
     keys = [int(v[0]) for v in logged.values()]
-    frame = _aggregate(con, keys, loops_used, aggregates).astype(casts)
+    ranked = run_ranks.any_ranked(con)  # a `rank` column once a multi-process run exists
+    frame = _aggregate(con, keys, loops_used, aggregates, ranked).astype(casts)
     arg_only = {t: wanted[t][0] for t in wanted if not from_log[t]}
     if arg_only:
         values: dict[tuple, object] = {
@@ -192,12 +194,17 @@ def _pivot(con: duckdb.DuckDBPyConnection, tokens: list[str]) -> pd.DataFrame:
         }
         for token, name in arg_only.items():
             frame[aliases[token]] = [values.get((r, name)) for r in frame["run_id"]]
-        frame = frame[["run_id", "version", "start_time", *loops_used, *aliases.values()]]
+        ranks = ["rank"] if ranked else []
+        frame = frame[["run_id", "version", "start_time", *ranks, *loops_used, *aliases.values()]]
     return frame
 
 
 def _aggregate(
-    con: duckdb.DuckDBPyConnection, keys: list[int], loops: list[str], aggregates: dict[str, str]
+    con: duckdb.DuckDBPyConnection,
+    keys: list[int],
+    loops: list[str],
+    aggregates: dict[str, str],
+    ranked: bool = False,
 ) -> pd.DataFrame:
     """Pivot in two steps: group by integer (run, source, ctx_id), cheap on tens of millions
     of rows; then derive coordinates from the few loop entries. Only when replayed values
@@ -209,6 +216,11 @@ def _aggregate(
         "SELECT run_key, run_id, version, start_time FROM runs ORDER BY start_time, run_key"
     ).df()
     order = "".join(f", {quote(c)} NULLS FIRST" for c in loops)
+    rank_col = rank_expr = a_rank = ""
+    if ranked:  # rank first: a rank's rows together (run_ranks.py: the rank is in seq)
+        rank_col, rank_expr = ", rank", f", (seq >> {RANK_SHIFT})::INTEGER AS rank"
+        order = ", rank" + order
+        a_rank = ", a.rank"
     if keys:
         values = {f"v{i}": alias for i, alias in enumerate(aggregates)}
         inner = "".join(f", {agg} AS v{i}" for i, agg in enumerate(aggregates.values()))
@@ -216,8 +228,9 @@ def _aggregate(
         value_cols = "".join(f", {v}" for v in values)
         key_list = ", ".join(map(str, keys))
         select = (
-            f"SELECT a.run_key, a.source_key{coordinates_sql(loops, rows='a')}{value_cols} "
-            f"FROM (SELECT run_key, source_key, ctx_id{inner} FROM log_rows "
+            f"SELECT a.run_key, a.source_key{a_rank}{coordinates_sql(loops, rows='a')}"
+            f"{value_cols} FROM (SELECT run_key, source_key, ctx_id{rank_expr}{inner} "
+            "FROM log_rows "
             f"WHERE name_key IN ({key_list}) GROUP BY ALL) a {entry_join('a', 'e')}"
         )
         replayed = con.execute(
@@ -228,15 +241,16 @@ def _aggregate(
                 f", arg_max({v}, source_key = 0) FILTER (WHERE {v} IS NOT NULL) AS {v}"
                 for v in values
             )
-            select = f"SELECT run_key{coord_cols}{merged} FROM ({select}) GROUP BY ALL"
+            select = f"SELECT run_key{rank_col}{coord_cols}{merged} FROM ({select}) GROUP BY ALL"
     else:
         values, coord_cols, value_cols = {}, "", ""
-        select = "SELECT run_key FROM runs"
+        select = f"SELECT run_key{', 0 AS rank' if ranked else ''} FROM runs"
     con.execute("SET SESSION preserve_insertion_order = false")  # the ORDER BY below decides order
     frame = _frame(
         con.execute(
-            f"SELECT p.position{coord_cols}{value_cols} FROM ({select}) x JOIN (SELECT run_key, "
-            f"row_number() OVER (ORDER BY start_time, run_key) - 1 AS position FROM runs) p "
+            f"SELECT p.position{rank_col}{coord_cols}{value_cols} FROM ({select}) x "
+            "JOIN (SELECT run_key, row_number() OVER (ORDER BY start_time, run_key) - 1 "
+            "AS position FROM runs) p "
             f"USING (run_key) ORDER BY p.position{order}"
         )
     )

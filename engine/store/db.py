@@ -94,11 +94,17 @@ def connect(
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 0.5)
     try:
-        # DuckDB draws a progress bar on stdout for long queries: not under a TUI or a pipe.
-        con.execute("SET enable_progress_bar = false")
+        no_progress_bar(con)
         yield con
     finally:
         con.close()
+
+
+def no_progress_bar(con: duckdb.DuckDBPyConnection) -> None:
+    """DuckDB draws a progress bar on stdout for long queries: not under a TUI or a pipe.
+    In a Jupyter kernel without ipywidgets it is off already and DuckDB refuses the SET."""
+    if con.execute("SELECT current_setting('enable_progress_bar')").fetchone() != (False,):
+        con.execute("SET enable_progress_bar = false")
 
 
 def fetch_one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None):

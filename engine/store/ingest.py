@@ -24,7 +24,7 @@ import numpy as np
 
 from florwb_engine import journal, processes
 from florwb_engine.journal import VTYPES
-from florwb_engine.store import run_context
+from florwb_engine.store import console, run_context, run_ranks
 from florwb_engine.store.db import fetch_one
 from florwb_engine.store.schema import RECORDED, ensure_loop_columns, quote
 
@@ -75,6 +75,7 @@ class _State:
     done: bool = False
     next_chunk: int = 0  # chunks numbered below this were ingested already
     error: str | None = None
+    rank: int | None = None  # the rank that wrote it (multi-process runs; run_ranks.py)
 
 
 def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestReport:
@@ -87,9 +88,10 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
     # Rows carry their own order (seq); letting DuckDB write them in parallel is faster.
     con.execute("SET SESSION preserve_insertion_order = false")
     states = {
-        row[0]: _State(row[1], row[2], row[3], row[4], bool(row[5]), row[6] or 0, row[7])
+        row[0]: _State(row[1], row[2], row[3], row[4], bool(row[5]), row[6] or 0, row[7], row[8])
         for row in con.execute(
-            'SELECT file, run_id, source, "offset", next_seq, done, next_chunk, error FROM journals'
+            'SELECT file, run_id, source, "offset", next_seq, done, next_chunk, error, rank '
+            "FROM journals"
         ).fetchall()
     }
     for path in files:
@@ -122,6 +124,7 @@ class _Keys:
     source: str
     run_key: int = 0
     source_key: int = 0
+    rank: int | None = None
     issues: list[tuple[str, str, int]] = field(default_factory=list)  # kind, detail, n
     found: dict[str, int] = field(default_factory=dict)  # replaced here (not by the writer)
 
@@ -132,7 +135,7 @@ def _ingest_one(
     """Ingest what is new in one journal; returns (rows, new state)."""
     old = state or _State()
     # Checked before reading: a process found dead now wrote its last bytes already.
-    dead = old.run_id is not None and _is_dead(con, old.run_id)
+    dead = old.run_id is not None and _is_dead(con, old.run_id, old.rank, old.source)
     scan = journal.read_chunks(path, old.offset)
     chunks, next_chunk = _new_chunks(scan.chunks, old.next_chunk)
     if scan.end_offset == old.offset and scan.error is None and not dead:
@@ -194,15 +197,21 @@ def _apply(
     """One transaction: the chunks' rows and events, the damage skipped, the new offset."""
     batch = journal.merge(chunks, scan.end_offset)
     con.execute("BEGIN")
-    keys = _Keys(old.run_id, old.source)
+    keys = _Keys(old.run_id, old.source, rank=old.rank)
     done = False
     entries = []
+    lines = []  # printed and logged lines (store/console.py)
     for event in batch.events:
-        event = _clean_event(event, keys.found)
         kind = event.get("kind")
+        if kind == "console":
+            lines.append(event)
+            continue
+        event = _clean_event(event, keys.found)
         if kind == "start":
             keys.run_id = str(event["run_id"])
             keys.source = str(event.get("source", RECORDED))
+            if isinstance(event.get("rank"), dict):
+                keys.rank = int(event["rank"]["rank"])
         if kind == "loop":
             entries.append(event)
         else:
@@ -215,8 +224,11 @@ def _apply(
     _resolve_keys(con, keys)
     _insert_loop_entries(con, keys, entries)
     _insert_iterations(con, keys, batch.timings)
-    rows = _insert_logs(con, keys, batch.logs, old.next_seq)
-    if dead and not done:
+    rows = _insert_logs(con, keys, batch.logs, run_ranks.first_seq(old.next_seq, keys.rank))
+    console.insert(con, keys.run_key, keys.source_key, lines)
+    if dead and not done and keys.rank is not None:
+        run_ranks.mark_killed(con, keys.run_id, keys.rank)
+    elif dead and not done:
         con.execute(
             "UPDATE runs SET status = 'killed' WHERE run_id = ? AND status = 'running'",
             [keys.run_id],
@@ -243,10 +255,11 @@ def _apply(
         keys.run_id,
         keys.source,
         batch.end_offset,
-        old.next_seq + rows,
+        run_ranks.first_seq(old.next_seq, keys.rank) + rows,
         done,
         next_chunk if next_chunk is not None else old.next_chunk,
         None,
+        keys.rank,
     )
     _save_state(con, path.name, new)
     con.execute("COMMIT")
@@ -274,7 +287,7 @@ def _mark_unreadable(con, path: Path, state: _State, offset: int, reason: str, r
             [reason, run_id],
         )
     _add_issue(con, run_id, source, "unreadable", reason, 1)
-    new = _State(run_id, source, offset, state.next_seq, True, state.next_chunk, reason)
+    new = _State(run_id, source, offset, state.next_seq, True, state.next_chunk, reason, state.rank)
     _save_state(con, path.name, new)
     con.execute("COMMIT")
     report.warnings.append(f"run {run_id}: journal {path.name} unreadable from here on: {reason}")
@@ -337,7 +350,8 @@ def _clean_event(event: dict, found: dict[str, int]) -> dict:
 
 def _save_state(con, file: str, state: _State) -> None:
     con.execute(
-        "INSERT OR REPLACE INTO journals VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        'INSERT OR REPLACE INTO journals (file, run_id, source, "offset", next_seq, done, '
+        "next_chunk, error, rank) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             file,
             state.run_id,
@@ -347,6 +361,7 @@ def _save_state(con, file: str, state: _State) -> None:
             state.done,
             state.next_chunk,
             state.error,
+            state.rank,
         ],
     )
 
@@ -394,6 +409,8 @@ def _apply_event(con, keys: _Keys, e: dict) -> bool:
         )
         if "context" in e:
             run_context.apply(con, run_id, e["context"])
+        if isinstance(e.get("rank"), dict):
+            run_ranks.on_start(con, run_id, e, _ts(e.get("time")))
     elif kind == "version":
         con.execute(
             "INSERT OR IGNORE INTO versions VALUES (?, now()::TIMESTAMP, ?, ?, ?)",
@@ -404,6 +421,11 @@ def _apply_event(con, keys: _Keys, e: dict) -> bool:
             "WHERE run_id = ?",
             [e["version"], e.get("git_head"), e.get("git_branch"), e.get("git_dirty"), run_id],
         )
+        for path, size, mtime_ns, blob in e.get("inputs", ()):
+            con.execute(
+                "INSERT OR REPLACE INTO run_inputs VALUES (?, ?, ?, ?, ?)",
+                [run_id, path, size, mtime_ns, blob],
+            )
     elif kind == "version_error":
         con.execute("UPDATE runs SET message = ? WHERE run_id = ?", [e.get("error"), run_id])
     elif kind == "arg":
@@ -431,7 +453,11 @@ def _apply_event(con, keys: _Keys, e: dict) -> bool:
             ],
         )
     elif kind == "end":
-        if keys.source == RECORDED:
+        if keys.source == RECORDED and keys.rank is not None:
+            run_ranks.on_end(con, run_id, keys.rank, e, _ts(e.get("time")))
+            if "context" in e:
+                run_context.apply(con, run_id, e["context"])
+        elif keys.source == RECORDED:
             con.execute(
                 "UPDATE runs SET end_time = ?, status = ?, exception = ?, "
                 "message = coalesce(?, message) WHERE run_id = ?",
@@ -480,8 +506,10 @@ def _object_text(v: object) -> str:
     return f"{type(v).__name__}: {text}"
 
 
-def _is_dead(con, run_id: str) -> bool:
+def _is_dead(con, run_id: str, rank: int | None = None, source: str = RECORDED) -> bool:
     """A run with no end event whose process is gone from this host was killed."""
+    if rank is not None:
+        return source == RECORDED and run_ranks.is_dead(con, run_id, rank)
     row = fetch_one(con, "SELECT host, pid, pid_ticks, status FROM runs WHERE run_id = ?", [run_id])
     if row is None or row[3] != "running" or row[0] != socket.gethostname():
         return False
@@ -510,9 +538,9 @@ def _insert_loop_entries(con, keys: _Keys, entries: list[dict]) -> None:
         con.register("florwb_entries", frame)
         con.execute(
             f"INSERT INTO loop_entries (run_key, source_key, entry_id, loop, path, depth, total, "
-            f"own_column{''.join(', ' + quote(c) for c in outer_cols)}) SELECT ?, ?, entry_id, "
-            f"?, ?, ?, NULLIF(total, -1), ?{''.join(f', c{d}' for d in range(len(outer_cols)))} "
-            f"FROM florwb_entries",
+            f"own_column, rank{''.join(', ' + quote(c) for c in outer_cols)}) SELECT ?, ?, "
+            f"entry_id, ?, ?, ?, NULLIF(total, -1), ?, ?"
+            f"{''.join(f', c{d}' for d in range(len(outer_cols)))} FROM florwb_entries",
             [
                 keys.run_key,
                 keys.source_key,
@@ -520,6 +548,7 @@ def _insert_loop_entries(con, keys: _Keys, entries: list[dict]) -> None:
                 "/".join(names),
                 len(names) - 1,
                 mapping[names[-1]],
+                keys.rank or 0,
             ],
         )
         con.unregister("florwb_entries")

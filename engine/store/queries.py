@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from florwb_engine.journal import ENTRY_SHIFT
+from florwb_engine.store import console as console_lines
 from florwb_engine.store import user_sql
 from florwb_engine.store.catalog import Store, check_read_only
-from florwb_engine.store.db import StoreError
+from florwb_engine.store.console import ConsoleLine
+from florwb_engine.store.db import StoreError, no_progress_bar
 from florwb_engine.store.runs import RunRow, list_runs
 
 if TYPE_CHECKING:  # duckdb.sqltypes is duckdb 2's home of the type; only annotations use it
@@ -98,6 +100,7 @@ class MetricSeries:
     high: float | None
     points: list[float]
     text: str | None = None  # the last value, for names that are not numeric
+    rechecked: int = 0  # replays that logged this name again (to check it), not shown apart
 
 
 @dataclass
@@ -121,6 +124,19 @@ class ReplayRow:
 
 
 @dataclass
+class LoopWait:
+    """Time one loop (by its path, `epoch/step`) spent waiting on its data iterator."""
+
+    path: str
+    wait_s: float
+    loop_s: float
+
+    @property
+    def share(self) -> float | None:
+        return self.wait_s / self.loop_s if self.loop_s else None
+
+
+@dataclass
 class RunDetail:
     run: RunRow
     metrics: list[MetricSeries]
@@ -129,6 +145,9 @@ class RunDetail:
     loop_total: int | None
     loop_done: int
     loop_name: str | None
+    loop_waits: list[LoopWait] = field(default_factory=list)
+    console: list[ConsoleLine] = field(default_factory=list)  # the last lines printed
+    console_total: int = 0
 
 
 @dataclass
@@ -177,7 +196,7 @@ def _session(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
             con = stack.enter_context(store.session())
         # DuckDB draws a progress bar on stdout for queries over 2 s: on a full-screen
         # terminal app that would scribble over the screen
-        con.execute("SET enable_progress_bar = false")
+        no_progress_bar(con)
         yield con
 
 
@@ -205,8 +224,12 @@ def _nan(value: float | None) -> float:
 # --- run detail ----------------------------------------------------------------------------
 
 
+CONSOLE_TAIL = 40
+
+
 def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> RunDetail:
-    """Args, metrics with sparklines (recorded and replayed), checkpoints and replays."""
+    """Args, metrics with sparklines (recorded and replayed), checkpoints, replays, the
+    data wait per loop and the last lines the run printed."""
     with _session(store) as con:
         found = list_runs(con, run_id)
         if not found:
@@ -235,8 +258,24 @@ def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> R
             """,
             [run_key],
         ).fetchall()
+        waits = [
+            LoopWait(path, float(wait or 0.0), float(spent or 0.0))
+            for path, wait, spent in con.execute(
+                f"""
+                SELECT e.path, sum(i.wait_s), sum(i.wait_s + i.iter_s)
+                FROM iteration_rows i JOIN loop_entries e ON e.run_key = i.run_key
+                     AND e.source_key = i.source_key AND e.entry_id = i.ctx_id >> {ENTRY_SHIFT}
+                WHERE i.run_key = ? AND i.source_key = 0
+                GROUP BY e.path ORDER BY min(e.depth), e.path
+                """,
+                [run_key],
+            ).fetchall()
+        ]
+        tail, n_lines = console_lines.tail(con, run_id, CONSOLE_TAIL)
     name, total, done = loop[0] if loop else (None, None, 0)
-    return RunDetail(run, metrics, checkpoints, replays, total, int(done), name)
+    return RunDetail(
+        run, metrics, checkpoints, replays, total, int(done), name, waits, tail, n_lines
+    )
 
 
 def _run_metrics(con: duckdb.DuckDBPyConnection, run_key: int, points: int) -> list[MetricSeries]:
@@ -260,26 +299,30 @@ def _run_metrics(con: duckdb.DuckDBPyConnection, run_key: int, points: int) -> l
                  WHERE g.source_key = b.source_key AND g.name_key = b.name_key)
         FROM b JOIN name_keys k ON k.name_key = b.name_key
              JOIN sources s ON s.source_key = b.source_key
-        ORDER BY b.source_key != 0, k.name, s.source
+        ORDER BY b.source_key != 0, k.name, b.source_key
         """,
         [run_key],
     ).fetchall()
-    out = []
+    # Each name once: recorded values when the run has them, else the first replay's (as
+    # the history reads them, history_values.CHOSEN); other sources only re-checked it.
+    chosen: dict[str, MetricSeries] = {}
     for name, source, n, n_num, last, low, high, last_text, points_ in rows:
+        if name in chosen:
+            if source != console_lines.EXTRACT_SOURCE:
+                chosen[name].rechecked += 1
+            continue
         numeric = n_num == n
-        out.append(
-            MetricSeries(
-                name=name,
-                source=source,
-                n=int(n),
-                last=last if numeric else None,
-                low=low if numeric else None,
-                high=high if numeric else None,
-                points=[_nan(v) for v in (points_ or [])] if numeric else [],
-                text=None if numeric else last_text,
-            )
+        chosen[name] = MetricSeries(
+            name=name,
+            source=source,
+            n=int(n),
+            last=last if numeric else None,
+            low=low if numeric else None,
+            high=high if numeric else None,
+            points=[_nan(v) for v in (points_ or [])] if numeric else [],
+            text=None if numeric else last_text,
         )
-    return out
+    return list(chosen.values())
 
 
 def _run_replays(con: duckdb.DuckDBPyConnection, run_key: int) -> list[ReplayRow]:
@@ -288,7 +331,7 @@ def _run_replays(con: duckdb.DuckDBPyConnection, run_key: int) -> list[ReplayRow
         SELECT s.source, p.started, p.ended, p.status, p.names, p.detail, sum(n.n)
         FROM name_stats n JOIN sources s ON s.source_key = n.source_key
         LEFT JOIN replays p ON p.replay_id = s.source
-        WHERE n.run_key = ? AND n.source_key != 0
+        WHERE n.run_key = ? AND n.source_key != 0 AND s.source != 'extract'
         GROUP BY ALL ORDER BY p.started NULLS LAST, s.source
         """,
         [run_key],

@@ -115,7 +115,8 @@ def compare_with_recorded(
     same_place = "".join(f" AND r.{quote(c)} IS NOT DISTINCT FROM p.{quote(c)}" for c in coords)
     joined = (
         "FROM logs p JOIN logs r ON r.run_id = p.run_id AND r.name = p.name "
-        f"AND r.source = 'record'{same_place} WHERE p.source = ? AND p.run_id = ?"
+        f"AND r.source = 'record' AND r.rank = p.rank{same_place} "
+        "WHERE p.source = ? AND p.run_id = ?"
     )
     equal = (
         "(r.text IS NOT DISTINCT FROM p.text AND (r.value IS NOT DISTINCT FROM p.value "

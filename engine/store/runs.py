@@ -49,6 +49,8 @@ class RunRow:
     data_wait_s: float | None  # seconds spent waiting on data iterators (all loops)
     data_wait_share: float | None  # of the main loop's time; None when not measured
     context: dict[str, Any] | None  # where it ran and what it needed (store/run_context.py)
+    world_size: int = 1  # processes of a torchrun / mp.spawn launch (store/run_ranks.py)
+    launcher: dict[str, Any] | None = None  # how it was launched: launcher, nnodes, argv
 
     @property
     def duration_s(self) -> float | None:
@@ -81,6 +83,8 @@ class RunRow:
             "data_wait_s": self.data_wait_s,
             "data_wait_share": self.data_wait_share,
             "context": self.context,
+            "world_size": self.world_size,
+            "launcher": self.launcher,
         }
 
 
@@ -99,7 +103,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
         SELECT r.run_id, r.version, r.script, r.start_time, r.end_time, r.status,
                r.exception, r.message, r.host, r.argv, r.git_head, r.git_branch, r.git_dirty,
                coalesce(ns.n_logs, 0), coalesce(ck.n, 0), coalesce(rp.sources, []),
-               w.wait_s, w.loop_s, coalesce(ns.n_replayed, 0)
+               w.wait_s, w.loop_s, coalesce(ns.n_replayed, 0), r.world_size, r.launcher
         FROM runs r
         LEFT JOIN (SELECT run_key, sum(n) FILTER (WHERE source_key = 0) AS n_logs,
                           sum(n) FILTER (WHERE NOT recorded) AS n_replayed
@@ -111,7 +115,8 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                ON ck.run_id = r.run_id
         LEFT JOIN (SELECT n.run_key, list(DISTINCT s.source ORDER BY s.source) AS sources
                    FROM name_stats n JOIN sources s ON s.source_key = n.source_key
-                   WHERE n.source_key != 0 GROUP BY n.run_key) rp ON rp.run_key = r.run_key
+                   WHERE n.source_key != 0 AND s.source != 'extract'
+                   GROUP BY n.run_key) rp ON rp.run_key = r.run_key
         LEFT JOIN (SELECT i.run_key, sum(i.wait_s) AS wait_s,
                           sum(i.wait_s + i.iter_s) FILTER (WHERE e.depth = 0) AS loop_s
                    FROM iteration_rows i {entry_join("i", "e")}
@@ -151,6 +156,8 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                 data_wait_s=wait_s,
                 data_wait_share=(wait_s / loop_s) if wait_s is not None and loop_s else None,
                 context=contexts.get(r[0]),
+                world_size=int(r[19] or 1),
+                launcher=json.loads(r[20]) if r[20] else None,
             )
         )
     return out

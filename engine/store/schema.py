@@ -16,9 +16,12 @@ from __future__ import annotations
 import duckdb
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
-from florwb_engine.store import run_context
+from florwb_engine.store import console, run_context
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
+# A log row's rank is in its seq's high bits (each rank journal numbers its rows from
+# rank << RANK_SHIFT): the rank costs no column on the hot rows (store/run_ranks.py).
+RANK_SHIFT = 40
 RECORDED = "record"
 
 TABLES = {
@@ -27,7 +30,7 @@ TABLES = {
         argv VARCHAR, cwd VARCHAR, host VARCHAR, pid INTEGER, pid_ticks BIGINT,
         python VARCHAR, start_time TIMESTAMP, end_time TIMESTAMP, status VARCHAR,
         exception VARCHAR, message VARCHAR, git_head VARCHAR, git_branch VARCHAR,
-        git_dirty BOOLEAN""",
+        git_dirty BOOLEAN, world_size INTEGER, launcher VARCHAR""",
     "versions": """
         version VARCHAR PRIMARY KEY, first_seen TIMESTAMP, n_files INTEGER, n_bytes BIGINT,
         skipped VARCHAR""",
@@ -43,7 +46,7 @@ TABLES = {
         run_key INTEGER, source_key INTEGER, ctx_id BIGINT, wait_s DOUBLE, iter_s DOUBLE""",
     "loop_entries": """
         run_key INTEGER, source_key INTEGER, entry_id BIGINT, loop VARCHAR, path VARCHAR,
-        depth INTEGER, total BIGINT, own_column VARCHAR""",
+        depth INTEGER, total BIGINT, own_column VARCHAR, rank INTEGER""",
     "name_stats": """
         run_key INTEGER, source_key INTEGER, name_key INTEGER, path VARCHAR, n BIGINT,
         n_numeric BIGINT, n_int BIGINT, n_repeat BIGINT, last_ctx BIGINT,
@@ -56,19 +59,30 @@ TABLES = {
         names VARCHAR, detail VARCHAR""",
     "journals": """
         file VARCHAR PRIMARY KEY, run_id VARCHAR, source VARCHAR, "offset" BIGINT,
-        next_seq BIGINT, done BOOLEAN, next_chunk BIGINT, error VARCHAR""",
+        next_seq BIGINT, done BOOLEAN, next_chunk BIGINT, error VARCHAR, rank INTEGER""",
     # What ingestion or the recording could not keep exactly, per run: values stored as
     # text, calls dropped, values lost to a full disk, damaged journal bytes, unreadable
     # chunks. `n` counts values (bytes for damage); `detail` says why.
     "run_issues": """
         run_id VARCHAR, source VARCHAR, kind VARCHAR, detail VARCHAR, n BIGINT,
         PRIMARY KEY (run_id, source, kind, detail)""",
+    # One row per rank of a multi-process launch (torchrun, mp.spawn): its process and how
+    # it ended; the run's status is theirs combined (store/run_ranks.py).
+    "run_ranks": """
+        run_id VARCHAR, rank INTEGER, world_size INTEGER, local_rank INTEGER, host VARCHAR,
+        pid INTEGER, pid_ticks BIGINT, start_time TIMESTAMP, end_time TIMESTAMP,
+        status VARCHAR, exception VARCHAR, message VARCHAR, PRIMARY KEY (run_id, rank)""",
+    # The files a run's snapshot left out, as the run saw them (versions/inputs.py).
+    "run_inputs": """
+        run_id VARCHAR, path VARCHAR, size BIGINT, mtime_ns BIGINT, blob VARCHAR,
+        PRIMARY KEY (run_id, path)""",
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
     "run_context": run_context.TABLE,
+    "console_rows": console.TABLE,
 }
 
 VIEW_COLUMNS = {
-    "logs": ["run_id", "source", "seq", "name", "value", "text", "vtype", "ctx_id"],
+    "logs": ["run_id", "source", "seq", "name", "value", "text", "vtype", "ctx_id", "rank"],
     "iterations": [
         "run_id",
         "source",
@@ -79,8 +93,9 @@ VIEW_COLUMNS = {
         "iteration",
         "wait_s",
         "iter_s",
+        "rank",
     ],
-    "loops": ["run_id", "source", "entry_id", "loop", "path", "depth", "total"],
+    "loops": ["run_id", "source", "entry_id", "loop", "path", "depth", "total", "rank"],
 }
 FIXED_COLUMNS = frozenset(c for cols in VIEW_COLUMNS.values() for c in cols) | frozenset(
     part.split()[0] for part in TABLES["loop_entries"].split(",")
@@ -135,6 +150,15 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TABLE IF NOT EXISTS run_issues ({TABLES['run_issues']})")
     if version < 5:  # where each run ran and what it needed (store/run_context.py)
         run_context.create(con)
+    if version < 6:  # run_inputs (left-out files), console_rows (printed lines), ranks
+        con.execute(f"CREATE TABLE IF NOT EXISTS run_inputs ({TABLES['run_inputs']})")
+        con.execute(f"CREATE TABLE IF NOT EXISTS console_rows ({TABLES['console_rows']})")
+        con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS world_size INTEGER")
+        con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS launcher VARCHAR")
+        con.execute("ALTER TABLE loop_entries ADD COLUMN IF NOT EXISTS rank INTEGER")
+        con.execute("ALTER TABLE journals ADD COLUMN IF NOT EXISTS rank INTEGER")
+        con.execute(f"CREATE TABLE IF NOT EXISTS run_ranks ({TABLES['run_ranks']})")
+        create_views(con)
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
 
@@ -171,18 +195,20 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
     keys = "JOIN runs r ON r.run_key = l.run_key JOIN sources s ON s.source_key = l.source_key"
     con.execute(
         f"CREATE OR REPLACE VIEW logs AS SELECT r.run_id, s.source, l.seq, n.name, l.value, "
-        f"l.text, list_extract({_VTYPE_SQL}, l.vtype + 1) AS vtype, l.ctx_id{coords} "
+        f"l.text, list_extract({_VTYPE_SQL}, l.vtype + 1) AS vtype, l.ctx_id, "
+        f"(l.seq >> {RANK_SHIFT})::INTEGER AS rank{coords} "
         f"FROM log_rows l {keys} JOIN name_keys n ON n.name_key = l.name_key {entry_join()}"
     )
     con.execute(
         f"CREATE OR REPLACE VIEW iterations AS SELECT r.run_id, s.source, l.ctx_id, e.loop, "
-        f"e.path, e.depth, l.ctx_id & {ITERATION_MASK} AS iteration, l.wait_s, l.iter_s"
-        f"{coords} FROM iteration_rows l {keys} {entry_join()}"
+        f"e.path, e.depth, l.ctx_id & {ITERATION_MASK} AS iteration, l.wait_s, l.iter_s, "
+        f"coalesce(e.rank, 0) AS rank{coords} FROM iteration_rows l {keys} {entry_join()}"
     )
+    console.create_view(con, columns)
     outer = "".join(f", l.{quote(c)}" for c in columns)
     con.execute(
         f"CREATE OR REPLACE VIEW loops AS SELECT r.run_id, s.source, l.entry_id, l.loop, "
-        f"l.path, l.depth, l.total{outer} FROM loop_entries l {keys}"
+        f"l.path, l.depth, l.total, coalesce(l.rank, 0) AS rank{outer} FROM loop_entries l {keys}"
     )
 
 

@@ -207,3 +207,16 @@ def list_files(store_dir: Path, version: str) -> list[str]:
     git_dir, tree = _resolve(store_dir, version)
     out = git(["ls-tree", "-r", "-z", "--name-only", tree], cwd=git_dir, env=private_env(git_dir))
     return sorted(os.fsdecode(p) for p in out.stdout.split(b"\0") if p)
+
+
+def differing_files(store_dir: Path, first: str, second: str) -> list[str]:
+    """Paths whose content differs between two stored versions (added, removed or
+    changed), relative and POSIX, sorted; both trees are in the private store."""
+    git_dir, tree_a = _resolve(store_dir, first)
+    _git_dir, tree_b = _resolve(store_dir, second)
+    out = git(
+        ["diff-tree", "-r", "-z", "--name-only", "--no-renames", tree_a, tree_b],
+        cwd=git_dir,
+        env=private_env(git_dir),
+    )
+    return sorted(os.fsdecode(p) for p in out.stdout.split(b"\0") if p)

@@ -9,20 +9,46 @@ It tells the app where the cursor is (`VersionSelected`) and which metric it sho
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.message import Message
 from textual.widgets import Input, Static
 
 from florwb.ui import format as fmt
-from florwb.ui.messages import MetricChanged, SeriesLoaded, VersionSelected
+from florwb.ui.messages import ChartRequested, MetricChanged, SeriesLoaded, VersionSelected
 from florwb.ui.workers import run_in_thread
-from florwb.widgets.history_list import Columns, HistoryList, HistoryRow, build_rows
+from florwb.widgets.history_list import HistoryList, HistoryRow, build_rows
 from florwb.widgets.run_summary import RunSummary
+from florwb_engine.replay.errors import PlanError
+from florwb_engine.replay.facts import runs_where
 from florwb_engine.store import Store
 from florwb_engine.store.history_values import HistoryValues, load_series_values
 from florwb_engine.store.queries import History
 from florwb_engine.watch import PendingStatements
+
+# A filter with a comparison or SQL operator is a `--where` condition (as `florwb replay
+# --where` takes it: SQL over runs with args as columns); plain words filter as before.
+WHERE_SYNTAX = re.compile(
+    r"[<>=!~]|\b(like|ilike|between|is\s+(not\s+)?null|in\s*\()", re.IGNORECASE
+)
+
+
+def is_where(text: str) -> bool:
+    return bool(WHERE_SYNTAX.search(text))
+
+
+@dataclass
+class WhereAnswered(Message):
+    """The runs a `--where` filter selects, or why DuckDB cannot run it."""
+
+    condition: str
+    run_ids: set[str] | None
+    error: str | None
 
 
 class HistoryPane(Vertical):
@@ -32,6 +58,9 @@ class HistoryPane(Vertical):
     HistoryPane #history-header { height: 1; color: $text-muted; text-style: bold; }
     HistoryPane #history-filter { height: 1; border: none; padding: 0 1; display: none; }
     HistoryPane #history-filter.-shown { display: block; }
+    HistoryPane #history-filter-error { height: auto; max-height: 3; color: $error;
+        padding: 0 1; display: none; }
+    HistoryPane #history-filter-error.-shown { display: block; }
     HistoryPane HistoryList { height: 1fr; }
     HistoryPane RunSummary { height: auto; max-height: 6; border-top: solid $primary-darken-2;
         padding: 0 1; }
@@ -44,13 +73,17 @@ class HistoryPane(Vertical):
         self.pending: list[PendingStatements] = []
         self.text_filter = ""
         self.chosen_metric: str | None = None  # the metric the user cycled to, if any
+        self.where_ids: set[str] | None = None  # the runs a --where filter selected
+        self.where_error: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="history-header")
         yield HistoryList(id="history-list")
         yield Input(
-            placeholder="filter: words in run id, version, status, args", id="history-filter"
+            placeholder="filter: words, or a condition: lr > 0.05 and status = 'finished'",
+            id="history-filter",
         )
+        yield Static(id="history-filter-error")
         yield RunSummary("Loading the version history…", id="run-summary")
 
     @property
@@ -68,9 +101,37 @@ class HistoryPane(Vertical):
                 self._load_series(chosen)
         self.history = history
         listing = self.history_list
-        listing.set_series(history.series, history.last)
-        differ = fmt.args_that_differ((r.script, r.args) for r in history.runs)
-        listing.set_rows(build_rows(history, self.text_filter), differ)
+        listing.set_series(history.series, history.last, *self._range(history), history.metric)
+        listing.differ = fmt.args_that_differ((r.script, r.args) for r in history.runs)
+        self._rebuild()
+        if is_where(self.text_filter) and (
+            previous is None
+            or {r.run_id for r in previous.runs} != {r.run_id for r in history.runs}
+        ):
+            self._run_where(self.text_filter)  # new runs: does the condition select them?
+
+    def _range(self, history: History) -> tuple[dict[str, float], dict[str, float]]:
+        if isinstance(history, HistoryValues):
+            return history.low, history.high
+        return {}, {}
+
+    def _rebuild(self) -> None:
+        """The rows again from the history, the filter and the sort order."""
+        history = self.history
+        if history is None:
+            return
+        listing = self.history_list
+        where = is_where(self.text_filter)
+        # a condition DuckDB refused filters nothing: its error shows, every run stays
+        keep = None if not where or self.where_error else (self.where_ids or set())
+        rows = build_rows(
+            history,
+            "" if where else self.text_filter,
+            keep=keep,
+            sort=listing.sort,
+            value=listing.column_value,
+        )
+        listing.set_rows(rows, listing.differ)
         self._header()
         self.refresh_summary()
 
@@ -116,7 +177,11 @@ class HistoryPane(Vertical):
             self.history.series, self.history.last = message.series, message.last
             if isinstance(self.history, HistoryValues):
                 self.history.low, self.history.high = message.low, message.high
-        self.history_list.set_series(message.series, message.last)
+        self.history_list.set_series(
+            message.series, message.last, message.low, message.high, message.metric
+        )
+        if self.history_list.sort[0] in ("final", "best"):
+            self._rebuild()
         self._header()
         self.refresh_summary()
         self.post_message(MetricChanged(message.metric))
@@ -128,8 +193,22 @@ class HistoryPane(Vertical):
         history = self.history
         listing = self.history_list
         width = max(listing.content_width, 40)
-        header = Columns.fit(width).header(history.metric if history else None, listing.scale)
+        metric = history.metric if history else None
+        header = listing.columns(width).header(metric, listing.scale, listing.sort)
         self.query_one("#history-header", Static).update(header)
+
+    @on(HistoryList.SortChanged)
+    def _sort_changed(self, message: HistoryList.SortChanged) -> None:
+        message.stop()
+        self._rebuild()
+
+    @on(HistoryList.CompareRequested)
+    def _compare(self, message: HistoryList.CompareRequested) -> None:
+        message.stop()
+        from florwb.screens.run_compare import RunCompareScreen
+
+        first, second = message.run_ids
+        self.app.push_screen(RunCompareScreen(self.store.project, self.store, first, second))
 
     def refresh_summary(self, row: HistoryRow | None = None) -> None:
         history = self.history
@@ -155,6 +234,37 @@ class HistoryPane(Vertical):
         if event.row is not None:
             self.post_message(VersionSelected(event.row.version))
 
+    @on(HistoryList.ChartAsked)
+    def _chart_asked(self, message: HistoryList.ChartAsked) -> None:
+        """The marked runs (and those of marked versions); none marked: the runs of the
+        version under the cursor. Legends name each run by its id and differing args."""
+        message.stop()
+        history = self.history
+        if history is None:
+            return
+        listing = self.history_list
+        marked = listing.marked_runs
+        versions = listing.marked_versions
+        runs = [r for r in history.runs if r.run_id in marked or (r.version in versions)]
+        title = f"{fmt.plural(len(runs), 'marked run')}"
+        version = None  # nothing marked: the version's runs, also those started later
+        if not runs and message.row is not None:
+            version = message.row.version
+            runs = [r for r in history.runs if r.version == version]
+            title = f"version {fmt.short_version(version)}"
+        if not runs:
+            self.notify("No runs to chart: mark runs with space, or move to a version.")
+            return
+        differ = listing.differ
+        labels = {
+            r.run_id: " ".join(
+                part for part in (fmt.short_run(r.run_id), fmt.args_text(r.args, differ)) if part
+            )
+            for r in runs
+        }
+        run_ids = [r.run_id for r in runs]
+        self.post_message(ChartRequested(run_ids, labels, history.metric, title, version))
+
     @on(HistoryList.FilterRequested)
     def _open_filter(self) -> None:
         box = self.query_one("#history-filter", Input)
@@ -172,12 +282,42 @@ class HistoryPane(Vertical):
 
     def apply_filter(self, text: str) -> None:
         self.text_filter = text.strip()
-        if self.history is not None:
-            self.history_list.set_rows(
-                build_rows(self.history, self.text_filter), self.history_list.differ
-            )
-            self._header()
-            self.refresh_summary()
+        if is_where(self.text_filter):
+            self._run_where(self.text_filter)  # the rows stay as they are until it answers
+            return
+        self.where_ids = None
+        self._show_where_error(None)
+        self._rebuild()
+
+    def _run_where(self, condition: str) -> None:
+        """Ask the store which runs the condition selects, with the CLI's own code."""
+
+        def work() -> None:
+            try:
+                with self.store.session() as con:
+                    ids = {run.run_id for run in runs_where(con, condition)}
+            except PlanError as exc:
+                self.post_message(WhereAnswered(condition, None, str(exc)))
+                return
+            self.post_message(WhereAnswered(condition, ids, None))
+
+        run_in_thread(self, work, group="where", description="filtering runs")
+
+    @on(WhereAnswered)
+    def _where_answered(self, message: WhereAnswered) -> None:
+        message.stop()
+        if message.condition != self.text_filter:
+            return  # the user typed on
+        self._show_where_error(message.error)
+        self.where_ids = message.run_ids
+        self._rebuild()
+
+    def _show_where_error(self, error: str | None) -> None:
+        self.where_error = error
+        line = self.query_one("#history-filter-error", Static)
+        line.set_class(error is not None, "-shown")
+        reason = (error or "").removeprefix("bad --where: ")
+        line.update(Text(f"✗ {reason}" if error else ""))
 
     def _close_filter(self) -> None:
         box = self.query_one("#history-filter", Input)
@@ -192,6 +332,7 @@ class HistoryPane(Vertical):
             box.value = ""
             self.apply_filter("")
             box.remove_class("-shown")
+            self._show_where_error(None)
             self.history_list.focus()
 
 

@@ -10,11 +10,13 @@ posts `CancelRequested`: the app owns no replay state, the runner does.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
 from textual.widgets import DataTable, ProgressBar, Static
 
 from florwb.ui import format as fmt
@@ -62,6 +64,36 @@ class RunProgressRow(Horizontal):
         self.query_one(".state", Static).update(state)
 
 
+# The past replays' columns with widths fixed up front: filled while the tab was hidden,
+# auto-sized columns came out ~6 cells wide the first time (issue 14, defect 8).
+# They fit 80 columns with the cell padding: the whole replay id, the longest status.
+PAST_COLUMNS = (
+    ("replay", 20),
+    ("status", 9),
+    ("names", 13),
+    ("rows", 6),
+    ("started", 11),
+    ("took", 6),
+)
+
+
+class PastReplaysTable(DataTable[object]):
+    """The past replays; ⏎ opens the one under the cursor (runs, statuses, errors)."""
+
+    BINDINGS = keys.bindings("past")
+
+    @dataclass
+    class OpenRequested(Message):
+        replay_id: str
+
+    def action_open_replay(self) -> None:
+        if self.row_count == 0:
+            return
+        key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        if key is not None:
+            self.post_message(self.OpenRequested(str(key)))
+
+
 class ReplayPane(Vertical):
     """Live progress of the current replay and of runs recording elsewhere; past replays."""
 
@@ -90,6 +122,7 @@ class ReplayPane(Vertical):
         # The running replay's rows by run id. No widget ids: the rows of the previous
         # replay are still being removed when the next one's are mounted (issue 14, 1).
         self.rows: dict[str, RunProgressRow] = {}
+        self.replays: dict[str, ReplayRow] = {}  # the past replays listed, by id
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -101,12 +134,12 @@ class ReplayPane(Vertical):
         yield Static("Recording now: none", id="live-title")
         yield Vertical(id="live-runs")
         yield Static("Past replays", id="past-title")
-        yield DataTable(id="past-replays", cursor_type="row", zebra_stripes=True)
+        yield PastReplaysTable(id="past-replays", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         table = self.query_one("#past-replays", DataTable)
-        for column in ("replay", "status", "names", "rows", "started", "took"):
-            table.add_column(column, key=column)
+        for column, width in PAST_COLUMNS:
+            table.add_column(column, key=column, width=width)
         self.set_interval(0.5, self._tick)
         self.post_message(PaneReady(self))  # for what arrived before it existed (Lazy)
 
@@ -208,6 +241,14 @@ class ReplayPane(Vertical):
         self.running = False
         self.result = result
         elapsed = time.perf_counter() - self.started
+        if self.plan is not None:  # nothing left to cancel: the title stops offering it
+            title = self.query_one("#replay-title", Static)
+            title.update(
+                Text(
+                    f"Replay {self.plan.replay_id}: {', '.join(self.plan.names)} on "
+                    f"{fmt.plural(len(self.plan.ready()), 'run')} · r plans the next one"
+                )
+            )
         eta = self.query_one("#replay-eta", Static)
         if result is None:
             eta.update(Text("✗ replay failed: see the error shown", "bold red"))
@@ -269,16 +310,30 @@ class ReplayPane(Vertical):
 
     def show_replays(self, replays: list[ReplayRow]) -> None:
         table = self.query_one("#past-replays", DataTable)
+        row = table.cursor_row
         table.clear()
+        self.replays = {r.replay_id: r for r in replays}
         for r in replays:
             took = (r.ended - r.started).total_seconds() if r.ended and r.started else None
             table.add_row(
                 r.replay_id,
                 r.status or "?",
-                fmt.clip(r.names or "-", 20),
+                fmt.clip(r.names or "-", 13),
                 f"{r.rows:,}",
                 fmt.clock(r.started),
                 fmt.duration(took),
                 key=r.replay_id,
             )
-        self.query_one("#past-title", Static).update(f"Past replays: {len(replays)}")
+        if 0 <= row < table.row_count:
+            table.move_cursor(row=row)
+        self.query_one("#past-title", Static).update(
+            f"Past replays: {len(replays)}" + (" (p focuses, ⏎ details)" if replays else "")
+        )
+
+    def on_past_replays_table_open_requested(self, message: PastReplaysTable.OpenRequested) -> None:
+        message.stop()
+        replay = self.replays.get(message.replay_id)
+        if replay is not None:
+            from florwb.screens.replay_detail import ReplayDetailScreen
+
+            self.app.push_screen(ReplayDetailScreen(replay))

@@ -14,14 +14,14 @@ from pathlib import Path
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import ScrollableContainer, Vertical
+from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
-from florwb.ui.messages import PaneReady, StatementTableLoaded
+from florwb.ui.messages import PaneReady, ReplayRequested, StatementTableLoaded
 from florwb.ui.workers import run_in_thread
-from florwb.widgets.code_diff import render_diff
+from florwb.widgets.code_diff import DiffView, render_diff
 from florwb.widgets.matrix_table import MatrixTable
 from florwb_engine.statements import (
     WORKING,
@@ -32,15 +32,31 @@ from florwb_engine.statements import (
 from florwb_engine.store import Store
 from florwb_engine.store.queries import History
 
-LEGEND = "● recorded  ↻ replayed  → propagatable  ✗ cannot place"
+LEGEND = "● recorded ↻ replayed → propagatable (⏎ replays) ✗ cannot place + new"
 CELL_TEXT = {
     "recorded": ("● L{line}", "green"),
     "replayed": ("↻ replayed", "cyan"),
     "propagatable": ("→ L{line}", "yellow"),
     "cannot place": ("✗ no", "red"),
     "in tree": ("● L{line}", "bold green"),
+    # in the working tree, but no run recorded it and no replay filled it in yet
+    "new in tree": ("+ L{line} new", "bold yellow"),
     "absent": ("-", "dim"),
 }
+
+
+def tree_status(table: StatementTable, name: str) -> str:
+    """The working-tree cell's look: ● only where some version's runs have the statement
+    (recorded or replayed); a statement no run has yet reads + new (issue 14, defect 8)."""
+    cell = table.cells[(name, WORKING)]
+    if cell.status != "in tree":
+        return cell.status
+    had = any(
+        table.cells[(name, v)].status in ("recorded", "replayed")
+        for v in table.versions
+        if v != WORKING
+    )
+    return "in tree" if had else "new in tree"
 
 
 class StatementsPane(Vertical, can_focus=False):
@@ -53,8 +69,7 @@ class StatementsPane(Vertical, can_focus=False):
     StatementsPane #cell-reason { height: auto; max-height: 2; color: $text-muted; }
     StatementsPane #diff-title { height: 1; text-style: bold; border-top: solid $primary-darken-2;
         height: 2; }
-    StatementsPane #diff-scroll { height: 1fr; overflow: auto auto; }
-    StatementsPane #diff { width: auto; }
+    StatementsPane DiffView { height: 1fr; }
     """
 
     def __init__(self, project: Path, store: Store, *, id: str | None = None) -> None:
@@ -67,6 +82,7 @@ class StatementsPane(Vertical, can_focus=False):
         self.selected_version: str | None = None
         self.marked_versions: set[str] = set()
         self.stale = True
+        self.order: list[str] = []  # the versions in column order (working tree first)
 
     def on_mount(self) -> None:
         self.post_message(PaneReady(self))
@@ -100,8 +116,7 @@ class StatementsPane(Vertical, can_focus=False):
         yield table
         yield Static(id="cell-reason")
         yield Static(id="diff-title")
-        with ScrollableContainer(id="diff-scroll"):
-            yield Static(id="diff")
+        yield DiffView(id="diff-view")
 
     # --- loading --------------------------------------------------------------------------
 
@@ -137,7 +152,13 @@ class StatementsPane(Vertical, can_focus=False):
         table = self.query_one("#matrix", DataTable)
         table.clear(columns=True)
         table.add_column("statement", key="name")
-        for version in message.versions:
+        # The working tree right after the statement names, both fixed: however many versions
+        # scroll by on a narrow terminal, that column is never cut (issue 14, defect 8).
+        self.order = [v for v in message.versions if v == WORKING] + [
+            v for v in message.versions if v != WORKING
+        ]
+        table.fixed_columns = 1 + (WORKING in message.versions)
+        for version in self.order:
             label = (
                 WORKING
                 if version == WORKING
@@ -146,16 +167,18 @@ class StatementsPane(Vertical, can_focus=False):
             table.add_column(label, key=version)
         for name in message.names:
             cells = [Text(name, "bold")]
-            for version in message.versions:
+            for version in self.order:
                 cell = message.cells[(name, version)]
-                label, style = CELL_TEXT[cell.status]
+                status = tree_status(message, name) if version == WORKING else cell.status
+                label, style = CELL_TEXT[status]
                 cells.append(Text(label.format(line=cell.line), style))
             table.add_row(*cells, key=name)
         start = self.selected_version
-        if start in message.versions:
-            table.move_cursor(column=message.versions.index(start) + 1, row=0)
-        elif len(message.versions) > 1:
-            table.move_cursor(column=len(message.versions) - 1, row=0)
+        recorded = [v for v in self.order if v != WORKING]
+        if start in self.order:
+            table.move_cursor(column=self.order.index(start) + 1, row=0)
+        elif recorded:  # the newest recorded version
+            table.move_cursor(column=self.order.index(recorded[-1]) + 1, row=0)
         self._show_cell()
         self.show_diff()
 
@@ -173,7 +196,7 @@ class StatementsPane(Vertical, can_focus=False):
             return None, None
         row, column = table.cursor_coordinate
         name = data.names[min(row, len(data.names) - 1)]
-        version = data.versions[column - 1] if column >= 1 else None
+        version = self.order[column - 1] if 1 <= column <= len(self.order) else None
         return name, version
 
     def _show_cell(self) -> None:
@@ -191,14 +214,19 @@ class StatementsPane(Vertical, can_focus=False):
             reason.update(f"{name}: in {len(present)} of {len(self.data.versions)} columns")
             return
         cell = self.data.cells[(name, version)]
-        status, line, why = cell.status, cell.line, cell.reason
+        line, why = cell.line, cell.reason
+        status = tree_status(self.data, name) if version == WORKING else str(cell.status)
         where = WORKING if version == WORKING else f"version {fmt.short_version(version)}"
         explain = {
             "recorded": f"recorded by its runs, at line {line}",
             "in tree": f"at line {line} of the working tree",
+            "new in tree": f"at line {line} of the working tree; no run has it yet",
             "absent": "not in the working tree",
             "replayed": "filled in for its runs by a replay",
-            "propagatable": f"propagatable: would be inserted at line {line}; r replays it",
+            "propagatable": (
+                f"propagatable: would be inserted at line {line}; ⏎ replays it for this "
+                "version's runs"
+            ),
             "cannot place": f"cannot place: {why or 'no matching place in this version'}",
         }[status]
         reason.update(Text(f"{name} in {where}: {explain}"))
@@ -217,16 +245,16 @@ class StatementsPane(Vertical, can_focus=False):
         if self.base_is_marked and marked:
             base = marked[0]
         title = self.query_one("#diff-title", Static)
-        target = self.query_one("#diff", Static)
+        target = self.query_one(DiffView)
         if version is None or base is None or version not in data.sources:
             title.update("No code to compare.")
-            target.update("")
+            target.set_diff(Text())
             return
         base_label = WORKING if base == WORKING else f"version {fmt.short_version(base)}"
         title.update(
             Text.assemble(
                 (f"diff version {fmt.short_version(version)} → {base_label}", "bold"),
-                ("  ◆ log statement · b: other base", "dim"),
+                ("  ◆ log statement · b: other base · /: search", "dim"),
             )
         )
         diff = render_diff(
@@ -237,8 +265,7 @@ class StatementsPane(Vertical, can_focus=False):
             old_log_lines=data.log_lines.get(version, set()),
             new_log_lines=data.log_lines.get(base, set()),
         )
-        diff.no_wrap = True
-        target.update(diff)
+        target.set_diff(diff)
 
     # --- actions --------------------------------------------------------------------------
 
@@ -251,7 +278,38 @@ class StatementsPane(Vertical, can_focus=False):
         self.show_diff()
 
     def action_focus_diff(self) -> None:
-        self.query_one("#diff-scroll").focus()
+        self.query_one(DiffView).focus_diff()
+
+    def action_search_diff(self) -> None:
+        self.query_one(DiffView).action_search()
+
+    @on(DataTable.CellSelected, "#matrix")
+    def _cell_selected(self, event: DataTable.CellSelected) -> None:
+        """⏎ on a propagatable cell plans a replay of exactly that statement for that
+        version's runs (the plan screen then lets the user leave runs out)."""
+        event.stop()
+        self.replay_cell()
+
+    def replay_cell(self) -> None:
+        name, version = self._cursor()
+        data, history = self.data, self.history
+        if data is None or name is None or version is None or history is None:
+            return
+        cell = data.cells[(name, version)]
+        if cell.status != "propagatable":
+            where = WORKING if version == WORKING else f"version {fmt.short_version(version)}"
+            self.notify(
+                f"{name} in {where} is not propagatable ({cell.status}): ⏎ replays only → cells.",
+                title="Replay",
+            )
+            return
+        run_ids = [
+            r.run_id for r in history.runs if r.version == version and r.script == data.script
+        ]
+        if not run_ids:
+            self.notify(f"Version {fmt.short_version(version)} has no runs.", title="Replay")
+            return
+        self.post_message(ReplayRequested(run_ids, names=[name]))
 
     def action_focus_matrix(self) -> None:
         self.query_one("#matrix").focus()

@@ -1,27 +1,29 @@
 """The replay plan: what a replay would re-execute and how long it should take, shown
 before anything runs. Planning (propagating the statements into each version, reading the
-recorded timings) happens in a worker; +/- re-plans for another number of workers."""
+recorded timings) happens in a worker; +/- re-plans for another number of workers; space
+on a run leaves it out of the replay (or takes it back in) before anything starts."""
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, DataTable, Static
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
 from florwb.ui.workers import run_in_thread
+from florwb_engine.replay.cost import schedule
 
 # More workers than cores only slow a replay down (they take turns on the cores).
 MAX_WORKERS = max(os.cpu_count() or 1, 1)
@@ -36,6 +38,34 @@ class PlanReady(Message):
     serial: int
 
 
+EXCLUDED = "excluded by you (space takes it back)"
+
+
+class PlanRunsTable(DataTable[object]):
+    """The plan's runs, one row each; space includes or excludes the run under the cursor,
+    ⏎ starts the replay (DataTable's select)."""
+
+    BINDINGS = keys.bindings("plan_runs")
+
+    def action_toggle_run(self) -> None:
+        screen = self.screen
+        if isinstance(screen, ReplayPlanScreen):
+            screen.toggle_row(self.cursor_row)
+
+
+def without_runs(plan: Any, excluded: set[str]) -> Any:
+    """A copy of `plan` in which the `excluded` ready runs are skipped (their segments
+    dropped, the estimate scheduled again over the rest); the plan itself is unchanged."""
+    shown = copy.deepcopy(plan)
+    for run in shown.runs:
+        if run.run_id in excluded and run.status == "ready":
+            run.status, run.reason, run.segments, run.estimate_s = "skip", EXCLUDED, [], 0.0
+    shown.estimate_s = schedule(
+        [s.estimate_s for r in shown.runs for s in r.segments], shown.workers
+    )
+    return shown
+
+
 class ReplayPlanScreen(ModalScreen[Any]):
     """Shows what a replay would do and how long it should take; returns the Plan to run
     and the fork server warmed up while the user read it."""
@@ -47,6 +77,8 @@ class ReplayPlanScreen(ModalScreen[Any]):
         border: thick $accent; background: $surface; padding: 0 1; }
     ReplayPlanScreen #plan-title { text-style: bold; }
     ReplayPlanScreen #plan-body { height: auto; max-height: 14; }
+    ReplayPlanScreen PlanRunsTable { height: auto; max-height: 12; }
+    ReplayPlanScreen #plan-note { height: auto; max-height: 4; color: $text-muted; }
     ReplayPlanScreen #plan-estimate { margin-top: 1; }
     ReplayPlanScreen Horizontal { height: 3; align-horizontal: right; }
     ReplayPlanScreen Button { margin-left: 1; }
@@ -60,7 +92,9 @@ class ReplayPlanScreen(ModalScreen[Any]):
         self.names = list(names)
         self.run_ids = run_ids
         self.n_workers = workers
-        self.plan: Any | None = None
+        self.plan: Any | None = None  # what Start runs: the planned one less the excluded runs
+        self.planned: Any | None = None  # as the planner returned it
+        self.excluded: set[str] = set()  # run ids the user left out (space)
         self.fork_server: Any | None = None  # the replay's warm fork server, once planning starts
         self.serial = 0
 
@@ -71,6 +105,8 @@ class ReplayPlanScreen(ModalScreen[Any]):
                 yield Static(
                     "Planning… (propagating the statements into each version)", id="plan-table"
                 )
+                yield PlanRunsTable(id="plan-runs", cursor_type="row", zebra_stripes=True)
+            yield Static(id="plan-note")
             yield Static(id="plan-estimate")
             with Horizontal():
                 yield Button("Start ⏎", id="plan-start", variant="success", disabled=True)
@@ -113,8 +149,20 @@ class ReplayPlanScreen(ModalScreen[Any]):
             return
         plan = planned.plan
         assert plan is not None  # no error: the planner returned a plan
-        self.plan = plan
-        table.update(plan_table(plan))
+        self.planned = plan
+        table.display = False
+        self._show_plan(focus=True)
+
+    def _show_plan(self, focus: bool = False) -> None:
+        """The planned runs less the excluded ones: table, estimate, Start."""
+        if self.planned is None:
+            return
+        plan = self.plan = without_runs(self.planned, self.excluded)
+        runs = self.query_one(PlanRunsTable)
+        row = runs.cursor_row
+        fill_plan_table(runs, plan)
+        if row < runs.row_count:
+            runs.move_cursor(row=row)
         ready = plan.ready()
         line = Text()
         line.append(f"estimate {fmt.duration(plan.estimate_s)}", "bold")
@@ -122,10 +170,49 @@ class ReplayPlanScreen(ModalScreen[Any]):
         line.append(f" · {len(ready)} of {len(plan.runs)} runs to replay")
         segments = sum(len(r.segments) for r in ready)
         line.append(f" · {fmt.plural(segments, 'segment')}")
-        estimate.update(line)
+        if self.excluded:
+            line.append(f" · {len(self.excluded)} excluded", "yellow")
+        line.append(" · ␣ include/exclude", "dim")
+        self.query_one("#plan-estimate", Static).update(line)
         self.query_one("#plan-start", Button).disabled = not ready
-        if ready:
-            self.query_one("#plan-start", Button).focus()
+        if focus:
+            runs.focus()
+
+    def toggle_row(self, row: int) -> None:
+        """Space on a run: leave it out of the replay, or take it back in."""
+        if self.planned is None or not 0 <= row < len(self.planned.runs):
+            return
+        run = self.planned.runs[row]
+        if run.run_id in self.excluded:
+            self.excluded.discard(run.run_id)
+        elif run.status == "ready":
+            self.excluded.add(run.run_id)
+        else:
+            self.notify(
+                f"{fmt.short_run(run.run_id)} is not replayed: {run.reason or run.status}",
+                title="Replay plan",
+            )
+            return
+        self._show_plan()
+
+    @on(DataTable.RowHighlighted, "#plan-runs")
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """The whole reason and notes of the run under the cursor (the cell is one line)."""
+        event.stop()
+        plan = self.plan
+        note = self.query_one("#plan-note", Static)
+        if plan is None or not 0 <= event.cursor_row < len(plan.runs):
+            note.update("")
+            return
+        run = plan.runs[event.cursor_row]
+        said = [run.reason] if run.reason else []
+        said += run.notes
+        note.update(Text(f"{fmt.short_run(run.run_id)}: {'; '.join(said) or run.status}"))
+
+    @on(DataTable.RowSelected, "#plan-runs")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_start()
 
     def action_start(self) -> None:
         if self.plan is not None and self.plan.ready():
@@ -163,14 +250,18 @@ class ReplayPlanScreen(ModalScreen[Any]):
         self.action_close()
 
 
-def plan_table(plan: Any) -> Table:
-    table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold", expand=True)
-    table.add_column("run", no_wrap=True)
-    table.add_column("version", no_wrap=True)
-    table.add_column("mode", no_wrap=True)
-    table.add_column("seg", justify="right")
-    table.add_column("est.", justify="right", no_wrap=True)
-    table.add_column("status / notes", ratio=1, no_wrap=True, overflow="ellipsis")
+def fill_plan_table(table: DataTable[object], plan: Any) -> None:
+    """One row per run of `plan`: run, version, mode, segments, estimate, status / notes."""
+    table.clear(columns=True)
+    for title, width in (
+        ("run", 6),
+        ("version", 8),
+        ("mode", 6),
+        ("seg", 3),
+        ("est.", 6),
+        ("status / notes", None),
+    ):
+        table.add_column(title, key=title, width=width)
     for run in plan.runs:
         style = {"ready": "green", "skip": "yellow", "done": "dim"}.get(run.status, "")
         notes = run.reason or "; ".join(run.notes) or ""
@@ -178,8 +269,8 @@ def plan_table(plan: Any) -> Table:
             fmt.short_run(run.run_id),
             fmt.short_version(run.version),
             run.mode or "-",
-            str(len(run.segments)),
-            fmt.duration(run.estimate_s) if run.status == "ready" else "-",
+            Text(str(len(run.segments)), justify="right"),
+            Text(fmt.duration(run.estimate_s) if run.status == "ready" else "-", justify="right"),
             Text.assemble((run.status, style), (f" {notes}" if notes else "", "dim")),
+            key=run.run_id,
         )
-    return table

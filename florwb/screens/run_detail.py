@@ -1,7 +1,10 @@
-"""Run detail: args, every logged name with a sparkline, checkpoints, replays, data wait.
+"""Run detail: args, every logged name once with a sparkline, where time went (host,
+argv, git, device, peak memory, data wait per loop), checkpoints with the call that loads
+one, replays, and the tail of what the run printed.
 
 Pushed over the workbench by enter in the history; loads in a worker and renders as a
-few Rich tables in one scrollable column, which reads well at 80x24.
+few Rich tables in one scrollable column, which reads well at 80x24. While the run still
+records, it reloads every RELOAD_S so the console tail and the numbers follow it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
 from florwb.ui import format as fmt
@@ -24,6 +28,11 @@ from florwb.widgets.run_summary import data_wait_line
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.store import Store
 from florwb_engine.store.queries import RunDetail, load_run_detail
+from florwb_engine.store.runs import RunRow
+
+RELOAD_S = 1.0  # while the run records
+TAIL_LINE_CHARS = 200  # a longer line is clipped in the tail; `florwb io` shows it whole
+CHANNEL_STYLES = {"stdout": "", "stderr": "yellow", "warning": "yellow", "error": "red"}
 
 
 def _section(title: str) -> Text:
@@ -73,14 +82,14 @@ def render_detail(detail: RunDetail) -> Group:
     if detail.metrics:
         metrics = _table()
         metrics.add_column("name", style="cyan", no_wrap=True, max_width=18)
-        metrics.add_column("source", no_wrap=True, max_width=10)
+        metrics.add_column("source", no_wrap=True, max_width=13)
         metrics.add_column("n", justify="right")
         metrics.add_column("last", justify="right")
         metrics.add_column("min", justify="right")
         metrics.add_column("max", justify="right")
         metrics.add_column("series", no_wrap=True, style="cyan")
         for m in detail.metrics:
-            source = "recorded" if m.source == "record" else "↻ " + fmt.short_run(m.source)
+            source = _source_label(m.source, m.rechecked)
             if m.points:
                 values = (fmt.number(m.last), fmt.number(m.low), fmt.number(m.high))
                 spark = sparkline(m.points, 20)
@@ -98,6 +107,8 @@ def render_detail(detail: RunDetail) -> Group:
         for c in detail.checkpoints:
             ckpt.add_row(c.loop, str(c.iteration), fmt.size(c.bytes), fmt.clock(c.time), c.path)
         parts.append(ckpt)
+        parts.append(Text("load the model as it was there:", "dim"))
+        parts.append(Text(load_command(detail), "bold green"))
     else:
         parts.append(Text("none (replay re-executes from the start)", "dim"))
 
@@ -112,13 +123,133 @@ def render_detail(detail: RunDetail) -> Group:
     else:
         parts.append(Text("none yet", "dim"))
 
-    parts.append(_section("Data loading"))
+    parts.extend(_where_time_goes(detail))
+    parts.extend(_console(detail))
+    return Group(*parts)
+
+
+def _source_label(source: str, rechecked: int) -> str:
+    if source == "record":
+        label = "recorded"
+    elif source == "extract":
+        label = "extracted"
+    else:
+        label = "↻ " + fmt.short_run(source)
+    return f"{label} ✓{rechecked}" if rechecked else label
+
+
+def load_command(detail: RunDetail) -> str:
+    """The call that restores the run's latest checkpoint into live objects (pull.py):
+    objects by their `flor.checkpointing` names, the loop's iteration as a keyword."""
+    last = detail.checkpoints[-1]
+    for c in detail.checkpoints:
+        if (c.loop, c.iteration) > (last.loop, last.iteration) and c.loop == last.loop:
+            last = c
+    loop = last.loop if last.loop.isidentifier() else None
+    where = f"{loop}={last.iteration}" if loop else f"iteration={last.iteration}"
+    return f'flor.load_into("{detail.run.run_id}", model=..., optimizer=..., {where})'
+
+
+def _context_lines(run: RunRow) -> list[Text]:
+    """Host, argv, git and the device context (store/run_context.py), what is known."""
+    lines = []
+    host = Text()
+    host.append("host    ", "cyan")
+    host.append(run.host or "?")
+    lines.append(host)
+    argv = Text()
+    argv.append("argv    ", "cyan")
+    argv.append(" ".join(run.argv) if run.argv else "?")
+    lines.append(argv)
+    git = Text()
+    git.append("git     ", "cyan")
+    if run.git_head:
+        git.append(f"{run.git_branch or '(detached)'} @ {run.git_head[:10]}")
+        if run.git_dirty:
+            git.append(" dirty", "yellow")
+        elif run.git_dirty is not None:
+            git.append(" clean", "green")
+    else:
+        git.append("not a git checkout", "dim")
+    lines.append(git)
+    ctx = run.context or {}
+    device = Text()
+    device.append("device  ", "cyan")
+    kind = ctx.get("device_kind")
+    name = ctx.get("device_name") or ctx.get("cpu_name")
+    if kind or name:
+        device.append(f"{kind}: {name or '?'}" if kind else str(name))
+        if ctx.get("gpu_count"):
+            device.append(f" · {ctx['gpu_count']} × {ctx.get('gpu_name') or 'GPU'}")
+        elif ctx.get("cpu_count"):
+            device.append(f" · {ctx['cpu_count']} cores")
+        versions = [
+            f"{label} {ctx[key]}"
+            for label, key in (("torch", "torch_version"), ("CUDA", "cuda_version"))
+            if ctx.get(key)
+        ]
+        if versions:
+            device.append(" · " + ", ".join(versions), "dim")
+    else:
+        device.append("not recorded", "dim")
+    lines.append(device)
+    memory = []
+    if ctx.get("peak_rss_bytes"):
+        memory.append(f"host peak {fmt.size(ctx['peak_rss_bytes'])}")
+    peaks = ctx.get("gpu_peak_bytes") or []
+    if peaks:
+        memory.append("GPU peak " + " / ".join(fmt.size(int(p)) for p in peaks))
+    if ctx.get("energy_j") is not None:
+        memory.append(f"energy {ctx['energy_j']:,.0f} J")
+    if memory:
+        line = Text()
+        line.append("memory  ", "cyan")
+        line.append(" · ".join(memory))
+        lines.append(line)
+    return lines
+
+
+def _where_time_goes(detail: RunDetail) -> list:
+    """Where the run ran and where its loop time went (issue 14's "where time goes")."""
+    run = detail.run
+    parts: list = [_section("Where time goes"), *_context_lines(run)]
     share = run.data_wait_share
     parts.append(Text(f"waited on the data iterator {fmt.percent(share)} of loop time"))
+    if detail.loop_waits:
+        waits = _table("loop", "data wait", "of its time", "loop time")
+        for w in detail.loop_waits:
+            waits.add_row(
+                w.path, fmt.duration(w.wait_s), fmt.percent(w.share), fmt.duration(w.loop_s)
+            )
+        parts.append(waits)
     hint = data_wait_line(share)
     if hint:
         parts.append(Text(hint, "bold yellow"))
-    return Group(*parts)
+    return parts
+
+
+def _console(detail: RunDetail) -> list:
+    """The last lines the run printed or logged (record/capture.py), oldest first."""
+    total = detail.console_total
+    shown = len(detail.console)
+    title = f"Console ({total:,} lines" + (f", last {shown})" if total > shown else ")")
+    parts: list = [_section(title)]
+    if not detail.console:
+        parts.append(Text("nothing printed (or FLORWB_CAPTURE=0)", "dim"))
+        return parts
+    lines = Table.grid(padding=(0, 1))
+    lines.add_column(style="dim", no_wrap=True)
+    lines.add_column(no_wrap=True)
+    lines.add_column(overflow="fold")
+    for line in detail.console:
+        where = " ".join(f"{k}={v}" for k, v in line.where.items()) or "-"
+        text = Text(fmt.clip(line.text, TAIL_LINE_CHARS), CHANNEL_STYLES.get(line.channel, "cyan"))
+        if line.n > 1:
+            text.append(f" (×{line.n})", "dim")
+        lines.add_row(where, line.channel, text)
+    parts.append(lines)
+    parts.append(Text(f"all of them: florwb io {detail.run.run_id}", "dim"))
+    return parts
 
 
 class RunDetailScreen(Screen[None]):
@@ -132,6 +263,7 @@ class RunDetailScreen(Screen[None]):
         self.store = store
         self.run_id = run_id
         self.detail: RunDetail | None = None
+        self._reload: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header(icon=fmt.TITLE_ICON)
@@ -154,6 +286,12 @@ class RunDetailScreen(Screen[None]):
     def _loaded(self, message: RunDetailLoaded) -> None:
         self.detail = message.detail
         self.query_one("#detail", Static).update(render_detail(message.detail))
+        live = message.detail.run.status == "running"
+        if live and self._reload is None:  # follow the run while it records
+            self._reload = self.set_interval(RELOAD_S, self.load)
+        elif not live and self._reload is not None:
+            self._reload.stop()
+            self._reload = None
 
     def action_back(self) -> None:
         self.dismiss(None)

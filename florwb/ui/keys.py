@@ -39,8 +39,24 @@ SCOPES: dict[str, tuple[str, str, str | None]] = {
     "query": ("Query (4)", "#query-pane", "query"),
     "run": ("Run detail", "RunDetailScreen", None),
     "plan": ("Replay plan", "ReplayPlanScreen", None),
+    "chart": ("Chart", "ChartScreen", None),
     "matrix": ("Statement matrix (2)", "#matrix", "statements"),
     "results": ("Query results (4)", "#results", "query"),
+    "diff": ("Code diff", "DiffView", "statements"),
+    "plan_runs": ("Replay plan: runs", "PlanRunsTable", None),
+    "past": ("Past replays (3)", "#past-replays", "replay"),
+    "compare": ("Run comparison", "RunCompareScreen", None),
+    "replay_detail": ("Replay detail", "ReplayDetailScreen", None),
+}
+
+# Scopes that live on a modal screen: offered by the palette only while it is open.
+SCREEN_SCOPES = {
+    "run": "RunDetailScreen",
+    "plan": "ReplayPlanScreen",
+    "plan_runs": "ReplayPlanScreen",
+    "compare": "RunCompareScreen",
+    "replay_detail": "ReplayDetailScreen",
+    "chart": "ChartScreen",
 }
 
 KEYS: dict[str, tuple[Key, ...]] = {
@@ -78,6 +94,11 @@ KEYS: dict[str, tuple[Key, ...]] = {
             "history.metric", "m", "next_metric", "Next metric for sparklines", True, label="metric"
         ),
         Key("history.metric_back", "M", "previous_metric", "Previous metric"),
+        # not in the footer: at 80 columns it would push `q quit` off (help and palette list it)
+        Key("history.chart", "c", "chart", "Chart marked runs (or the version)"),
+        Key("history.sort", "s", "cycle_sort", "Sort runs by the next column"),
+        Key("history.sort_reverse", "S", "reverse_sort", "Reverse the sort order"),
+        Key("history.compare", "v", "compare", "Compare the two marked runs"),
     ),
     "statements": (
         Key(
@@ -90,6 +111,35 @@ KEYS: dict[str, tuple[Key, ...]] = {
         ),
         Key("statements.diff", "d", "focus_diff", "Focus the code diff"),
         Key("statements.matrix", "x", "focus_matrix", "Focus the matrix"),
+        Key("statements.search", "slash", "search_diff", "Search the code diff"),
+    ),
+    # ⏎ on a cell of the matrix (DataTable's select) plans its replay: said in help here
+    "diff": (
+        Key("diff.search", "slash", "search", "Search the diff", True, label="search"),
+        Key("diff.next", "n", "next_match", "Next match", True, label="next"),
+        Key("diff.previous", "N", "previous_match", "Previous match"),
+    ),
+    "plan_runs": (
+        Key(
+            "plan_runs.toggle",
+            "space",
+            "toggle_run",
+            "Include / exclude the run",
+            True,
+            label="include",
+        ),
+    ),
+    "past": (
+        Key(
+            "past.open", "enter", "open_replay", "Open the replay's details", True, label="details"
+        ),
+    ),
+    "compare": (
+        Key("compare.back", "escape,q", "back", "Back", True, label="back"),
+        Key("compare.diff", "d", "focus_diff", "Focus the code diff"),
+    ),
+    "replay_detail": (
+        Key("replay_detail.back", "escape,backspace,q", "back", "Back", True, label="back"),
     ),
     "replay": (
         Key("replay.cancel", "c", "cancel", "Cancel the running replay", True, label="cancel"),
@@ -128,12 +178,33 @@ KEYS: dict[str, tuple[Key, ...]] = {
         Key("matrix.right", "l", "cursor_right", "Next version"),
         Key("matrix.first", "g", "scroll_top", "First statement"),
         Key("matrix.last", "G", "scroll_bottom", "Last statement"),
+        Key(
+            "matrix.replay",
+            "enter",
+            "select_cursor",
+            "Replay the cell's statement",
+            True,
+            label="replay cell",
+        ),
     ),
     "results": (
         Key("results.down", "j", "cursor_down", "Next row"),
         Key("results.up", "k", "cursor_up", "Previous row"),
         Key("results.first", "g", "scroll_top", "First row"),
         Key("results.last", "G", "scroll_bottom", "Last row"),
+    ),
+    "chart": (
+        Key("chart.back", "escape,backspace", "back", "Back", True, label="back"),
+        Key("chart.axis", "x", "next_axis", "x axis: steps / epochs / wall time", True, "axis"),
+        Key("chart.log", "l", "toggle_log", "Log scale on/off", True, label="log"),
+        Key("chart.smooth", "s", "next_smoothing", "Smoothing 0 / 0.6 / 0.9", True, "smooth"),
+        Key("chart.narrow", "plus,equals_sign", "zoom(0.5)", "Narrow the x range", True, "zoom"),
+        Key("chart.widen", "minus", "zoom(2.0)", "Widen the x range"),
+        Key("chart.left", "left", "pan(-0.25)", "Move the x range left"),
+        Key("chart.right", "right", "pan(0.25)", "Move the x range right"),
+        Key("chart.all", "0", "reset_zoom", "Show the whole x range"),
+        Key("chart.metric", "m", "metric(1)", "Next metric", True, label="metric"),
+        Key("chart.metric_back", "M", "metric(-1)", "Previous metric"),
     ),
     "plan": (
         Key("plan.start", "enter,y", "start", "Start the replay", True, label="start"),
@@ -154,6 +225,7 @@ KEY_DISPLAY = {
     "ctrl+enter": "^⏎",
     "plus": "+",
     "minus": "-",
+    "equals_sign": "=",
 }
 
 

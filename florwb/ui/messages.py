@@ -129,9 +129,11 @@ class MetricChanged(Message):
 
 @dataclass
 class ReplayRequested(Message):
-    """Plan a replay of the pending statements; `run_ids` None means the marked runs."""
+    """Plan a replay of the pending statements; `run_ids` None means the marked runs;
+    `names` None means every pending statement (the matrix's ⏎ names one)."""
 
     run_ids: Sequence[str] | None = None
+    names: Sequence[str] | None = None
 
 
 class CancelRequested(Message):
@@ -151,3 +153,26 @@ class ErrorReported(Message):
 
     title: str
     error: str
+
+
+@dataclass
+class ChartRequested(Message):
+    """Open the chart view over these runs (the History tab's `c`)."""
+
+    run_ids: list[str]
+    labels: dict[str, str]  # run id -> legend text
+    metric: str | None
+    title: str
+    version: str | None = None  # nothing marked: the version's runs, new ones included
+
+
+@dataclass
+class CurvesLoaded(Message):
+    serial: int
+    curves: Any  # florwb_engine.store.curves.Curves
+
+
+@dataclass
+class ChartDrawn(Message):
+    serial: int
+    drawing: Any  # florwb.widgets.chart_view.ChartDrawing

@@ -28,7 +28,8 @@ def palette_entries(
     screen; `key_display(name)` says how a key name reads."""
     for scope, entries in keys.KEYS.items():
         title, selector, tab = keys.SCOPES[scope]
-        if scope in ("run", "plan") and screen_class != selector:
+        screen = keys.SCREEN_SCOPES.get(scope)
+        if screen is not None and screen_class != screen:
             continue
         if tab is not None and not on_main:
             continue

@@ -8,7 +8,9 @@ a version header can span the whole width (a DataTable cell cannot).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rich.cells import cell_len
 from rich.style import Style
@@ -23,6 +25,7 @@ from textual.strip import Strip
 from florwb.ui import format as fmt
 from florwb.ui import keys
 from florwb.widgets.sparkline import sparkline
+from florwb_engine.run_compare import best_is_max
 from florwb_engine.store.queries import History, RunRow, VersionRow
 
 UNVERSIONED = "(no version)"
@@ -37,40 +40,156 @@ class HistoryRow:
     run: RunRow | None = None
     n_runs: int = 0
     info: VersionRow | None = None
+    git: tuple[str | None, str | None, bool | None] | None = None  # head, branch, dirty
 
     @property
     def key(self) -> str:
         return f"run:{self.run.run_id}" if self.run else f"version:{self.version}"
 
 
+# The columns of the run table in the order they are dropped when the width runs out
+# (first dropped first); `run` and `final` always stay. An arg column is never cut
+# mid-value: a column that does not fit whole is left out, and the header says so.
+DROP_ORDER = ("common", "took", "status", "spark", "best", "args", "started")
+SPARK_MIN, SPARK_MAX = 8, 40
+PREFIX = 5  # "  *✓ ": indent, mark, status icon
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str  # "started", "run", "status", "arg:<name>", "final", "best", "spark"
+    title: str
+    width: int
+    right: bool = False  # numbers are right-aligned
+
+    @property
+    def sortable(self) -> bool:
+        return self.key != "spark"
+
+
 @dataclass(frozen=True)
 class Columns:
-    """Cell widths of a run line at a given widget width (the header uses them too)."""
+    """The run table's columns at a given widget width (the header uses them too):
+    started, run, status, one column per arg that differs, the metric's final and best
+    value and its sparkline. `hidden` names the columns left out for want of width."""
 
-    time: int
-    run: int
-    status: int
-    args: int
-    spark: int
-    last: int
+    columns: tuple[Column, ...]
+    hidden: tuple[str, ...] = ()
+    spare: int = 0  # cells left after the last column
 
     @classmethod
-    def fit(cls, width: int) -> Columns:
-        spark = 12 if width < 100 else 20
-        fixed = 5 + 11 + 1 + 6 + 1 + 10 + 1 + spark + 1 + 7
-        return cls(11, 6, 10, max(width - fixed - 1, 8), spark, 7)
+    def fit(
+        cls,
+        width: int,
+        args: Sequence[tuple[str, int]] = (),
+        metric: str | None = None,
+        values: tuple[int, int] = (6, 6),
+        common: Sequence[tuple[str, int]] = (),
+    ) -> Columns:
+        """`args`: (name, widest value in cells) of each arg column, in order; `values`:
+        the widest final and best value; `common`: args every run has the same value of,
+        shown only where the width allows (at 200 columns)."""
+        arg_columns = [
+            Column(f"arg:{name}", name, max(cell_len(name), widest, 1), right=True)
+            for name, widest in args
+        ]
+        best_title = f"best{'↑' if best_is_max(metric) else '↓'}"
+        parts: dict[str, list[Column]] = {
+            "started": [Column("started", "started", 11)],
+            "run": [Column("run", "run", 6)],
+            "status": [Column("status", "status", 10)],
+            "took": [Column("took", "took", 7, right=True)],
+            "args": arg_columns,
+            "final": [Column("final", "final", max(values[0], 5), right=True)],
+            "best": [Column("best", best_title, max(values[1], 5), right=True)],
+            "common": [
+                Column(f"arg:{name}", name, max(cell_len(name), widest, 1), right=True)
+                for name, widest in common
+            ],
+        }
+        order = ("started", "run", "status", "took", "args", "final", "best", "common")
+        hidden: list[str] = []
 
-    def header(self, metric: str | None, scale: tuple[float, float] | None = None) -> Text:
-        """`scale`: the one low..high every sparkline of the column is drawn against."""
+        def used(note: int) -> int:
+            cells = sum(c.width + 1 for key in order for c in parts[key])
+            return PREFIX + cells + note
+
+        def note_width() -> int:
+            return len(f" +{len(hidden)} hidden") if hidden else 0
+
+        # the sparkline takes what is left, between SPARK_MIN and SPARK_MAX cells
+        drop = list(DROP_ORDER)
+        spark = SPARK_MIN
+
+        def too_wide() -> bool:
+            return used(note_width()) + (spark + 1 if spark else 0) > width
+
+        while too_wide() and drop:
+            key = drop[0]
+            if key == "spark":
+                hidden.append("spark")
+                spark = 0
+                drop.pop(0)
+                continue
+            if key in ("args", "common") and parts[key]:
+                # the widest arg first (it frees the most room), whole
+                widest = max(range(len(parts[key])), key=lambda i: (parts[key][i].width, i))
+                column = parts[key].pop(widest)
+                if key == "args":
+                    hidden.append(column.title)
+                if parts[key]:
+                    continue
+            elif key not in ("args", "common"):
+                if key != "took":  # an extra of wide screens, not a loss to report
+                    hidden.append(key)
+                parts[key] = []
+            drop.pop(0)
+        columns = [c for key in order for c in parts[key]]
+        if "final" in {c.key for c in columns} and "spark" in hidden and metric:
+            columns = [
+                Column(c.key, fmt.clip(metric, c.width), c.width, c.right)
+                if c.key == "final"
+                else c
+                for c in columns
+            ]
+        spare = width - used(note_width())
+        if "spark" not in hidden:
+            spark = min(max(spare - 1, SPARK_MIN), SPARK_MAX)
+            columns.append(Column("spark", metric or "metric", spark))
+            spare -= spark + 1
+        return cls(tuple(columns), tuple(hidden), max(spare, 0))
+
+    def cell(self, column: Column, text: str) -> str:
+        return f"{text:>{column.width}}" if column.right else f"{text:<{column.width}}"
+
+    def header(
+        self,
+        metric: str | None,
+        scale: tuple[float, float] | None = None,
+        sort: tuple[str, bool] | None = None,
+    ) -> Text:
+        """`scale`: the one low..high every sparkline of the column is drawn against;
+        `sort`: (column key, descending) marks the sorted column with ▲ or ▼."""
         text = Text("     ")
-        text.append(f"{'started':<{self.time}} ")
-        text.append(f"{'run':<{self.run}} ")
-        text.append(f"{'status':<{self.status}} ")
-        text.append(f"{'args that differ':<{self.args}} ")
-        label = metric or "metric"
-        if metric and scale is not None:
-            label += f" {fmt.number(scale[0], 3)}..{fmt.number(scale[1], 3)}"
-        text.append(fmt.clip(label, self.spark + 1 + self.last).ljust(self.spark))
+        for column in self.columns:
+            title = column.title
+            if column.key == "spark":
+                label = metric or "metric"
+                if metric and scale is not None:
+                    label += f" {fmt.number(scale[0], 3)}..{fmt.number(scale[1], 3)}"
+                room = column.width + (0 if self.hidden else self.spare)
+                text.append(fmt.clip(label, room).ljust(column.width) + " ")
+                continue
+            if sort is not None and sort[0] == column.key:
+                title = fmt.clip(title, column.width - 1) + ("▼" if sort[1] else "▲")
+            text.append(self.cell(column, fmt.clip(title, column.width)) + " ")
+        if self.hidden:
+            names = " ".join(self.hidden)
+            room = len(f" +{len(self.hidden)} hidden")
+            note = f" +{len(self.hidden)} hidden: {names}"
+            text.append(
+                note if len(note) <= room + self.spare else f" +{len(self.hidden)} hidden", "italic"
+            )
         return text
 
 
@@ -88,10 +207,23 @@ def run_status(run: RunRow) -> str:
     return run.status
 
 
-def build_rows(history: History, text_filter: str = "") -> list[HistoryRow]:
-    """Newest version first, its runs newest first; `text_filter` keeps matching runs
-    (every word must match the run id, version, status, script or args)."""
-    words = text_filter.lower().split()
+# What the run table sorts by (`s` cycles, `S` reverses); arg columns add "arg:<name>".
+SORT_KEYS = ("started", "run", "status", "final", "best")
+
+
+def build_rows(
+    history: History,
+    text_filter: str = "",
+    *,
+    keep: set[str] | None = None,
+    sort: tuple[str, bool] = ("started", True),
+    value: Callable[[RunRow, str], Any] | None = None,
+) -> list[HistoryRow]:
+    """Newest version first; its runs in `sort` order (column key, descending), newest
+    first by default. `text_filter` keeps matching runs (every word must match the run id,
+    version, status, script or args); `keep`, when given, the runs a `--where` condition
+    selected. `value(run, key)` reads a column's value for sorting (final, best, args)."""
+    words = text_filter.lower().split() if keep is None else []
     by_version: dict[str, list[RunRow]] = {}
     for run in history.runs:
         by_version.setdefault(run.version or UNVERSIONED, []).append(run)
@@ -103,13 +235,57 @@ def build_rows(history: History, text_filter: str = "") -> list[HistoryRow]:
 
     rows: list[HistoryRow] = []
     for version in sorted(by_version, key=newest, reverse=True):
-        runs = [r for r in reversed(by_version[version]) if _matches(r, words)]
+        runs = [
+            r
+            for r in by_version[version]
+            if _matches(r, words) and (keep is None or r.run_id in keep)
+        ]
+        runs = sort_runs(runs, sort, value)
         if not runs:
             continue
         real = None if version == UNVERSIONED else version
-        rows.append(HistoryRow("version", real, None, len(by_version[version]), info.get(version)))
+        git = version_git(by_version[version])
+        rows.append(
+            HistoryRow("version", real, None, len(by_version[version]), info.get(version), git)
+        )
         rows.extend(HistoryRow("run", real, r) for r in runs)
     return rows
+
+
+def version_git(runs: Sequence[RunRow]) -> tuple[str | None, str | None, bool | None] | None:
+    """The git head, branch and dirty flag recorded with a version's newest run that has
+    them (the user's commit the snapshot was taken from), as lazygit and tig show commits."""
+    for run in reversed(runs):
+        if run.git_head or run.git_branch:
+            dirty = any(r.git_dirty for r in runs if r.git_head == run.git_head)
+            return run.git_head, run.git_branch, dirty
+    return None
+
+
+def sort_runs(
+    runs: list[RunRow],
+    sort: tuple[str, bool],
+    value: Callable[[RunRow, str], Any] | None = None,
+) -> list[RunRow]:
+    """`runs` (oldest first) in the order of column `sort[0]`, descending if `sort[1]`;
+    runs without a value go last either way."""
+    key, descending = sort
+    if key == "started":
+        return list(reversed(runs)) if descending else list(runs)
+
+    def read(run: RunRow) -> Any:
+        if key == "run":
+            return run.run_id
+        if key == "status":
+            return run_status(run)
+        return value(run, key) if value is not None else None
+
+    present = [(read(r), i, r) for i, r in enumerate(runs)]
+    have = [p for p in present if p[0] is not None and p[0] == p[0]]
+    missing = [p[2] for p in present if p[0] is None or p[0] != p[0]]
+    numbers = all(isinstance(v, (int, float)) for v, _i, _r in have)
+    have.sort(key=lambda p: (p[0] if numbers else str(p[0]), p[1]), reverse=descending)
+    return [r for _v, _i, r in have] + missing
 
 
 def _matches(run: RunRow, words: list[str]) -> bool:
@@ -175,13 +351,38 @@ class HistoryList(ScrollView, can_focus=True):
     class FilterRequested(Message):
         """The user asked for the filter box (`/`)."""
 
+    @dataclass
+    class ChartAsked(Message):
+        """The user asked for the chart (`c`) with the cursor on `row`."""
+
+        row: HistoryRow | None
+
+    @dataclass
+    class SortChanged(Message):
+        """The sort column or direction changed: the rows must be rebuilt in that order."""
+
+        sort: tuple[str, bool]
+
+    @dataclass
+    class CompareRequested(Message):
+        """`v` with exactly two runs marked: compare them side by side."""
+
+        run_ids: tuple[str, str]
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.rows: list[HistoryRow] = []
         self.series: dict[str, list[float]] = {}
         self.last: dict[str, float] = {}
+        self.low: dict[str, float] = {}
+        self.high: dict[str, float] = {}
+        self.metric: str | None = None
         self.scale: tuple[float, float] | None = None
         self.differ: list[str] = []
+        self.arg_widths: dict[str, int] = {}  # arg column -> its widest value in cells
+        self.common_args: list[str] = []  # args with one value in every run listed
+        self.sort: tuple[str, bool] = ("started", True)  # column key, descending
+        self._columns: Columns | None = None
         self.marked_runs: set[str] = set()
         self.marked_versions: set[str] = set()
         self.live: dict[str, str] = {}  # run id -> progress text for running runs
@@ -195,6 +396,20 @@ class HistoryList(ScrollView, can_focus=True):
         key = current.key if current else None
         self.rows = rows
         self.differ = differ
+        names = {n for r in rows if r.run is not None for n in r.run.args}
+        self.common_args = sorted(names - set(differ))
+        self.arg_widths = {
+            name: max(
+                (
+                    cell_len(fmt.number(r.run.args[name], 3))
+                    for r in rows
+                    if r.run is not None and name in r.run.args
+                ),
+                default=1,
+            )
+            for name in [*differ, *self.common_args]
+        }
+        self._columns = None
         self._cache.clear()
         self.virtual_size = Size(self.size.width, len(rows))
         index = next((i for i, r in enumerate(rows) if r.key == key), None)
@@ -203,11 +418,79 @@ class HistoryList(ScrollView, can_focus=True):
         self.cursor = min(index, max(len(rows) - 1, 0))
         self.refresh()
 
-    def set_series(self, series: dict[str, list[float]], last: dict[str, float]) -> None:
+    def set_series(
+        self,
+        series: dict[str, list[float]],
+        last: dict[str, float],
+        low: dict[str, float] | None = None,
+        high: dict[str, float] | None = None,
+        metric: str | None = None,
+    ) -> None:
+        """The metric's sparkline points, exact final value, min and max per run id."""
         self.series, self.last = series, last
+        self.low, self.high = low or {}, high or {}
+        if metric != self.metric:
+            self._columns = None
+        self.metric = metric
         self.scale = shared_scale(series)
         self._cache.clear()
         self.refresh()
+
+    def columns(self, width: int | None = None) -> Columns:
+        """The columns at the list's width (cached until rows, metric or width change)."""
+        width = self.content_width if width is None else width
+        cached = self._columns
+        if cached is None or self._columns_width != width:
+            args = [(name, self.arg_widths.get(name, 1)) for name in self.differ]
+            values = tuple(
+                max(
+                    (cell_len(fmt.number(v, 4)) for v in self._values(key).values()),
+                    default=1,
+                )
+                for key in ("final", "best")
+            )
+            common = [(n, self.arg_widths.get(n, 1)) for n in self.common_args]
+            cached = self._columns = Columns.fit(
+                width,
+                args,
+                self.metric,
+                values,  # type: ignore[arg-type]
+                common,
+            )
+            self._columns_width = width
+        return cached
+
+    _columns_width = -1
+
+    def _values(self, key: str) -> dict[str, float]:
+        if key == "final":
+            return self.last
+        return self.high if best_is_max(self.metric) else self.low
+
+    def column_value(self, run: RunRow, key: str) -> Any:
+        """A run's value in column `key`, for sorting."""
+        if key == "final":
+            return self.last.get(run.run_id)
+        if key == "best":
+            return (self.high if best_is_max(self.metric) else self.low).get(run.run_id)
+        if key == "took":
+            return run.duration_s
+        if key.startswith("arg:"):
+            value = run.args.get(key[4:])
+            return None if isinstance(value, bool) else value
+        return None
+
+    def sort_keys(self) -> list[str]:
+        """The columns `s` cycles through, in their order on screen."""
+        return [
+            "started",
+            "run",
+            "status",
+            "took",
+            *(f"arg:{n}" for n in self.differ),
+            "final",
+            "best",
+        ]
 
     def set_live(self, live: dict[str, str]) -> None:
         self.live = live
@@ -277,6 +560,33 @@ class HistoryList(ScrollView, can_focus=True):
     def action_filter(self) -> None:
         self.post_message(self.FilterRequested())
 
+    def action_chart(self) -> None:
+        self.post_message(self.ChartAsked(self.current))
+
+    def action_cycle_sort(self) -> None:
+        keys_ = self.sort_keys()
+        index = keys_.index(self.sort[0]) if self.sort[0] in keys_ else -1
+        key = keys_[(index + 1) % len(keys_)]
+        # numbers and times read best largest first; names in alphabetical order
+        self.sort = (key, key not in ("run", "status") and not key.startswith("arg:"))
+        self.post_message(self.SortChanged(self.sort))
+
+    def action_reverse_sort(self) -> None:
+        self.sort = (self.sort[0], not self.sort[1])
+        self.post_message(self.SortChanged(self.sort))
+
+    def action_compare(self) -> None:
+        # in the order they are listed (A above B); a run the filter hides still counts
+        listed = [r.run.run_id for r in self.rows if r.run and r.run.run_id in self.marked_runs]
+        marked = listed + sorted(self.marked_runs - set(listed))
+        if len(marked) != 2:
+            self.notify(
+                f"Mark exactly two runs (space) to compare them; {len(self.marked_runs)} marked.",
+                title="Compare",
+            )
+            return
+        self.post_message(self.CompareRequested((marked[0], marked[1])))
+
     def action_next_metric(self) -> None:
         self.post_message(self.MetricStep(1))
 
@@ -304,6 +614,7 @@ class HistoryList(ScrollView, can_focus=True):
 
     def on_resize(self, event: events.Resize) -> None:
         self.virtual_size = Size(event.size.width, len(self.rows))
+        self._columns = None
         self._cache.clear()
 
     @property
@@ -348,35 +659,63 @@ class HistoryList(ScrollView, can_focus=True):
         marked = row.version in self.marked_versions
         text = Text("* " if marked else "▾ ", style=self._style("marked") if marked else "")
         text.append(f"version {fmt.short_version(row.version)}", self._style("version"))
+        if row.git is not None:
+            head, branch, dirty = row.git
+            text.append("  ")
+            if head:
+                text.append(head[:7], "yellow")
+            if branch:
+                text.append(f" ({branch})", "green")
+            if dirty:
+                text.append(" *dirty", "red")
         details = [fmt.plural(row.n_runs, "run")]
         if row.info is not None:
             details.append(f"first seen {fmt.clock(row.info.first_seen)}")
             if row.info.n_files is not None:
                 files = fmt.plural(row.info.n_files, "file")
                 details.append(f"{files}, {fmt.size(row.info.n_bytes)}")
-        text.append("  " + " · ".join(details), self._style("dim"))
+        while details and cell_len(text.plain) + 2 + len(" · ".join(details)) > width:
+            details.pop()  # whole facts, never one cut midway
+        if details:
+            text.append("  " + " · ".join(details), self._style("dim"))
         return text
 
     def _run_text(self, row: HistoryRow) -> Text:
         run = row.run
         assert run is not None
-        cols = Columns.fit(self.content_width)
+        cols = self.columns()
         marked = run.run_id in self.marked_runs
         status = run_status(run)
         style = fmt.STATUS_STYLES.get(status, "")
         text = Text("  ")
         text.append("*" if marked else " ", self._style("marked"))
         text.append(fmt.STATUS_ICONS.get(status, "?") + " ", style)
-        text.append(f"{fmt.clock(run.start_time):<{cols.time}} ", self._style("dim"))
-        text.append(f"{fmt.short_run(run.run_id):<{cols.run}} ", "bold" if marked else "")
-        label = self.live.get(run.run_id, status)
-        text.append(f"{fmt.clip(label, cols.status):<{cols.status}} ", style)
-        args = fmt.args_text(run.args, self.differ) or "-"
-        text.append(f"{fmt.clip(args, cols.args):<{cols.args}} ")
-        points = self.series.get(run.run_id)
-        low, high = self.scale if self.scale is not None else (None, None)
-        spark = sparkline(points, cols.spark, low, high) if points else ""
-        text.append(f"{spark:<{cols.spark}} ", self._style("spark"))
-        last = self.last.get(run.run_id)
-        text.append(f"{fmt.number(last, 4):>{cols.last}}" if last is not None else "")
+        for column in cols.columns:
+            key = column.key
+            if key == "started":
+                text.append(cols.cell(column, fmt.clock(run.start_time)) + " ", self._style("dim"))
+            elif key == "run":
+                text.append(
+                    cols.cell(column, fmt.short_run(run.run_id)) + " ", "bold" if marked else ""
+                )
+            elif key == "status":
+                label = self.live.get(run.run_id, status)
+                text.append(cols.cell(column, fmt.clip(label, column.width)) + " ", style)
+            elif key == "took":
+                text.append(
+                    cols.cell(column, fmt.duration(run.duration_s)) + " ", self._style("dim")
+                )
+            elif key.startswith("arg:"):
+                name = key[4:]
+                value = fmt.number(run.args[name], 3) if name in run.args else "-"
+                text.append(cols.cell(column, value) + " ")
+            elif key in ("final", "best"):
+                value = self.column_value(run, key)
+                shown = fmt.number(value, 4) if value is not None else ""
+                text.append(cols.cell(column, shown) + " ", "bold" if key == "final" else "")
+            elif key == "spark":
+                points = self.series.get(run.run_id)
+                low, high = self.scale if self.scale is not None else (None, None)
+                spark = sparkline(points, column.width, low, high) if points else ""
+                text.append(f"{spark:<{column.width}} ", self._style("spark"))
         return text

@@ -42,7 +42,16 @@ class RunSummary(Static):
         text_filter: str = "",
     ) -> None:
         self.shown_key = row.key if row is not None else None
-        if row is None and text_filter:
+        if row is None and text_filter and any(op in text_filter for op in "<>=!~"):
+            self.update(
+                Text.assemble(
+                    "No run matches the condition ",
+                    (text_filter, "bold"),
+                    " (SQL over runs, args as columns, as `florwb replay --where`); "
+                    "esc clears the filter.",
+                )
+            )
+        elif row is None and text_filter:
             self.update(
                 Text.assemble(
                     "No run matches ",

@@ -1,0 +1,295 @@
+"""Keeping a replay's writes off the user's files.
+
+An old script writes where it wrote when it ran: `torch.save(model, "model.pt")`, a PDF of
+its plots, `netG_epoch_3.pth`. Those paths exist in the user's working tree (ignored or
+untracked, so git cannot tell), and a replay must leave them byte for byte as they were.
+A hook on Python's `open` cannot catch it (torch.save writes from C++), so the kernel does:
+
+- **namespace** (where the kernel allows a private mount namespace, as root or through an
+  unprivileged user namespace): each worker, right after the fork server forks it and
+  before the script's first line, gets its own mount namespace in which the project's
+  parent folder is an overlay: reads see the real files, writes land in a scratch folder
+  that is removed with the replay. `.florwb/` is bound back as it is (the worker's journal,
+  progress and checkpoints are real). Folders mounted below the overlaid one come back
+  read-only, so a write there fails loudly instead of reaching the user's files.
+- **copy** (no namespace): what the snapshot left out of the code (data folders, large or
+  ignored files) is copied into the replay's folder instead of linked, up to a byte
+  budget (`FLORWB_REPLAY_COPY_MAX`, default 1 GiB). Past the budget the replay is refused
+  before it starts, saying which files are too large. Paths outside the project are read
+  in place in this mode; `..` links of the mirror (mirror.py) reach the real folders.
+
+`FLORWB_REPLAY_CONTAIN=copy` forces the copy mode (and `namespace` insists on the other).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+MODE_ENV = "FLORWB_REPLAY_CONTAIN"
+COPY_MAX_ENV = "FLORWB_REPLAY_COPY_MAX"
+DEFAULT_COPY_MAX = 2**30
+REQUEST_KEY = "contain"  # the fork server request's field the worker reads
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_MS_RDONLY = 1
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+
+
+class ContainmentError(Exception):
+    """A replay whose writes could not be kept off the user's files: it must not start."""
+
+
+@dataclass(frozen=True)
+class Containment:
+    """How this replay's workers keep their writes off the user's files."""
+
+    mode: str  # "namespace" or "copy"
+    lower: tuple[str, ...] = ()  # folders overlaid (namespace mode)
+    keep: tuple[str, ...] = ()  # folders bound back as they are (the store)
+    why: str = ""  # why the namespace is not used, in copy mode
+
+    def describe(self) -> str:
+        if self.mode == "namespace":
+            return "writes go to a private overlay of " + ", ".join(self.lower)
+        return f"left-out files are copied into the replay ({self.why})"
+
+    def request(self, scratch: Path) -> dict | None:
+        """What the worker needs to enter the namespace (None in copy mode)."""
+        if self.mode != "namespace":
+            return None
+        return {"lower": list(self.lower), "keep": list(self.keep), "scratch": str(scratch)}
+
+
+def choose(project: Path, store: Path) -> Containment:
+    """The namespace where this machine allows it (probed once per process), else copies."""
+    wanted = os.environ.get(MODE_ENV, "auto").strip().lower()
+    if wanted == "copy":
+        return Containment("copy", why=f"{MODE_ENV}=copy")
+    lower = _overlaid(project.resolve())
+    keep = tuple(str(p) for p in (store.resolve(),) if p.is_relative_to(lower))
+    problem = _probe(lower)
+    if problem is None:
+        return Containment("namespace", (str(lower),), keep)
+    if wanted == "namespace":
+        raise ContainmentError(f"{MODE_ENV}=namespace, but {problem}")
+    return Containment("copy", why=problem)
+
+
+def _overlaid(project: Path) -> Path:
+    """The project's parent (so `../data` writes are caught too), unless that is `/` or
+    the scratch folders would sit inside it; then the project itself."""
+    parent = project.parent
+    scratch = Path(tempfile.gettempdir()).resolve()
+    if parent == parent.parent or scratch.is_relative_to(parent):
+        return project
+    return parent
+
+
+_PROBED: dict[str, str | None] = {}
+
+
+def _probe(real: Path | None = None) -> str | None:
+    """None when a process here can unshare its mounts and overlay `real` (mounted, never
+    written) and a scratch folder (written: the write must not reach it); else the reason,
+    in words. Run in a fresh interpreter, once per folder: the caller may have threads."""
+    key = str(real)
+    if key in _PROBED:
+        return _PROBED[key]
+    if not sys.platform.startswith("linux"):
+        _PROBED[key] = "private mount namespaces exist only on Linux"
+        return _PROBED[key]
+    with tempfile.TemporaryDirectory(prefix="florwb-probe-") as folder:
+        lower = Path(folder, "lower")
+        lower.mkdir()
+        (lower / "file").write_text("user")
+        code = (
+            "import sys; from florwb_engine.replay.contain import enter; "
+            "enter({'lower': sys.argv[3:], 'keep': [], 'scratch': sys.argv[2]}); "
+            "open(sys.argv[1] + '/file', 'w').write('replay')"
+        )
+        folders = [str(lower), *([str(real)] if real is not None else [])]
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", code, str(lower), str(Path(folder, "scratch")), *folders],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _PROBED[key] = f"the namespace probe failed ({exc})"
+            return _PROBED[key]
+        contained = (lower / "file").read_text() == "user"
+        if done.returncode == 0 and contained:
+            _PROBED[key] = None
+        else:
+            last = (done.stderr.strip().splitlines() or ["writes reached the real folder"])[-1]
+            _PROBED[key] = f"no private mount namespace here ({last})"
+    return _PROBED[key]
+
+
+# ------------------------------------------------------------------ in the worker
+
+
+def enter(request: dict) -> None:
+    """Become a process whose writes under `request["lower"]` land in its scratch folder.
+    Must run single-threaded (right after fork) and before the script's first line."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "unshare: " + os.strerror(ctypes.get_errno()))
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
+    lowers = [os.path.realpath(p) for p in request["lower"]]
+    keep = [(os.open(p, os.O_PATH), p) for p in request["keep"] if os.path.isdir(p)]
+    nested = [(os.open(p, os.O_PATH), p) for p in _mounts_below(lowers)]
+    scratch = Path(request["scratch"])
+    for index, lower in enumerate(lowers):
+        upper, work = scratch / str(index) / "upper", scratch / str(index) / "work"
+        upper.mkdir(parents=True, exist_ok=True)
+        work.mkdir(parents=True, exist_ok=True)
+        options = f"lowerdir={_escape(lower)},upperdir={_escape(upper)},workdir={_escape(work)}"
+        _mount(libc, "overlay", lower, "overlay", 0, options)
+    for fd, path in nested:  # what was mounted below comes back, read-only
+        _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
+        _mount(libc, None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY)
+    for fd, path in keep:  # the store, as it is: journals, progress, checkpoints
+        _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
+    for fd, _path in nested + keep:
+        os.close(fd)
+
+
+def _mount(libc, source, target, fstype, flags: int, options: str | None = None) -> None:
+    enc = [None if v is None else os.fsencode(v) for v in (source, target, fstype, options)]
+    if libc.mount(enc[0], enc[1], enc[2], flags, enc[3]) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {fstype or 'bind'} on {target}: {os.strerror(errno)}")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+def _escape(path: object) -> str:
+    """Overlay options separate with `,` and `:`; a backslash escapes them."""
+    return str(path).replace("\\", "\\\\").replace(",", "\\,").replace(":", "\\:")
+
+
+def _mounts_below(folders: list[str]) -> list[str]:
+    """Mount points strictly inside `folders` (an overlay hides them), outermost first."""
+    found = []
+    with open("/proc/self/mountinfo", "rb") as handle:
+        for line in handle:
+            point = _unescape(line.split()[4].decode("utf-8", "surrogateescape"))
+            if any(point != f and point.startswith(f.rstrip("/") + "/") for f in folders):
+                found.append(point)
+    return sorted(set(found), key=lambda p: p.count("/"))
+
+
+def _unescape(text: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    for code in ("\\040", "\\011", "\\012", "\\134"):
+        text = text.replace(code, chr(int(code[1:], 8)))
+    return text
+
+
+# ------------------------------------------------------------------ copy mode
+
+
+def copy_missing(source: Path, target: Path, skip: set[str]) -> None:
+    """Copy what the snapshot left out of `target` (a materialised version of `source`)
+    from `source`, so the old script reads the run's neighbours and writes only copies.
+    Virtual environments are linked (nothing writes there). Raises ContainmentError,
+    before copying anything, when the copies would pass the byte budget."""
+    plan = list(_left_out(source, target, skip))
+    total = sum(size for _src, _dst, size in plan)
+    budget = _copy_budget()
+    if total > budget:
+        largest = sorted(plan, key=lambda item: -item[2])[:3]
+        names = ", ".join(f"{src.relative_to(source)} ({_mib(size)})" for src, _d, size in largest)
+        raise ContainmentError(
+            f"replay refused: files left out of the snapshot ({_mib(total)}: {names}) are more "
+            f"than {COPY_MAX_ENV}={budget} bytes to copy, and this machine has "
+            "no private mount namespace to keep the replay's writes off them"
+        )
+    for src, dst, _size in plan:
+        if src.is_symlink():
+            dst.symlink_to(os.readlink(src))
+        elif src.is_dir() and (src / "pyvenv.cfg").exists():
+            dst.symlink_to(src)
+        elif src.is_dir():
+            shutil.copytree(src, dst, symlinks=True)
+        else:
+            shutil.copy2(src, dst)
+
+
+def _left_out(source: Path, target: Path, skip: set[str]):
+    """(source entry, where it goes, bytes to copy) for each entry `target` lacks."""
+    try:
+        entries = list(os.scandir(source))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name in skip:
+            continue
+        there = target / entry.name
+        src = Path(entry.path)
+        if not there.exists() and not there.is_symlink():
+            yield src, there, _bytes(src)
+        elif entry.is_dir(follow_symlinks=False) and there.is_dir() and not there.is_symlink():
+            yield from _left_out(src, there, skip)
+
+
+def _bytes(path: Path) -> int:
+    if path.is_symlink():
+        return 0
+    if not path.is_dir():
+        return path.stat().st_size
+    if (path / "pyvenv.cfg").exists():
+        return 0  # linked, not copied
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # vanished meanwhile: nothing to copy
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
+
+
+def _copy_budget() -> int:
+    raw = os.environ.get(COPY_MAX_ENV, "")
+    try:
+        return int(raw) if raw.strip() else DEFAULT_COPY_MAX
+    except ValueError:
+        raise ContainmentError(f"{COPY_MAX_ENV} must be a number of bytes, not {raw!r}") from None
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def remove_scratch(folder: Path) -> None:
+    """Remove a worker's scratch; the kernel leaves an overlay work folder mode 000."""
+
+    def unlock(function, path, _exc) -> None:
+        os.chmod(path, 0o700)
+        parent = os.path.dirname(path)
+        os.chmod(parent, 0o700)
+        function(path)
+
+    if folder.exists():
+        shutil.rmtree(folder, onerror=unlock)

@@ -1,0 +1,178 @@
+"""Run detail (issues 14 and 16): each metric once however many replays re-checked it,
+where time goes (host, argv, git, device, peak memory, data wait per loop), the call that
+loads the run's model, and the console tail, live while the run records.
+
+The real app through Pilot on real projects: a git repository, training subprocesses with
+torch, a real replay, assertions on the screen text."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import florwb, git, run_py, write
+from conftest_app import loaded, make_app, wait_for
+
+from florwb.screens.run_detail import RunDetailScreen
+from florwb_engine.store import Store
+
+TRAIN = """
+    import logging
+    import torch
+    import florwb as flor
+
+    logging.basicConfig(level=logging.INFO)
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=flor.arg("lr", 0.1))
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    with flor.checkpointing(model=net, optimizer=opt):
+        for epoch in flor.loop("epoch", range(3)):
+            for step in flor.loop("step", range(4)):
+                opt.zero_grad()
+                loss = torch.nn.functional.mse_loss(net(x), y)
+                loss.backward()
+                opt.step()
+                flor.log("loss", loss.item())
+            print(f"epoch {epoch} loss {loss.item():.4f}")
+            logging.getLogger("train").warning("lr may be too high")
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """One recorded run, then a replay of a new statement (which logs loss again)."""
+    root = tmp_path_factory.mktemp("detail") / "project"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    write(root / "train.py", TRAIN)
+    git(root, "add", "train.py")
+    git(root, "commit", "-q", "-m", "train")
+    run_py(root, "train.py", "--kwargs", "lr=0.05")
+    text = (root / "train.py").read_text()
+    (root / "train.py").write_text(
+        text.replace(
+            '        print(f"epoch',
+            '        flor.log("wnorm", net.weight.norm().item())\n        print(f"epoch',
+        )
+    )
+    florwb(root, "replay", "wnorm", "--yes")
+    return root
+
+
+def _has_line(text: str, line: str) -> bool:
+    """A screen line with these words, whatever the column padding between them."""
+    words = line.split()
+    return any(row.split() == words for row in text.splitlines())
+
+
+def _run_id(project: Path) -> str:
+    (run,) = Store(project).runs()
+    return run["run_id"]
+
+
+async def _open_detail(pilot, app, run_id: str) -> str:
+    app.push_screen(RunDetailScreen(app.store, run_id))
+    return await wait_for(pilot, lambda t: "Metrics" in t and "Args" in t, what="run detail")
+
+
+async def test_each_metric_once_and_where_time_goes(project: Path):
+    run_id = _run_id(project)
+    sources = Store(project).query(
+        f"SELECT DISTINCT source FROM logs WHERE run_id = '{run_id}' AND name = 'loss'"
+    )
+    assert len(sources) == 2  # recorded, and re-logged by the replay: the defect's setup
+    app = make_app(project)
+    async with app.run_test(size=(120, 80)) as pilot:
+        await loaded(pilot)
+        text = await _open_detail(pilot, app, run_id)
+        metric_rows = [line.split() for line in text.splitlines() if line.strip()]
+        assert sum(1 for words in metric_rows if words[0] == "loss") == 1
+        assert sum(1 for words in metric_rows if words[0] == "wnorm") == 1
+        loss_row = next(line for line in text.splitlines() if line.split()[:1] == ["loss"])
+        assert "recorded ✓1" in loss_row and " 12 " in loss_row
+        wnorm_row = next(line for line in text.splitlines() if line.split()[:1] == ["wnorm"])
+        assert "↻" in wnorm_row
+        # where time goes
+        assert "Where time goes" in text
+        assert f"host    {socket.gethostname()}" in text
+        assert "argv    train.py --kwargs lr=0.05" in text
+        head = git(project, "rev-parse", "HEAD").strip()[:10]
+        assert f"git     main @ {head}" in text
+        assert "device  cpu:" in text and "torch " in text
+        assert "memory  host peak " in text
+        assert "epoch/step" in text.split("Where time goes")[1]  # data wait per loop
+        # the call that loads the run's model at its latest checkpoint
+        assert f'flor.load_into("{run_id}", model=..., optimizer=..., epoch=2)' in text
+        # the console tail: each printed and logged line, with its epoch
+        assert "Console (6 lines)" in text
+        assert "epoch=2 stdout  epoch 2 loss" in text
+        assert "epoch=2 warning train: lr may be too high" in text
+        assert f"florwb io {run_id}" in text
+
+
+async def test_console_tail_follows_a_live_run(tmp_path: Path):
+    project = tmp_path / "live"
+    project.mkdir()
+    go = project / "go"
+    write(
+        project / "train.py",
+        f"""
+        import os, time
+        import florwb as flor
+        for step in flor.loop("step", range(2)):
+            flor.log("x", step)
+            print(f"step {{step}} printed")
+            while step == 0 and not os.path.exists({str(go)!r}):
+                time.sleep(0.02)  # the test lets it go on
+        print("all done")
+        """,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "train.py"], cwd=project, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "step 0 printed\n"  # the run is live
+        app = make_app(project)
+        async with app.run_test(size=(120, 50)) as pilot:
+            await loaded(pilot)
+            run_id = _run_id(project)
+            app.push_screen(RunDetailScreen(app.store, run_id))
+            text = await wait_for(pilot, lambda t: _has_line(t, "step=0 stdout step 0 printed"))
+            assert "step 1 printed" not in text
+            go.touch()
+            text = await wait_for(
+                pilot, lambda t: _has_line(t, "- stdout all done"), what="the lines printed after"
+            )
+            assert _has_line(text, "step=1 stdout step 1 printed")
+            assert "finished" in text
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_a_run_that_printed_nothing_says_so(tmp_path: Path):
+    project = tmp_path / "quiet"
+    project.mkdir()
+    write(
+        project / "train.py",
+        """
+        import florwb as flor
+        for step in flor.loop("step", range(2)):
+            flor.log("x", step)
+        """,
+    )
+    run_py(project, "train.py")
+    app = make_app(project)
+    async with app.run_test(size=(100, 60)) as pilot:
+        await loaded(pilot)
+        text = await _open_detail(pilot, app, _run_id(project))
+        assert "Console (0 lines)" in text and "nothing printed" in text
+        assert "git     not a git checkout" in text
+        assert "load_into" not in text  # no checkpoint, no command

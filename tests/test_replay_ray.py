@@ -1,0 +1,220 @@
+"""Replay on a Ray cluster: one real local cluster for the module (ray.init with 2 CPUs; the
+CLI connects to it by address), the demo project replayed through Ray and through the local
+fork server must give the same rows, and a cancelled Ray replay must leave nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import florwb, git, run_py, write
+from conftest_app import copy_demo
+
+from florwb_engine.replay import execute, plan_replay
+from florwb_engine.replay.ray_executor import RayOptions, task_resources
+from florwb_engine.store import Store
+
+ray = pytest.importorskip("ray")  # the `ray` extra is in `dev`: present wherever tests run
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    """A local Ray cluster, started once for the module (slow) and stopped after."""
+    context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield context.address_info["gcs_address"]
+    finally:
+        ray.shutdown()
+
+
+def _rows(project: Path, source_like: str = "2%") -> list[tuple]:
+    """The replayed values, without the replay id that tells two replays apart."""
+    frame = Store(project).query(
+        "SELECT run_id, name, value, epoch, step FROM logs "
+        f"WHERE source LIKE '{source_like}' ORDER BY run_id, name, epoch, step, value"
+    )
+    return [tuple(row) for row in frame.itertuples(index=False)]
+
+
+def test_ray_replay_gives_the_local_replays_rows(tmp_path, ray_address):
+    local, remote = copy_demo(tmp_path / "a"), copy_demo(tmp_path / "b")
+    plan = plan_replay(local, ["weight_norm"], workers=2)
+    expected = execute(plan)
+    assert expected.status == "finished", expected
+    proc = florwb(
+        remote,
+        "replay",
+        "weight_norm",
+        "--executor",
+        "ray",
+        "--address",
+        ray_address,
+        "--yes",
+        "--json",
+    )
+    out = json.loads(proc.stdout)
+    result = out["result"]
+    assert out["plan"]["executor"] == "ray"
+    assert result["status"] == "finished", result
+    # the same fidelity check: as many recorded values compared, run by run
+    assert {r["run_id"]: (r["status"], r["compared"], r["rows"]) for r in result["runs"]} == {
+        r.run_id: (r.status, r.compared, r.rows) for r in expected.runs
+    }
+    rows = _rows(remote)
+    assert rows and rows == _rows(local)
+    # every segment got its code and checkpoints shipped, and said how many bytes
+    shipped = result["shipped"]
+    assert len(shipped) == sum(len(r["segments"]) for r in out["plan"]["runs"])
+    assert all(s["code_bytes"] > 0 and s["checkpoint_bytes"] > 0 for s in shipped.values())
+    assert not any((remote / ".florwb" / "replays").iterdir())
+
+
+# Records quickly (no hold file then); replayed with the hold file there, each epoch writes
+# the script's pid to a marker and waits, so the test cancels a task whose script runs.
+HELD = """
+import os
+import time
+import florwb as flor
+
+MARK, HOLD = {mark!r}, {hold!r}
+total = 0
+for epoch in flor.loop("epoch", range(3)):
+    for step in flor.loop("step", range(3)):
+        total += step
+    flor.log("total", total)
+    if os.path.exists(HOLD):
+        open(MARK, "w").write(str(os.getpid()))
+        while os.path.exists(HOLD):
+            time.sleep(0.05)
+"""
+HELD_TODAY = HELD.replace(
+    '    flor.log("total", total)\n', '    flor.log("total", total)\n    flor.log("held", epoch)\n'
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
+
+
+def _held_project(repo: Path, mark: Path, hold: Path) -> None:
+    write(repo / "train.py", HELD.format(mark=str(mark), hold=str(hold)))
+    git(repo, "add", "train.py")
+    git(repo, "commit", "-q", "-m", "v1")
+    run_py(repo, "train.py")
+    write(repo / "train.py", HELD_TODAY.format(mark=str(mark), hold=str(hold)))
+
+
+def _left_nothing(repo: Path, pid: int) -> None:
+    store = Store(repo)
+    assert store.query("SELECT status FROM replays").status.tolist() == ["cancelled"]
+    assert store.query("SELECT count(*) AS n FROM logs WHERE source != 'record'").n[0] == 0
+    assert not list((repo / ".florwb" / "journal").glob("replay-*"))
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), "the replayed script outlived its cancelled task"
+
+
+def _wait_for(path: Path, still: Callable[[], bool], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists() and still() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), "the old script never ran inside a Ray task"
+
+
+def test_cancelling_a_ray_replay_stops_its_tasks_and_leaves_nothing(repo, tmp_path, ray_address):
+    mark, hold = tmp_path / "mark", tmp_path / "hold"
+    _held_project(repo, mark, hold)
+    plan = plan_replay(repo, ["held"], workers=1, executor="ray")
+    assert plan.ready()
+    hold.write_text("")
+    cancel = threading.Event()
+    out: dict = {}
+    worker = threading.Thread(
+        target=lambda: out.update(
+            result=execute(plan, cancel=cancel, executor=RayOptions(address=ray_address))
+        )
+    )
+    worker.start()
+    try:
+        try:
+            _wait_for(mark, worker.is_alive)
+        finally:
+            cancel.set()  # also when the script never ran: the replay must end
+            worker.join(timeout=60)
+        assert not worker.is_alive()
+        result = out["result"]
+        assert result.status == "cancelled"
+        assert [r.status for r in result.runs] == ["cancelled"]
+        _left_nothing(repo, int(mark.read_text()))
+    finally:
+        hold.unlink()  # a script that outlived its task ends too
+
+
+def test_task_resources_come_from_the_flags_or_the_runs_recorded_devices(tmp_path):
+    demo = copy_demo(tmp_path)
+    store = Store(demo)
+    run_id = store.query("SELECT run_id FROM runs ORDER BY run_id LIMIT 1").run_id[0]
+    assert task_resources(demo, run_id, RayOptions()) == (1.0, 0.0)  # recorded on CPU
+    with store.session() as con:
+        con.execute(
+            "UPDATE run_context SET device_kind = 'cuda', gpu_count = 2 WHERE run_id = ?", [run_id]
+        )
+    assert task_resources(demo, run_id, RayOptions()) == (1.0, 2.0)
+    assert task_resources(demo, run_id, RayOptions(gpus_per_task=0.5, cpus_per_task=4)) == (
+        4,
+        0.5,
+    )
+
+
+def test_ray_flags_without_the_ray_executor_are_refused(tmp_path):
+    demo = copy_demo(tmp_path)
+    proc = florwb(demo, "replay", "weight_norm", "--address", "auto", "--yes", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "florwb: --address, --gpus-per-task, --cpus-per-task need --executor ray"
+    ]
+    assert Store(demo).query("SELECT count(*) AS n FROM replays").n[0] == 0
+
+
+def test_ctrl_c_on_a_ray_replay_cancels_it(repo, tmp_path, ray_address):
+    mark, hold = tmp_path / "mark", tmp_path / "hold"
+    _held_project(repo, mark, hold)
+    hold.write_text("")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "florwb.cli", "replay", "held", "--yes"]
+        + ["--executor", "ray", "--address", ray_address],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(mark, lambda: proc.poll() is None)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, (out, err)
+        assert "cancelled" in out
+        _left_nothing(repo, int(mark.read_text()))
+    finally:
+        proc.kill()  # no-op when it ended
+        hold.unlink()  # a script that outlived its task ends too
