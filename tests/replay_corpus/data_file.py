@@ -1,7 +1,7 @@
 # Reads a tracked data file over 2 MiB that changes between versions (all 1.0, then all
-# 2.0): the replay of the v1 run must read the run's bytes, or the plan must flag the file.
+# 2.0): the replay of the v1 run must read the run's bytes (git still holds them), so
+# every value equals a forward run of today's script on the v1 file.
 # files: _data_files
-# xfail: the replay reads today's data.npy (2.0) instead of the run's (1.0) and reports success; the data-file mechanism (issue 11 item 3, the lead's) must use the run's bytes or flag the file in the plan
 import math
 import time
 

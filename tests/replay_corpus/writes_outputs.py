@@ -1,7 +1,6 @@
 # Writes its own outputs into the project: a checkpoint file every epoch, a text log, and a
 # final model after the loop (ignored by git, as users do). A replay must leave the user's
 # copies as they are.
-# xfail: the replay appends to the user's out/log.txt (the old script writes through the linked out/ folder); containing a replay's writes is issue 11 item 4, the lead's
 import math
 import time
 from pathlib import Path
