@@ -55,6 +55,7 @@ class LogSite:
     code: str
     loops: frozenset[int]  # ids of the loops it runs in (lexical + resolved call sites)
     functions: tuple[cst.CSTNode, ...]  # enclosing function definitions, outermost first
+    where_known: bool = True  # False: in a function whose call sites cannot be followed
 
     @property
     def in_suite(self) -> bool:
@@ -69,6 +70,7 @@ class LogSite:
             loop_path=self.loop_path,
             reads=self.reads,
             chain=self.chain,
+            where_known=self.where_known,
         )
 
 
@@ -82,7 +84,7 @@ class Analysis:
         self.imports: FlorImports = imports_from_nodes(
             tn.node for tn in self.tree.nodes if tn.label in ("Import", "ImportFrom")
         )
-        self._contexts: dict[str, tuple[tuple[str, ...] | None, frozenset[int]]] = {}
+        self._contexts: dict[int, tuple[tuple[str, ...] | None, frozenset[int]]] = {}
         self._loop_names: dict[int, str | None] = {}
         self._top_functions = {
             cast(cst.FunctionDef, c.node).name.value: c
@@ -133,15 +135,29 @@ class Analysis:
 
     def context_of(self, tn: TNode) -> tuple[tuple[str, ...], frozenset[int]]:
         """(flor.loop names, loop ids) a node runs in, through resolvable call sites."""
-        names, loops, func = self._lexical(tn)
-        if func is not None:
-            prefix, outer = self._function_context(func, frozenset())
-            names = (prefix or ()) + names  # unknown callers: only the loops we can see
-            loops = outer | loops
+        names, loops, _known = self._context(tn, frozenset())
         return names, loops
 
+    def runs_where_known(self, tn: TNode) -> bool:
+        """False when `tn` sits in a function whose call sites florwb cannot follow (never
+        called, stored or returned, or called from different loops): its loop path then
+        holds only the loops visible around it, and replay must not trust it."""
+        return self._context(tn, frozenset())[2]
+
     # -- internals ------------------------------------------------------------------------
-    def _lexical(self, tn: TNode) -> tuple[tuple[str, ...], frozenset[int], str | None]:
+    def _context(
+        self, tn: TNode, visiting: frozenset[int]
+    ) -> tuple[tuple[str, ...], frozenset[int], bool]:
+        names, loops, owner = self._lexical(tn)
+        if owner is None:
+            return names, loops, True
+        prefix, outer = self._function_context(owner, visiting)
+        names = (prefix or ()) + names  # unknown callers: only the loops we can see
+        return names, outer | loops, prefix is not None
+
+    def _lexical(self, tn: TNode) -> tuple[tuple[str, ...], frozenset[int], TNode | None]:
+        """The flor.loops around `tn` up to its scope, and the function whose body that
+        scope is (None at module level, in a class body or a lambda)."""
         names: list[str] = []
         loops: set[int] = set()
         child, anc = tn, tn.parent
@@ -153,15 +169,9 @@ class Analysis:
                 if name is not None:
                     names.append(name)
             elif isinstance(node, _SCOPES):
-                func = None
-                if (
-                    isinstance(node, cst.FunctionDef)
-                    and anc.parent is self.tree.root
-                    and child.field == "body"
-                ):
-                    func = node.name.value
+                owner = anc if isinstance(node, cst.FunctionDef) and child.field == "body" else None
                 names.reverse()
-                return tuple(names), frozenset(loops), func
+                return tuple(names), frozenset(loops), owner
             child, anc = anc, anc.parent
         names.reverse()
         return tuple(names), frozenset(loops), None
@@ -177,37 +187,76 @@ class Analysis:
                 continue
             if tn.field == "name" and isinstance(parent.node, cst.FunctionDef):
                 continue
-            if tn.field == "func" and parent.label == "Call":
-                calls[tn.value].append(parent)
+            site = _call_site(tn)
+            if site is not None:
+                calls[tn.value].append(site)
             else:
                 escapes.add(tn.value)
         return calls, escapes
 
+    def _call_sites(self, func: TNode) -> list[TNode] | None:
+        """Where a function runs: its call sites, and the optimizer steps it is passed to
+        (a closure runs inside `opt.step(closure)`). None when a reference is anything
+        else (stored, returned, a hook): where it runs is then unknown.
+
+        Module-level functions are found by name in the module, nested functions by name
+        in the scope defining them, methods of a module-level class as `<x>.<name>`."""
+        fdef = cast(cst.FunctionDef, func.node)
+        name = fdef.name.value
+        parent = func.parent
+        if parent is self.tree.root:
+            if name in self._escapes:
+                return None
+            return self._calls.get(name, [])
+        holder = parent.parent if parent is not None else None
+        if (
+            holder is not None
+            and isinstance(holder.node, cst.ClassDef)
+            and holder.parent is self.tree.root
+        ):
+            sites: list[TNode] = []
+            for tn in self.tree.nodes:
+                if tn.label == "Name" and tn.value == name and tn.field == "attr" and tn.parent:
+                    site = _call_site(tn.parent)
+                    if site is None:
+                        return None
+                    sites.append(site)
+            return sites
+        scope = next((a for a in func.ancestors() if isinstance(a.node, _SCOPES)), self.tree.root)
+        sites = []
+        for tn in self.tree.nodes[scope.idx : scope.end + 1]:
+            if tn.label != "Name" or tn.value != name or tn.field in ("attr", "keyword"):
+                continue
+            if tn.field == "name" and tn.parent is not None and tn.parent.node is fdef:
+                continue
+            site = _call_site(tn)
+            if site is None:
+                return None
+            sites.append(site)
+        return sites
+
     def _function_context(
-        self, func: str, visiting: frozenset[str]
+        self, func: TNode, visiting: frozenset[int]
     ) -> tuple[tuple[str, ...] | None, frozenset[int]]:
-        """Loops every call site of a module-level function runs in (None: they differ)."""
-        cached = self._contexts.get(func)
+        """Loops every call site of a function runs in (None: they differ or are unknown)."""
+        cached = self._contexts.get(func.idx)
         if cached is not None:
             return cached
-        sites = self._calls.get(func, [])
-        if func in self._escapes or not sites or func in visiting:
+        sites = self._call_sites(func)
+        if not sites or func.idx in visiting:
             return None, frozenset()
         paths: set[tuple[str, ...] | None] = set()
         loops: set[int] = set()
         for call in sites:
-            names, lex_loops, outer = self._lexical(call)
-            if outer == func:
-                continue
-            if outer is not None:
-                prefix, outer_loops = self._function_context(outer, visiting | {func})
-                loops |= outer_loops
-                paths.add((prefix or ()) + names)
-            else:
-                paths.add(names)
+            if func.contains(call):
+                continue  # recursion: runs where the outer call runs
+            names, lex_loops, known = self._context(call, visiting | {func.idx})
+            paths.add(names if known else None)
             loops |= lex_loops
+        if not paths:
+            return None, frozenset(loops)
         result = (paths.pop() if len(paths) == 1 else None), frozenset(loops)
-        self._contexts[func] = result
+        self._contexts[func.idx] = result
         return result
 
     def _find_sites(self) -> list[LogSite]:
@@ -262,7 +311,7 @@ class Analysis:
         functions.reverse()
         form = STANDALONE if isinstance(small, cst.Expr) and small.value is tn.node else WRAPPED
         reads, read_nodes = free_names(value_arg.value)
-        loop_path, loops = self.context_of(tn)
+        loop_path, loops, known = self._context(tn, frozenset())
         if small is not None:
             code = self.code(small).strip().rstrip(";")
         else:
@@ -285,6 +334,7 @@ class Analysis:
             code=code.strip(),
             loops=loops,
             functions=tuple(functions),
+            where_known=known,
         )
 
 
@@ -359,3 +409,21 @@ def find_log_statements(source: str) -> list[LogStatement]:
     """
     with gc_paused():
         return [site.to_statement() for site in analyze(source, "source").sites]
+
+
+def _call_site(ref: TNode) -> TNode | None:
+    """The call that runs a function referenced at `ref`: the call itself (`f()`), or an
+    optimizer's `step` it is handed to (`opt.step(closure)` calls it before returning);
+    None for other uses. A function handed to anything else (a hook, a thread, a
+    scheduler) runs at times florwb cannot tell."""
+    parent = ref.parent
+    if parent is None:
+        return None
+    if ref.field == "func" and parent.label == "Call":
+        return parent
+    call = parent.parent
+    if ref.field == "value" and parent.label == "Arg" and call is not None:
+        func = getattr(call.node, "func", None)
+        if call.label == "Call" and isinstance(func, cst.Attribute) and func.attr.value == "step":
+            return call
+    return None

@@ -38,6 +38,9 @@ class LogStatement:
     whose every call site sits in the same loops, those loops too. `reads` holds the free
     names the logged expression reads (builtins included). `chain` describes the enclosing
     blocks, outermost first (e.g. ``("def train", "for epoch in ...", "with torch.no_grad()")``).
+    `where_known` is False when the statement sits in a function whose call sites cannot be
+    followed (never called, stored, or called from different loops): `loop_path` then holds
+    only the loops visible around it.
     """
 
     name: str
@@ -47,6 +50,7 @@ class LogStatement:
     loop_path: tuple[str, ...]
     reads: frozenset[str]
     chain: tuple[str, ...] = ()
+    where_known: bool = True
 
 
 @dataclass(frozen=True)

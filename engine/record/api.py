@@ -77,7 +77,21 @@ def _start() -> runtime.Run | None:
         if run.replayer is not None:
             slot += run.replayer.spec.segment * max(1, run.replayer.spec.world_size)
         _entry_ids = itertools.count(slot * SEGMENT_ENTRIES + 1)
+    if run is not None and run.replayer is not None and run.replayer.spec.first > 0:
+        _LOGS_EXTEND = _outside_prefix(runtime.LOGS.extend)
     return run
+
+
+def _outside_prefix(extend: Callable[[tuple], None]) -> Callable[[tuple], None]:
+    """A later segment of a replay runs the code before the main loop again: the values
+    logged there (outside any loop) belong to the segment that starts at the first
+    iteration, and would otherwise be stored once per segment."""
+
+    def keep(record: tuple) -> None:
+        if record[2] != 0:
+            extend(record)
+
+    return keep
 
 
 def log(name: str, value: T) -> T:

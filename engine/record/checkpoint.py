@@ -120,7 +120,46 @@ def state_of(objects: dict[str, Any]) -> dict:
     for name, obj in objects.items():
         getter = getattr(obj, "state_dict", None)
         states[name] = copy_to_host(getter() if callable(getter) else obj)
-    return {"objects": states, "rng": capture_rng()}
+    return {"objects": states, "rng": capture_rng(), GRADS: grads_of(objects)}
+
+
+# The key of the registered modules' parameter gradients in a checkpoint. `.grad` is no part
+# of any state_dict, yet a statement added later may read it (`clip_grad_norm_` at the start
+# of an epoch reads the last step's gradients): without it an outer-mode replay would read
+# zeros. Checkpoints written before it existed lack the key; replay planning asks
+# (`holds_grads`) and re-executes from the start instead.
+GRADS = "grads"
+
+
+def grads_of(objects: dict[str, Any]) -> dict:
+    """{object: {parameter name: gradient}} for registered modules; parameters without a
+    gradient are left out (restored as None)."""
+    grads: dict[str, dict] = {}
+    for name, obj in objects.items():
+        named = getattr(obj, "named_parameters", None)
+        if not callable(named):
+            continue
+        grads[name] = {pname: copy_to_host(p.grad) for pname, p in named() if p.grad is not None}
+    return grads
+
+
+def restore_grads(objects: dict[str, Any], saved: dict) -> None:
+    """Give the registered modules' parameters the gradients saved with a checkpoint."""
+    for name, grads in saved.get(GRADS, {}).items():
+        named = getattr(objects.get(name), "named_parameters", None)
+        if not callable(named):
+            continue
+        for pname, p in named():
+            grad = grads.get(pname)
+            p.grad = None if grad is None else grad.to(device=p.device, dtype=p.dtype)
+
+
+def holds_grads(path: Path) -> bool:
+    """Whether a checkpoint file carries the gradients (memory-mapped: cheap for big ones)."""
+    import torch
+
+    saved = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    return isinstance(saved, dict) and GRADS in saved
 
 
 def load(path: Path) -> dict:
@@ -140,6 +179,7 @@ def restore(objects: dict[str, Any], saved: dict, *, rng: bool = True) -> None:
             loader(state)
         elif hasattr(obj, "copy_"):
             obj.copy_(state)
+    restore_grads(objects, saved)
     if rng:
         restore_rng(saved["rng"])
 

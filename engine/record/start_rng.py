@@ -14,6 +14,10 @@ already initialised CUDA (capturing never initialises it). A library imported af
 first florwb call starts from its own seed then (torch: a fixed default, so the same;
 numpy: fresh OS entropy, so not reproducible) and is not captured.
 
+The states at `import florwb` are kept too (`at_import`) and a replay worker restores them
+before the old script's first line: a script that draws its own seed before its first
+florwb call (`seed = random.randint(...)` right after argparse) then draws the run's.
+
 The file is JSON (a few tens of KiB): writing it needs no torch import, reading it runs no
 unpickling.
 """
@@ -29,10 +33,46 @@ from pathlib import Path
 from typing import Any
 
 FILE = "start-rng.json"
+AT_IMPORT = "at_import"  # the states when florwb was imported, inside the file's states
+_at_import: dict[str, Any] | None = None
+
+
+def note_import() -> None:
+    """At `import florwb`: remember the RNG states (recording), or, in a replay worker
+    started as a fresh interpreter, put back the run's (see restore_before_script)."""
+    global _at_import
+    spec = os.environ.get("FLORWB_REPLAY")
+    if spec:
+        restore_before_script(spec)
+    else:
+        _at_import = _states()
+
+
+def restore_before_script(spec_path: str | None) -> None:
+    """Give a replay worker the recorded run's RNG states at `import florwb`, before the
+    old script's first line. Runs recorded without them, or unreadable files, leave the
+    states as they are: the first florwb call restores what it can and says what not."""
+    if not spec_path:
+        return
+    try:
+        path = json.loads(Path(spec_path).read_text()).get("start_rng") or ""
+        states = load(Path(path)).get(AT_IMPORT) if path and os.path.exists(path) else None
+        if states:
+            restore(states)
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # the first call reports it
+        print(f"florwb: RNG states at import not restored: {exc}", file=sys.stderr)
 
 
 def capture() -> dict[str, Any]:
-    """The RNG states of the libraries the process has imported, as JSON-able data."""
+    """The RNG states of the libraries the process has imported, as JSON-able data, with
+    those at `import florwb` under `at_import`."""
+    state = _states()
+    if _at_import is not None:
+        state[AT_IMPORT] = _at_import
+    return state
+
+
+def _states() -> dict[str, Any]:
     version, words, gauss = random.getstate()
     state: dict[str, Any] = {"python": {"version": version, "words": list(words), "gauss": gauss}}
     np = sys.modules.get("numpy")

@@ -88,9 +88,16 @@ class SegmentPart:
 
 
 def run_work(
-    mode: ReplayMode, main_loop: str | None, facts: RunFacts, executor: ExecutorName = "local"
+    mode: ReplayMode,
+    main_loop: str | None,
+    facts: RunFacts,
+    executor: ExecutorName = "local",
+    *,
+    from_start: bool = False,
 ) -> Work | str:
-    """The work of replaying one run in `mode` on `executor`, or why there is none to do."""
+    """The work of replaying one run in `mode` on `executor`, or why there is none to do.
+    `from_start`: the statements read state no checkpoint holds, so the main loop runs
+    from its first iteration in one segment, restoring nothing (state_reads.py)."""
     prefix_s = segment_start_s(executor) + replayed_prefix_s(facts)
     if mode == PREFIX:
         return Work([], {}, set(), prefix_s)
@@ -123,6 +130,12 @@ def run_work(
         )
         if executed:
             notes.append(f"no checkpoint around {ranges(executed)}: re-executed in full")
+    elif from_start:
+        summary = (
+            f"inner: re-executes {len(epochs)} {main_loop} iterations from the first, "
+            "in one segment"
+        )
+        return Work([epochs], cost, skipped, prefix_s, summary, notes)
     else:
         summary = f"inner: re-executes {len(epochs)} {main_loop} iterations"
         missing = [i for i in epochs if i > 0 and i - 1 not in ckpt]

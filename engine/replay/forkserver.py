@@ -277,6 +277,11 @@ def run_child(request: dict, boot: set[str]) -> None:
     sys.path.insert(0, script_dir)
     _forget_shadowed(script_dir, boot)
     defer_dynamo_import()
+    # the run's RNG states at `import florwb` (the package's import restores them when it
+    # is first imported here; the server may have imported it already)
+    from florwb_engine.record import start_rng
+
+    start_rng.restore_before_script(os.environ.get("FLORWB_REPLAY"))
     runpy.run_path(argv[0], run_name="__main__")
 
 

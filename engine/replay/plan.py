@@ -35,7 +35,8 @@ from florwb_engine.replay.facts import RunFacts, SelectedRun, past_ratio, run_fa
 from florwb_engine.replay.mode import replay_mode
 from florwb_engine.replay.placing import Placer, placed_statements
 from florwb_engine.replay.saved_state import use_saved_state
-from florwb_engine.replay.spec import ReplayMode
+from florwb_engine.replay.spec import INNER, ReplayMode
+from florwb_engine.replay.state_decision import state_decision
 from florwb_engine.store import Store
 
 # What a run's plan says: it will be replayed, it cannot be (with the reason), or it
@@ -80,6 +81,7 @@ class RunPlan:
     saved_map: dict[str, list[list]] = field(default_factory=dict)  # save site -> targets
     inputs: dict[str, str] = field(default_factory=dict)  # left-out file -> the run's blob
     at_risk: list[str] = field(default_factory=list)  # changed left-out files, bytes gone
+    from_start: bool = False  # statements read state no checkpoint holds (state_reads.py)
 
 
 @dataclass
@@ -151,7 +153,7 @@ def plan_replay(
     plans = []
     work: dict[str, Work] = {}
     for run in runs:
-        plan = _plan_run(placer, names, run, facts[run.run_id])
+        plan = _plan_run(project, placer, names, run, facts[run.run_id])
         if plan.status == READY:
             ddp_launch.settle(plan, launched.get(run.run_id), gpus)
         if plan.status == READY:
@@ -165,7 +167,13 @@ def plan_replay(
             )
         if plan.status == READY:
             assert plan.mode is not None
-            found = run_work(plan.mode, plan.main_loop, facts[run.run_id], executor)
+            found = run_work(
+                plan.mode,
+                plan.main_loop,
+                facts[run.run_id],
+                executor,
+                from_start=plan.from_start,
+            )
             if isinstance(found, str):
                 plan.status, plan.reason = SKIP, found
             else:
@@ -197,7 +205,9 @@ def plan_replay(
     )
 
 
-def _plan_run(placer: Placer, names: list[str], run: SelectedRun, facts: RunFacts) -> RunPlan:
+def _plan_run(
+    project: Path, placer: Placer, names: list[str], run: SelectedRun, facts: RunFacts
+) -> RunPlan:
     plan = RunPlan(run_id=run.run_id, version=run.version, script=run.script, status=SKIP)
     plan.argv = run.argv
     plan.cwd = run.cwd
@@ -225,6 +235,14 @@ def _plan_run(placer: Placer, names: list[str], run: SelectedRun, facts: RunFact
     if mode is None:
         plan.reason = why
         return plan
+    state = state_decision(project, run.run_id, result.code, placed, facts, mode)
+    if isinstance(state, str):
+        plan.reason = state
+        return plan
+    if state.from_start:
+        mode = INNER
+    plan.from_start = state.from_start
+    plan.notes.extend(state.notes)
     plan.mode = mode
     plan.names = list(placed)
     plan.code = result.code

@@ -1,0 +1,74 @@
+"""One run's answer to state_reads.py: what the replay restores, what it re-executes, and
+one line per statement saying which and why (the plan's notes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from florwb_engine.project import store_dir
+from florwb_engine.propagate import Placement
+from florwb_engine.record.checkpoint import holds_grads
+from florwb_engine.replay.facts import RunFacts
+from florwb_engine.replay.spec import PREFIX, ReplayMode
+from florwb_engine.replay.state_reads import state_reads
+
+
+@dataclass
+class StateDecision:
+    from_start: bool = False  # re-execute the main loop from its first iteration, one segment
+    notes: list[str] = field(default_factory=list)
+
+
+def state_decision(
+    project: Path,
+    run_id: str,
+    code: str,
+    placed: dict[str, Placement],
+    facts: RunFacts,
+    mode: ReplayMode,
+) -> StateDecision | str:
+    """What the statements need beyond the checkpoints, or why the run cannot be replayed."""
+    reads = state_reads(code, placed, facts.main_loop)
+    if reads.refused:
+        return reads.refused
+    decision = StateDecision()
+    if mode == PREFIX:
+        return decision
+    loop = facts.main_loop or "main"
+    again = f"the {loop} loop is re-executed from its first iteration, in one segment"
+    if reads.grads:
+        with_grads = _checkpoints_hold_grads(project, run_id, facts)
+        for name in reads.grads:
+            if isinstance(with_grads, str):
+                decision.from_start = True
+                decision.notes.append(f"{name} reads gradients; {with_grads}: {again}")
+            elif with_grads:
+                decision.notes.append(
+                    f"{name} reads gradients: restored from the run's checkpoints, which hold them"
+                )
+            else:
+                decision.from_start = True
+                decision.notes.append(
+                    f"{name} reads gradients, which this run's checkpoints do not hold: {again}"
+                )
+    for name, paths in reads.unheld.items():
+        decision.from_start = True
+        listed = ", ".join(paths[:3])
+        decision.notes.append(
+            f"{name} reads {listed}, which the {loop} loop changes and no checkpoint holds: {again}"
+        )
+    return decision
+
+
+def _checkpoints_hold_grads(project: Path, run_id: str, facts: RunFacts) -> bool | str:
+    """Whether the run's checkpoints carry gradients (the first one answers for all: a run
+    is recorded by one florwb version), or why that cannot be told."""
+    if not facts.checkpoints:
+        return False
+    name, _size = facts.checkpoints[min(facts.checkpoints)]
+    path = store_dir(project) / "checkpoints" / run_id / name
+    try:
+        return holds_grads(path)
+    except (OSError, RuntimeError, ValueError) as exc:
+        return f"checkpoint {name} cannot be read ({exc})"
