@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import florwb
+from conftest import florwb, run_py, write
 
 
 def test_usage_errors_and_missing_paths(tmp_path):
@@ -22,3 +22,18 @@ def test_help_lists_every_command(tmp_path):
     out = florwb(tmp_path, "--help").stdout
     for command in ("runs", "query", "dataframe", "replay", "propagate", "instrument", "demo"):
         assert command in out
+
+
+def test_replay_while_todays_script_does_not_parse_says_so_in_the_plan(repo):
+    """A script half-edited (a statement being typed) is no traceback: every run is
+    skipped with the parse error, and the exit status says nothing was replayed."""
+    write(
+        repo / "train.py",
+        'import florwb as flor\nfor e in flor.loop("epoch", range(2)):\n    flor.log("x", e)\n',
+    )
+    run_py(repo, "train.py")
+    (repo / "train.py").write_text((repo / "train.py").read_text() + '    flor.log("y", e\n')
+    proc = florwb(repo, "replay", "y", "--yes", check=False)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "today's train.py: does not parse: line 4" in proc.stdout

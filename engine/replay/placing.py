@@ -54,7 +54,10 @@ class Placer:
             return f"code version unavailable: {exc}"
         if old is None:
             return f"{script} is not in the run's code version"
-        available = {s.name for s in find_log_statements(new_source)}
+        try:
+            available = {s.name for s in find_log_statements(new_source)}
+        except PropagationError as exc:  # today's script is being edited: say so per run
+            return f"today's {script}: {str(exc).removeprefix('source ')}"
         missing = [n for n in names if n not in available]
         if missing:
             hint = (
