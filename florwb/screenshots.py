@@ -106,10 +106,9 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         await shot("06-replay-plan")
         await pilot.press("enter")
         pane = app.query_one("#replay-pane", ReplayPane)
-        await _until(
-            pilot, lambda: any(s == "running" for _d, _t, s in pane.segments.values()), 120
-        )
-        await pilot.pause(1.5)
+        # a warm replay of the demo takes about a second: shoot as soon as its rows show
+        await _until(pilot, lambda: bool(pane.segments), 120)
+        await pilot.pause(0.3)
         await shot("07-replay-progress")
         await _until(pilot, lambda: not app.replay_running, 300)
         await pilot.pause(1.0)
