@@ -10,14 +10,17 @@ private overlay (where this machine allows a mount namespace) and copies.
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from pathlib import Path
 
+import pytest
 from conftest import florwb, git, repo_state, run_py, write
 
 from florwb_engine.replay import contain
 from florwb_engine.store import Store
 
 TRAIN = """
+import os
 import torch
 import florwb as flor
 
@@ -36,6 +39,7 @@ with flor.checkpointing(model=net, optimizer=opt):
         open("report.pdf", "wb").write(b"%PDF replayed " + bytes([epoch]))
         torch.save(opt.state_dict(), f"ckpt/epoch_{epoch}.pth")
         open("../outputs/last.txt", "w").write(f"epoch {epoch}")
+        open(os.path.expanduser("~/last.txt"), "w").write(f"epoch {epoch}")
 """
 STATEMENT = '        flor.log("weight_sum", float(net.weight.sum()))\n'
 ANCHOR = '        flor.log("loss", loss.item())\n'
@@ -46,7 +50,14 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _project(repo: Path) -> Path:
+def _home(repo: Path) -> dict[str, str]:
+    """A home folder of the user's own, away from the project's parent folder."""
+    home = Path(tempfile.mkdtemp(prefix="home-", dir=repo.parent.parent))
+    (home / "last.txt").write_text("the user's own home file")
+    return {"HOME": str(home)}
+
+
+def _project(repo: Path, env: dict[str, str]) -> Path:
     """v1 recorded, then the user's own outputs in place and v2 with a new statement."""
     write(repo / ".gitignore", "*.pt\n*.pth\n")
     (repo / "ckpt").mkdir()
@@ -54,7 +65,8 @@ def _project(repo: Path) -> Path:
     write(repo / "train.py", TRAIN)
     git(repo, "add", ".gitignore", "train.py")
     git(repo, "commit", "-q", "-m", "v1")
-    run_py(repo, "train.py")
+    run_py(repo, "train.py", env=env)
+    (Path(env["HOME"]) / "last.txt").write_text("the user's own home file")
     # what the user has now: their own model, report and checkpoints (untracked, ignored)
     for name in USER_FILES:
         (repo / name).write_bytes(b"the user's own " + name.encode())
@@ -76,12 +88,18 @@ def _replay_and_compare(repo: Path, env: dict[str, str], outside: bool) -> None:
     assert repo_state(repo) == state
     if outside:
         assert (repo.parent / "outputs" / "last.txt").read_text() == "the user's own output"
+        assert (Path(env["HOME"]) / "last.txt").read_text() == "the user's own home file"
 
 
 def test_a_replay_in_the_private_overlay_leaves_every_user_file_as_it_was(repo: Path):
-    project = _project(repo)
-    env = {contain.MODE_ENV: "namespace"}
-    if contain._probe(project.parent) is None:
+    home = _home(repo)
+    project = _project(repo, home)
+    env = {contain.MODE_ENV: "namespace", **home}
+    with pytest.MonkeyPatch.context() as patch:  # the home the replay command will see
+        patch.setenv("HOME", home["HOME"])
+        overlaid = contain._overlaid(project)
+    assert Path(home["HOME"]) in overlaid and project.parent in overlaid
+    if contain._probe(overlaid) is None:
         _replay_and_compare(project, env, outside=True)
     else:  # a kernel without mount namespaces: insisting on one refuses, in one line
         proc = florwb(project, "replay", "weight_sum", "--yes", check=False, env=env)
@@ -90,12 +108,14 @@ def test_a_replay_in_the_private_overlay_leaves_every_user_file_as_it_was(repo: 
 
 
 def test_a_replay_on_copies_leaves_the_project_files_as_they_were(repo: Path):
-    project = _project(repo)
-    _replay_and_compare(project, {contain.MODE_ENV: "copy"}, outside=False)
+    home = _home(repo)
+    project = _project(repo, home)
+    _replay_and_compare(project, {contain.MODE_ENV: "copy", **home}, outside=False)
 
 
 def test_copies_past_the_budget_refuse_the_replay_before_it_starts(repo: Path):
-    project = _project(repo)
+    home = _home(repo)
+    project = _project(repo, home)
     (project / "ckpt" / "big.bin").write_bytes(b"\0" * 4096)
     before = _digest(project / "model.pt")
     proc = florwb(
@@ -104,7 +124,7 @@ def test_copies_past_the_budget_refuse_the_replay_before_it_starts(repo: Path):
         "weight_sum",
         "--yes",
         check=False,
-        env={contain.MODE_ENV: "copy", contain.COPY_MAX_ENV: "1000"},
+        env={contain.MODE_ENV: "copy", contain.COPY_MAX_ENV: "1000", **home},
     )
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()

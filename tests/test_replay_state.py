@@ -260,3 +260,25 @@ for epoch in flor.loop("epoch", range(2)):
 """
     )
     assert found.refused and "act sits in `hook`" in found.refused
+
+
+def test_a_function_handed_to_mp_spawn_runs_its_own_loops_from_the_top():
+    """`mp.spawn(train, ...)` never calls `train` in the script: its own flor.loops are its
+    whole loop path (a hook registered outside loops still is not followed)."""
+    from florwb_engine.propagate.finder import find_log_statements
+
+    source = (
+        "import florwb as flor\n"
+        "import torch.multiprocessing as mp\n"
+        "def train(rank):\n"
+        "    for epoch in flor.loop('epoch', range(2)):\n"
+        "        flor.log('x', epoch)\n"
+        "def hook(module, inputs, output):\n"
+        "    flor.log('h', 1)\n"
+        "if __name__ == '__main__':\n"
+        "    mp.spawn(train, nprocs=2)\n"
+        "    net.register_forward_hook(hook)\n"
+    )
+    found = {s.name: s for s in find_log_statements(source)}
+    assert found["x"].where_known and found["x"].loop_path == ("epoch",)
+    assert not found["h"].where_known

@@ -152,8 +152,30 @@ class Analysis:
         if owner is None:
             return names, loops, True
         prefix, outer = self._function_context(owner, visiting)
+        if prefix is None and names and self._handed_over_outside_loops(owner, visiting):
+            prefix = ()  # its own flor.loops are the whole path (an mp.spawn target, say)
         names = (prefix or ()) + names  # unknown callers: only the loops we can see
         return names, outer | loops, prefix is not None
+
+    def _handed_over_outside_loops(self, func: TNode, visiting: frozenset[int]) -> bool:
+        """True for a module-level function that is only named (never called) where no
+        loop runs: handed to `mp.spawn`, a thread or a process as its target, it runs its
+        own flor.loops from the top, not inside any loop of the caller."""
+        fdef = cast(cst.FunctionDef, func.node)
+        if func.parent is not self.tree.root or self._calls.get(fdef.name.value):
+            return False
+        references = [
+            tn
+            for tn in self.tree.nodes
+            if tn.label == "Name"
+            and tn.value == fdef.name.value
+            and tn.field not in ("attr", "keyword", "name")
+        ]
+        for ref in references:
+            _names, loops, known = self._context(ref, visiting | {func.idx})
+            if loops or not known:
+                return False
+        return bool(references)
 
     def _lexical(self, tn: TNode) -> tuple[tuple[str, ...], frozenset[int], TNode | None]:
         """The flor.loops around `tn` up to its scope, and the function whose body that

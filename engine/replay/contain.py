@@ -8,8 +8,10 @@ A hook on Python's `open` cannot catch it (torch.save writes from C++), so the k
 - **namespace** (where the kernel allows a private mount namespace, as root or through an
   unprivileged user namespace): each worker, right after the fork server forks it and
   before the script's first line, gets its own mount namespace in which the project's
-  parent folder is an overlay: reads see the real files, writes land in a scratch folder
-  that is removed with the replay. `.florwb/` is bound back as it is (the worker's journal,
+  parent folder and the user's home are overlays: reads see the real files, writes land
+  in a scratch folder that is removed with the replay. Absolute paths elsewhere (`/data`,
+  `/mnt/...`) are not overlaid: a full copy-on-write root would also hide the caches and
+  shared memory the script needs. `.florwb/` is bound back as it is (the worker's journal,
   progress and checkpoints are real). Folders mounted below the overlaid one come back
   read-only, so a write there fails loudly instead of reaching the user's files.
 - **copy** (no namespace): what the snapshot left out of the code (data folders, large or
@@ -77,34 +79,50 @@ def choose(project: Path, store: Path) -> Containment:
     wanted = os.environ.get(MODE_ENV, "auto").strip().lower()
     if wanted == "copy":
         return Containment("copy", why=f"{MODE_ENV}=copy")
-    lower = _overlaid(project.resolve())
-    keep = tuple(str(p) for p in (store.resolve(),) if p.is_relative_to(lower))
-    problem = _probe(lower)
+    lowers = _overlaid(project.resolve())
+    store = store.resolve()
+    keep = (str(store),) if any(store.is_relative_to(x) for x in lowers) else ()
+    problem = _probe(lowers)
     if problem is None:
-        return Containment("namespace", (str(lower),), keep)
+        return Containment("namespace", tuple(str(p) for p in lowers), keep)
     if wanted == "namespace":
         raise ContainmentError(f"{MODE_ENV}=namespace, but {problem}")
     return Containment("copy", why=problem)
 
 
-def _overlaid(project: Path) -> Path:
-    """The project's parent (so `../data` writes are caught too), unless that is `/` or
-    the scratch folders would sit inside it; then the project itself."""
-    parent = project.parent
+def _overlaid(project: Path) -> tuple[Path, ...]:
+    """The folders a worker sees as overlays: the project's parent (so `../data` writes
+    are caught) and the user's home (`~/outputs`, caches), whichever holds the other just
+    once. A folder that is `/`, or holds the scratch folders, is not overlaid: for the
+    parent the project itself is taken instead, the home is left out."""
     scratch = Path(tempfile.gettempdir()).resolve()
-    if parent == parent.parent or scratch.is_relative_to(parent):
-        return project
-    return parent
+
+    def usable(folder: Path) -> bool:
+        return folder != folder.parent and not scratch.is_relative_to(folder)
+
+    near = project.parent if usable(project.parent) else project
+    try:
+        home = Path.home().resolve()
+    except (KeyError, RuntimeError):  # no home directory known for this user
+        return (near,)
+    if not usable(home) or not home.is_dir():
+        return (near,)
+    if near.is_relative_to(home):
+        return (home,)
+    if home.is_relative_to(near):
+        return (near,)
+    return (near, home)
 
 
 _PROBED: dict[str, str | None] = {}
 
 
-def _probe(real: Path | None = None) -> str | None:
-    """None when a process here can unshare its mounts and overlay `real` (mounted, never
-    written) and a scratch folder (written: the write must not reach it); else the reason,
-    in words. Run in a fresh interpreter, once per folder: the caller may have threads."""
-    key = str(real)
+def _probe(real: tuple[Path, ...] = ()) -> str | None:
+    """None when a process here can unshare its mounts and overlay the folders `real`
+    (mounted, never written) and a scratch folder (written: the write must not reach it);
+    else the reason, in words. Run in a fresh interpreter, once per set of folders: the
+    caller may have threads."""
+    key = "\0".join(map(str, real))
     if key in _PROBED:
         return _PROBED[key]
     if not sys.platform.startswith("linux"):
@@ -119,7 +137,7 @@ def _probe(real: Path | None = None) -> str | None:
             "enter({'lower': sys.argv[3:], 'keep': [], 'scratch': sys.argv[2]}); "
             "open(sys.argv[1] + '/file', 'w').write('replay')"
         )
-        folders = [str(lower), *([str(real)] if real is not None else [])]
+        folders = [str(lower), *map(str, real)]
         try:
             done = subprocess.run(
                 [sys.executable, "-c", code, str(lower), str(Path(folder, "scratch")), *folders],
