@@ -138,3 +138,14 @@ def test_a_version_brings_all_its_runs(demo: Path):
     assert {c.run_id for c in curves.curves} == mine
     one = sorted(mine)[0]
     assert {c.run_id for c in load_curves(store, [one], "loss", "step").curves} == {one}
+
+
+def test_a_column_whose_values_share_a_pixel_row_keeps_one_point_and_a_spike_stays():
+    x = np.arange(10_000.0)
+    y = np.linspace(1.0, 0.5, 10_000)  # a smooth curve: every column within one pixel row
+    y[5_000] = 3.0  # a one-step spike
+    both_x, both_y = downsample(x, y, 0.0, 9_999.0, 100)
+    one_x, one_y = downsample(x, y, 0.0, 9_999.0, 100, rows=40)
+    assert len(both_x) == 200 and len(one_x) == 101  # the spike's column keeps both
+    assert 3.0 in one_y and both_y.min() == 0.5
+    assert abs(one_y.min() - 0.5) <= (3.0 - 0.5) / 40  # within the one pixel row it shares

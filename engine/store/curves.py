@@ -375,11 +375,19 @@ def smooth(y: np.ndarray, weight: float) -> np.ndarray:
 
 
 def downsample(
-    x: np.ndarray, y: np.ndarray, lo: float, hi: float, columns: int
+    x: np.ndarray,
+    y: np.ndarray,
+    lo: float,
+    hi: float,
+    columns: int,
+    rows: int = 0,
+    log: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The points in [lo, hi], at most two per screen column: each column's min and max
-    (in the order they occur), so a spike one step wide still reaches its column. `x`
-    must be sorted."""
+    (in the order they occur), so a spike one step wide still reaches its column. With
+    `rows` (the plot's pixel rows), a column whose min and max share a pixel row (on a
+    log scale when `log`) keeps one point: the plotter draws every point it is given,
+    and half of them would land on pixels already lit. `x` must be sorted."""
     start, end = np.searchsorted(x, lo, "left"), np.searchsorted(x, hi, "right")
     x, y = x[start:end], y[start:end]
     if len(x) <= 2 * columns or hi <= lo:
@@ -390,6 +398,11 @@ def downsample(
     low_at = np.array([s + int(np.argmin(y[s:e])) for s, e in zip(starts, ends)])
     high_at = np.array([s + int(np.argmax(y[s:e])) for s, e in zip(starts, ends)])
     first, second = np.minimum(low_at, high_at), np.maximum(low_at, high_at)
+    if rows > 0:
+        shown = np.log10(np.where(y > 0, y, np.nan)) if log else y
+        span = float(np.nanmax(shown) - np.nanmin(shown)) if np.isfinite(shown).any() else 0.0
+        flat = np.abs(shown[high_at] - shown[low_at]) <= span / rows
+        second = np.where(flat, first, second)
     picks = np.unique(np.concatenate([first, second]))  # sorted: occurrence order
     return x[picks], y[picks]
 

@@ -112,7 +112,7 @@ def draw_chart(spec: ChartSpec) -> ChartDrawing:
             positive = y > 0
             drawing.hidden += int((~positive).sum())
             x, y = x[positive], y[positive]
-        x, y = downsample(x, y, lo, hi, columns)
+        x, y = downsample(x, y, lo, hi, columns, rows=4 * spec.height, log=spec.log_y)
         if not len(x):
             continue
         label = spec.labels.get(curve.run_id) or short_run(curve.run_id)
