@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -234,7 +235,7 @@ def copy_missing(source: Path, target: Path, skip: set[str]) -> None:
     from `source`, so the old script reads the run's neighbours and writes only copies.
     Virtual environments are linked (nothing writes there). Raises ContainmentError,
     before copying anything, when the copies would pass the byte budget."""
-    plan = list(_left_out(source, target, skip))
+    plan = [(src, dst, _bytes(src)) for src, dst in left_out(source, target, skip)]
     total = sum(size for _src, _dst, size in plan)
     budget = _copy_budget()
     if total > budget:
@@ -256,8 +257,13 @@ def copy_missing(source: Path, target: Path, skip: set[str]) -> None:
             shutil.copy2(src, dst)
 
 
-def _left_out(source: Path, target: Path, skip: set[str]):
-    """(source entry, where it goes, bytes to copy) for each entry `target` lacks."""
+def left_out(
+    source: Path, target: Path, skip: set[str], depth: int | None = None
+) -> Iterator[tuple[Path, Path]]:
+    """(source entry, where it goes) for each entry of `source` that `target` (a
+    materialised version of it) lacks, looking `depth` folders deep (all, when None)."""
+    if depth == 0:
+        return
     try:
         entries = list(os.scandir(source))
     except OSError:
@@ -268,9 +274,9 @@ def _left_out(source: Path, target: Path, skip: set[str]):
         there = target / entry.name
         src = Path(entry.path)
         if not there.exists() and not there.is_symlink():
-            yield src, there, _bytes(src)
+            yield src, there
         elif entry.is_dir(follow_symlinks=False) and there.is_dir() and not there.is_symlink():
-            yield from _left_out(src, there, skip)
+            yield from left_out(src, there, skip, None if depth is None else depth - 1)
 
 
 def _bytes(path: Path) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import signal
 import tempfile
@@ -300,23 +299,11 @@ def _mapped_cwd(project: Path, code_dir: Path, cwd: str | None, mirror: Path) ->
     return target
 
 
-def _link_missing(source: Path, target: Path, depth: int = 3) -> None:
+def _link_missing(source: Path, target: Path) -> None:
     """Make files the snapshot left out (data folders, large files) reachable by the same
     relative paths, so the old script finds the data the run read."""
-    if depth == 0:
-        return
-    try:
-        entries = list(os.scandir(source))
-    except OSError:
-        return
-    for entry in entries:
-        if entry.name in _SKIP_LINKS:
-            continue
-        there = target / entry.name
-        if not there.exists() and not there.is_symlink():
-            there.symlink_to(entry.path)
-        elif entry.is_dir(follow_symlinks=False) and there.is_dir() and not there.is_symlink():
-            _link_missing(Path(entry.path), there, depth - 1)
+    for src, there in contain.left_out(source, target, _SKIP_LINKS, depth=3):
+        there.symlink_to(src)
 
 
 def _run_all(
