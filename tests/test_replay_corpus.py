@@ -8,10 +8,9 @@ committed; the statements are replayed (epoch-level ones together, step-level on
 together: see GROUPS) and each replayed value is compared with what a forward run of v2
 logs with the same args, the run's inputs and the run's RNG states at `import florwb`. A
 position a script declares refused (`# expect: <position> refused: <reason>`) must be
-refused with that reason instead. `# xfail: <reason>` marks a script florwb does not get
-right yet (strict: it fails once fixed, so the mark is removed). A wrong value fails the
-test: "right or refused". Statements must not draw random numbers: one that does changes
-the run it is compared with.
+refused with that reason instead. A wrong value fails the test: "right or refused".
+Statements must not draw random numbers: one that does changes the run it is compared
+with.
 """
 
 from __future__ import annotations
@@ -40,8 +39,6 @@ MARK = re.compile(r"^(?P<indent>\s*)# @(?P<position>\w+) (?P<statement>.+)$")
 EXPECT = re.compile(r"^# expect: (?P<position>\w+) (?P<verdict>refused|marked): (?P<why>.+)$")
 ARGS = re.compile(r"^# args: (?P<args>.*)$")
 FILES = re.compile(r"^# files: (?P<module>\w+)$")
-# a case florwb does not get right yet, said in the script; strict: it fails once fixed
-XFAIL = re.compile(r"^# xfail: (?P<reason>.+)$")
 
 
 # The forward run starts from the recorded run's RNG states at `import florwb` (what a
@@ -101,13 +98,7 @@ def load_case(path: Path) -> Case:
     )
 
 
-def _case_param(path: Path):
-    known = [m["reason"] for line in path.read_text().splitlines() if (m := XFAIL.match(line))]
-    marks = [pytest.mark.xfail(strict=True, reason=known[0])] if known else []
-    return pytest.param(path.stem, marks=marks, id=path.stem)
-
-
-CASES = [_case_param(p) for p in sorted(CORPUS.glob("*.py")) if not p.stem.startswith("_")]
+CASES = [p.stem for p in sorted(CORPUS.glob("*.py")) if not p.stem.startswith("_")]
 
 
 def _values(project: Path, run_id: str, name: str, source: str | None) -> list:
