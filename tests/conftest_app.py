@@ -152,6 +152,30 @@ def run_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if RUN_LINE.match(line)]
 
 
+HELD_RUN = """
+import pathlib, time
+import florwb as flor
+
+release = pathlib.Path("release")
+for epoch in flor.loop("epoch", range(8)):
+    flor.log("metric", VALUE)
+    if epoch == 2:
+        deadline = time.monotonic() + 120  # never left running by a failed test
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+flor.commit()
+"""
+
+
+def write_held_run(project: Path, value: str) -> Path:
+    """`slow.py`: a run of 8 epochs logging `metric` = `value` that holds after epoch 3
+    until a file named `release` appears, so what a test checks while it records cannot
+    race its end (touch `project / "release"` to let it finish)."""
+    script = project / "slow.py"
+    script.write_text(HELD_RUN.replace("VALUE", value))
+    return script
+
+
 def make_app(project: Path, **kwargs) -> WorkbenchApp:
     kwargs.setdefault("poll_s", 0.25)
     return WorkbenchApp(project, **kwargs)

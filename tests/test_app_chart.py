@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for, wait_until
+from conftest_app import (
+    copy_demo,
+    loaded,
+    make_app,
+    screen_text,
+    wait_for,
+    wait_until,
+    write_held_run,
+)
 
 from florwb.screens.chart import ChartScreen
 from florwb.ui.format import short_run
@@ -150,24 +157,7 @@ async def test_replayed_values_are_told_apart_from_recorded(demo: Path):
 async def test_a_run_recording_live_adds_points(demo: Path):
     """The run holds after 3 epochs until the test has seen them charted (a file releases
     it), so the points before and after cannot race."""
-    script = demo / "slow.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import pathlib, time
-            import florwb as flor
-
-            release = pathlib.Path("release")
-            for epoch in flor.loop("epoch", range(8)):
-                flor.log("metric", 1.0 / (epoch + 1))
-                if epoch == 2:
-                    deadline = time.monotonic() + 120  # never left running by a failed test
-                    while not release.exists() and time.monotonic() < deadline:
-                        time.sleep(0.05)
-            flor.commit()
-            """
-        )
-    )
+    write_held_run(demo, "1.0 / (epoch + 1)")
     app = make_app(demo)
     async with app.run_test(size=(120, 36)) as pilot:
         await loaded(pilot)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from conftest_app import (
     make_app,
     wait_for,
     wait_until,
+    write_held_run,
 )
 
 from florwb.ui.format import short_run
@@ -127,24 +127,7 @@ async def test_cancel_stops_the_workers_and_leaves_nothing_half_written(demo: Pa
 async def test_a_run_recording_in_another_terminal_shows_live_progress(demo: Path):
     """The run holds at epoch 3 of 8 until the test has seen it live (a file releases it),
     so what is checked while it records cannot race its end."""
-    script = demo / "slow.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import pathlib, time
-            import florwb as flor
-
-            release = pathlib.Path("release")
-            for epoch in flor.loop("epoch", range(8)):
-                flor.log("metric", epoch * 0.5)
-                if epoch == 2:
-                    deadline = time.monotonic() + 120  # never left running by a failed test
-                    while not release.exists() and time.monotonic() < deadline:
-                        time.sleep(0.05)
-            flor.commit()
-            """
-        )
-    )
+    write_held_run(demo, "epoch * 0.5")
     app = make_app(demo)
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
