@@ -153,6 +153,16 @@ def ast_call_name(call: ast.Call, imports: FlorImports, api: str) -> str | None:
     return None
 
 
+def iterates_loop(node: ast.For, imports: FlorImports, name: str | None) -> bool:
+    """Whether a `for` statement iterates `<flor>.loop(name, ...)` (its iterable holds the
+    call, e.g. `for x in flor.loop("epoch", range(n))` or `enumerate(flor.loop(...))`):
+    how replay planning finds the main loop's body in the run's code. No name: no loop."""
+    return name is not None and any(
+        type(sub) is ast.Call and ast_call_name(sub, imports, "loop") == name
+        for sub in ast.walk(node.iter)
+    )
+
+
 def _dotted(expr: cst.BaseExpression) -> str:
     if isinstance(expr, cst.Name):
         return expr.value

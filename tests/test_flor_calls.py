@@ -111,3 +111,36 @@ def test_instrumenter_uses_the_same_recogniser_for_the_scripts_import():
 
 def test_no_flor_import_means_no_flor_loops():
     assert flor_loops("for e in flor.loop('e', range(2)):\n    pass\n") == ()
+
+
+SAVE_IN_LOOP = """
+import torch
+{header}
+net = None
+for epoch in tracker.loop("epoch", range(2)):
+    torch.save(net, "a.pt")
+for epoch in {loop}("epoch", range(2)):
+    torch.save(net.state_dict(), "b.pt")
+"""
+
+
+@pytest.mark.parametrize(
+    "header, loop",
+    [("import florwb as fw", "fw.loop"), ("from flordb import loop as each", "each")],
+)
+def test_the_own_save_planner_finds_the_main_loop_through_the_flor_import(header, loop):
+    """replay/saved_state maps a torch.save inside the main loop only: the loop is flor's
+    (through the script's own import of it), not another library's `.loop("epoch")`."""
+    import ast
+
+    from florwb_engine.replay.saved_state import map_save
+
+    tree = ast.parse(SAVE_IN_LOOP.format(header=header, loop=loop))
+    other = map_save(tree, 6, "epoch")  # inside tracker.loop: not the main loop
+    assert other.problem == "it is not in the body of the main loop 'epoch'"
+    own = map_save(tree, 8, "epoch")
+    assert own.problem is None and own.targets == [[[], "net", True]]
+    unimported = ast.parse(SAVE_IN_LOOP.format(header="", loop="flor.loop"))
+    assert map_save(unimported, 8, "epoch").problem == (
+        "it is not in the body of the main loop 'epoch'"
+    )  # `flor` bound to nothing florwb knows: no flor loop at all

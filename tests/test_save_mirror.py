@@ -256,6 +256,7 @@ def _map(body: str, prelude: str = ""):
     from florwb_engine.replay.saved_state import map_save
 
     source = (
+        "import florwb as flor\n"
         "net = opt = sched = data = extra = p = f = None\n"
         + textwrap.dedent(prelude)
         + 'for epoch in flor.loop("epoch", range(3)):\n'

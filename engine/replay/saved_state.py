@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from florwb_engine import versions
+from florwb_engine.flor_calls import imports_from_ast, iterates_loop
 from florwb_engine.project import checkpoint_dir, store_dir
 
 # calls that do not change training state: a save after them still holds the end state
@@ -177,11 +178,12 @@ def map_save(tree: ast.Module, line: int, main_loop: str) -> SaveMap:
         out.problem = "no torch.save call found at that line of the run's code"
         return out
     call, chain = found
+    imports = imports_from_ast(tree)
     loop_index = next(
         (
             i
             for i, node in enumerate(chain)
-            if isinstance(node, ast.For) and _is_loop(node, main_loop)
+            if isinstance(node, ast.For) and iterates_loop(node, imports, main_loop)
         ),
         None,
     )
@@ -250,15 +252,6 @@ def _find_save(tree: ast.AST, line: int) -> tuple[ast.Call, list[ast.AST]] | Non
         return None
 
     return visit(tree, [tree])
-
-
-def _is_loop(node: ast.For, main_loop: str) -> bool:
-    for sub in ast.walk(node.iter):
-        if isinstance(sub, ast.Call) and _name_of(sub.func) == "loop" and sub.args:
-            first = sub.args[0]
-            if isinstance(first, ast.Constant) and first.value == main_loop:
-                return True
-    return False
 
 
 def _position(body: list[ast.stmt], index: int) -> str | None:

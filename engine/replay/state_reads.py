@@ -25,7 +25,7 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from florwb_engine.flor_calls import FlorImports, ast_call_name, imports_from_ast
+from florwb_engine.flor_calls import FlorImports, ast_call_name, imports_from_ast, iterates_loop
 from florwb_engine.propagate import Placement, find_log_statements
 
 # Methods that leave their receiver as it was; any other method call on an object counts
@@ -114,31 +114,26 @@ def _log_calls(
 
 
 def _main_loop(tree: ast.Module, imports: FlorImports, main_loop: str | None) -> ast.For | None:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.For):
-            for sub in ast.walk(node.iter):
-                if isinstance(sub, ast.Call) and ast_call_name(sub, imports, "loop") == main_loop:
-                    return node
-    return None
+    return next(
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.For) and iterates_loop(n, imports, main_loop)
+        ),
+        None,
+    )
 
 
 def _registered(tree: ast.Module, imports: FlorImports) -> set[tuple[str, ...]]:
     """Paths of the objects given to `flor.checkpointing(...)`: their changes are held."""
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _is_checkpointing(node, imports):
+        if isinstance(node, ast.Call) and imports.api_of_ast(node.func) == "checkpointing":
             for kw in node.keywords:
                 path = _path(kw.value)
                 if path:
                     found.add(path)
     return found
-
-
-def _is_checkpointing(call: ast.Call, imports: FlorImports) -> bool:
-    func = call.func
-    if isinstance(func, ast.Attribute) and func.attr == "checkpointing":
-        return isinstance(func.value, ast.Name) and func.value.id in imports.modules
-    return isinstance(func, ast.Name) and imports.functions.get(func.id) == "checkpointing"
 
 
 def _path(node: ast.AST) -> tuple[str, ...] | None:
