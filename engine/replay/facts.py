@@ -8,7 +8,9 @@ read in the planner's one session so the rest of planning works on plain values.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -18,9 +20,24 @@ from florwb_engine.store import run_context
 from florwb_engine.store.schema import TABLES, literal, loop_column, loop_columns, quote
 from florwb_engine.store.values import decode_value
 
+if TYPE_CHECKING:
+    from florwb_engine.store import Store
+
 RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")} | set(
     run_context.COLUMNS  # --where "device_kind = 'cuda'" selects by where runs ran
 )
+
+
+# Text with a comparison or an SQL operator is a `--where` condition (SQL over runs, args as
+# columns); plain words are not. The workbench's filter line reads its text by this rule.
+CONDITION_SYNTAX = re.compile(
+    r"[<>=!~]|\b(like|ilike|between|is\s+(not\s+)?null|in\s*\()", re.IGNORECASE
+)
+
+
+def is_condition(text: str) -> bool:
+    """Whether filter text is a `--where` condition rather than words to look for."""
+    return bool(CONDITION_SYNTAX.search(text))
 
 
 @dataclass
@@ -56,6 +73,13 @@ def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[Selec
     if not runs:
         raise PlanError("no recorded run matches" + (f" --where {where}" if where else ""))
     return runs
+
+
+def run_ids_where(store: Store, where: str) -> set[str]:
+    """The ids of the runs a `--where` condition selects (the workbench's filter line);
+    PlanError with DuckDB's one-line reason when it cannot run."""
+    with store.session() as con:
+        return {run.run_id for run in runs_where(con, where)}
 
 
 def runs_where(con: duckdb.DuckDBPyConnection, where: str | None) -> list[SelectedRun]:

@@ -9,7 +9,6 @@ It tells the app where the cursor is (`VersionSelected`) and which metric it sho
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -25,21 +24,11 @@ from florwb.ui.workers import run_in_thread
 from florwb.widgets.history_list import HistoryList, HistoryRow, build_rows
 from florwb.widgets.run_summary import RunSummary
 from florwb_engine.replay.errors import PlanError
-from florwb_engine.replay.facts import runs_where
+from florwb_engine.replay.facts import is_condition, run_ids_where
 from florwb_engine.store import Store
 from florwb_engine.store.history_values import HistoryValues, load_series_values
 from florwb_engine.store.queries import History
 from florwb_engine.watch import PendingStatements
-
-# A filter with a comparison or SQL operator is a `--where` condition (as `florwb replay
-# --where` takes it: SQL over runs with args as columns); plain words filter as before.
-WHERE_SYNTAX = re.compile(
-    r"[<>=!~]|\b(like|ilike|between|is\s+(not\s+)?null|in\s*\()", re.IGNORECASE
-)
-
-
-def is_where(text: str) -> bool:
-    return bool(WHERE_SYNTAX.search(text))
 
 
 @dataclass
@@ -104,7 +93,7 @@ class HistoryPane(Vertical):
         listing.set_series(history.series, history.last, *self._range(history), history.metric)
         listing.differ = fmt.args_that_differ((r.script, r.args) for r in history.runs)
         self._rebuild()
-        if is_where(self.text_filter) and (
+        if is_condition(self.text_filter) and (
             previous is None
             or {r.run_id for r in previous.runs} != {r.run_id for r in history.runs}
         ):
@@ -121,7 +110,7 @@ class HistoryPane(Vertical):
         if history is None:
             return
         listing = self.history_list
-        where = is_where(self.text_filter)
+        where = is_condition(self.text_filter)
         # a condition DuckDB refused filters nothing: its error shows, every run stays
         keep = None if not where or self.where_error else (self.where_ids or set())
         rows = build_rows(
@@ -282,7 +271,7 @@ class HistoryPane(Vertical):
 
     def apply_filter(self, text: str) -> None:
         self.text_filter = text.strip()
-        if is_where(self.text_filter):
+        if is_condition(self.text_filter):
             self._run_where(self.text_filter)  # the rows stay as they are until it answers
             return
         self.where_ids = None
@@ -294,8 +283,7 @@ class HistoryPane(Vertical):
 
         def work() -> None:
             try:
-                with self.store.session() as con:
-                    ids = {run.run_id for run in runs_where(con, condition)}
+                ids = run_ids_where(self.store, condition)
             except PlanError as exc:
                 self.post_message(WhereAnswered(condition, None, str(exc)))
                 return

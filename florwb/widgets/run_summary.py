@@ -13,6 +13,7 @@ from textual.widgets import Static
 from florwb.ui import format as fmt
 from florwb.widgets.history_list import HistoryRow, run_status
 from florwb.widgets.sparkline import sparkline
+from florwb_engine.replay.facts import is_condition
 from florwb_engine.store.hints import data_wait_hint
 from florwb_engine.store.queries import RunRow
 from florwb_engine.watch import PendingStatements
@@ -42,7 +43,7 @@ class RunSummary(Static):
         text_filter: str = "",
     ) -> None:
         self.shown_key = row.key if row is not None else None
-        if row is None and text_filter and any(op in text_filter for op in "<>=!~"):
+        if row is None and text_filter and is_condition(text_filter):
             self.update(
                 Text.assemble(
                     "No run matches the condition ",
