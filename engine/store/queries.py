@@ -425,7 +425,7 @@ def query_page(store: Store, sql: str, limit: int = PAGE_ROWS) -> QueryPage:
     that cannot write (engine/store/user_sql.py); `total` is exact when the result fits,
     else None (count_rows says)."""
     head = user_sql.query_head(store, sql, limit)
-    series = [i for i, t in enumerate(head.types) if _is_numeric_list(t)]
+    series = series_columns(head.types)
     total = None if head.more else len(head.rows)
     return QueryPage(head.columns, [str(t) for t in head.types], head.rows, total, series)
 
@@ -433,6 +433,12 @@ def query_page(store: Store, sql: str, limit: int = PAGE_ROWS) -> QueryPage:
 def count_rows(store: Store, sql: str) -> int:
     """How many rows the last statement of `sql` returns (may take as long as the query)."""
     return user_sql.count_result(store, sql)
+
+
+def series_columns(types: list[DuckDBPyType]) -> list[int]:
+    """The columns of a result that hold lists of numbers: the Query tab draws them as
+    sparklines (the first page's and a streamed result's alike)."""
+    return [i for i, kind in enumerate(types) if _is_numeric_list(kind)]
 
 
 def _is_numeric_list(kind: DuckDBPyType) -> bool:
@@ -443,6 +449,7 @@ def _is_numeric_list(kind: DuckDBPyType) -> bool:
 
 
 __all__ = [
+    "series_columns",
     "CheckpointRow",
     "History",
     "LiveRun",

@@ -45,8 +45,7 @@ from florwb_engine import project as projects
 from florwb_engine.store import Store, StoreBusy, StoreError
 from florwb_engine.store.catalog_outline import Relation, outline
 from florwb_engine.store.db import LockWaitListener, lock_waits_reported
-from florwb_engine.store.queries import PAGE_ROWS
-from florwb_engine.store.queries import _is_numeric_list as is_numeric_list
+from florwb_engine.store.queries import PAGE_ROWS, series_columns
 from florwb_engine.store.result_stream import ResultStream
 from florwb_engine.store.user_export import export_result
 from florwb_engine.store.user_sql import QueryStopped, UserSqlError
@@ -307,7 +306,7 @@ class QueryPane(Vertical):
                 table.append(table.generation, [], complete=True)
                 self._status(Text.assemble(("✓ ", "green"), "done (no rows returned)"))
                 return
-            series = [i for i, t in enumerate(stream.types) if is_numeric_list(t)]
+            series = series_columns(stream.types)
             table.start(stream.columns, [str(t) for t in stream.types], series, message.rows)
             if not stream.exhausted:
                 self.call_after_refresh(self._count, message.serial, stream)
