@@ -150,7 +150,7 @@ async def test_the_schema_sidebar_lists_tables_views_and_column_types(demo: Path
         await pilot.press("f9")
         text = await wait_for(pilot, lambda t: "logs view" in t, what="the sidebar")
         assert "runs table" in text and "iterations view" in text
-        assert "value_float double" in text or "value double" in text
+        assert "value double" in text
         assert "run_id varchar" in text
         await pilot.press("f9")
         await wait_for(pilot, lambda t: "logs view" not in t, what="hidden again")

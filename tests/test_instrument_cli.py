@@ -156,7 +156,7 @@ def test_missing_unparsable_and_non_utf8_files_are_one_line_errors(repo: Path) -
 def test_usage_error_exits_2(repo: Path) -> None:
     proc = instrument_cli(repo)
     assert proc.returncode == 2
-    assert "SCRIPT" in proc.stderr or "script" in proc.stderr
+    assert proc.stderr.startswith("usage: ") and "required: SCRIPT" in proc.stderr
 
 
 def test_cli_module_does_not_load_libcst_until_used() -> None:

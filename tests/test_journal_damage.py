@@ -24,11 +24,11 @@ from florwb_engine.store import Store
 from florwb_engine.store.schema import SCHEMA_VERSION
 
 SCRIPT = """
-import time
 import florwb as flor
+from florwb_engine.record import runtime
 for epoch in flor.loop("epoch", range(12)):
     flor.log("e", epoch)
-    time.sleep(0.12)  # a flush (one chunk) per epoch
+    runtime.current().flush()  # a chunk per epoch
 """
 
 

@@ -65,7 +65,7 @@ def test_a_git_work_tree_below_a_store_is_its_own_project(tmp_path):
     git(child, "add", "train.py")
     git(child, "commit", "-q", "-m", "train")
     run_py(child, "train.py")
-    assert (child / ".florwb" / "florwb.duckdb").exists() or (child / ".florwb").is_dir()
+    assert list((child / ".florwb" / "journal").glob("*.journal"))  # its own store
     assert ".florwb" in (child / ".git" / "info" / "exclude").read_text()
     child_runs = _florwb(child, "runs", "--json")
     assert child_runs.returncode == 0, child_runs.stderr

@@ -316,7 +316,10 @@ def test_killed_replay_stops_its_workers_and_the_next_replay_redoes_its_runs(rep
     deadline = time.time() + 90
     while time.time() < deadline and not _epochs_done(replays):
         time.sleep(0.02)
-    time.sleep(0.3)  # the worker's journal takes in its first epoch's values
+    while time.time() < deadline and not any(  # its journal holds its first epoch's values
+        p.stat().st_size for p in journal_dir(repo).glob("replay-*")
+    ):
+        time.sleep(0.02)
     assert _workers_in(replays), "no replay worker running"
     proc.kill()
     proc.wait(timeout=30)

@@ -11,14 +11,14 @@ from florwb_engine.store import Store
 from florwb_engine.store.schema import SCHEMA_VERSION
 
 REPEATS = """
-import time
 import florwb as flor
+from florwb_engine.record import runtime
 
 for epoch in flor.loop("epoch", range(3)):
     flor.log("split", 50.0)     # the first value of the iteration...
     flor.log("same", 70.0)
     flor.log("same", float(epoch))  # ...a later one in the same batch wins
-    time.sleep(0.2)             # the flusher writes the first values
+    runtime.current().flush()   # the first values are written now
     flor.query("SELECT 1")      # and a reader ingests them now
     flor.log("split", float(epoch))  # so the last value lands in a later batch
     flor.log("once", 10.0 + epoch)
