@@ -35,10 +35,14 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 MODE_ENV = "FLORWB_REPLAY_CONTAIN"
 COPY_MAX_ENV = "FLORWB_REPLAY_COPY_MAX"
 DEFAULT_COPY_MAX = 2**30
+# "namespace": a private mount namespace overlays the project's parent; "copy": left-out
+# files are copied into the replay's folder (no namespace here, or FLORWB_REPLAY_CONTAIN=copy)
+ContainmentMode = Literal["namespace", "copy"]
 REQUEST_KEY = "contain"  # the fork server request's field the worker reads
 
 _CLONE_NEWNS = 0x00020000
@@ -58,7 +62,7 @@ class ContainmentError(Exception):
 class Containment:
     """How this replay's workers keep their writes off the user's files."""
 
-    mode: str  # "namespace" or "copy"
+    mode: ContainmentMode
     lower: tuple[str, ...] = ()  # folders overlaid (namespace mode)
     keep: tuple[str, ...] = ()  # folders bound back as they are (the store)
     why: str = ""  # why the namespace is not used, in copy mode

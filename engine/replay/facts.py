@@ -17,6 +17,7 @@ import duckdb
 from florwb_engine.record.save_mirror import is_manifest
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.store import run_context
+from florwb_engine.store.runs import RunStatus
 from florwb_engine.store.schema import TABLES, literal, loop_column, loop_columns, quote
 from florwb_engine.store.values import decode_value
 
@@ -60,7 +61,7 @@ class RunFacts:
     inner_s: dict[int, float]  # main-loop iteration -> seconds spent in nested loops (robust)
     wall_s: float
     present: set[str]  # names the run already has values for (recorded or replayed)
-    status: str | None = None  # the run's: 'running' while it still records
+    status: RunStatus | None = None  # the run's: 'running' while it still records
     prefix_s: float = 0.0  # seconds from the run's start to its main loop (estimated)
     # the script's own torch.save calls mirrored while it recorded (record/save_mirror.py):
     # iteration -> (manifest file, bytes); replay/saved_state.py decides which are usable

@@ -27,6 +27,7 @@ from florwb_engine.store import user_sql
 from florwb_engine.store.catalog import Store, check_read_only
 from florwb_engine.store.console import ConsoleLine
 from florwb_engine.store.db import StoreError, no_progress_bar
+from florwb_engine.store.replays import ReplayStatus
 from florwb_engine.store.runs import RunRow, list_runs
 
 if TYPE_CHECKING:  # duckdb.sqltypes is duckdb 2's home of the type; only annotations use it
@@ -117,7 +118,7 @@ class ReplayRow:
     replay_id: str
     started: datetime | None
     ended: datetime | None
-    status: str | None
+    status: ReplayStatus | None
     names: str | None
     detail: dict[str, Any]
     rows: int = 0

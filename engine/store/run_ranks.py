@@ -20,10 +20,11 @@ import duckdb
 
 from florwb_engine import processes
 from florwb_engine.store.db import fetch_one
+from florwb_engine.store.runs import RunStatus
 from florwb_engine.store.schema import RANK_SHIFT
 
 # A rank's end, worst first: the run shows the worst of its ranks' ends.
-_WORST_FIRST = ("killed", "failed", "interrupted", "unreadable")
+_WORST_FIRST: tuple[RunStatus, ...] = ("killed", "failed", "interrupted", "unreadable")
 
 
 def first_seq(next_seq: int, rank: int | None) -> int:

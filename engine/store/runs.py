@@ -19,8 +19,9 @@ from florwb_engine.store.schema import entry_join
 from florwb_engine.store.values import decode_value
 
 # What `runs.status` holds: set by the recording runtime at the end of a run, "running"
-# until then, "killed" once ingestion finds its process gone without an end record.
-RunStatus = Literal["running", "finished", "failed", "interrupted", "killed"]
+# until then, "killed" once ingestion finds its process gone without an end record,
+# "unreadable" when its journal holds a chunk this florwb cannot read (store/ingest.py).
+RunStatus = Literal["running", "finished", "failed", "interrupted", "killed", "unreadable"]
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from rich.cells import cell_len
 from rich.style import Style
@@ -35,7 +35,7 @@ UNVERSIONED = "(no version)"
 class HistoryRow:
     """A line of the list: a version header, or one run of that version."""
 
-    kind: str  # "version" | "run"
+    kind: Literal["version", "run"]
     version: str | None
     run: RunRow | None = None
     n_runs: int = 0
