@@ -17,12 +17,12 @@ import duckdb
 from florwb_engine.record.save_mirror import is_manifest
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.store import run_context
-from florwb_engine.store.runs import RunStatus
 from florwb_engine.store.schema import TABLES, literal, loop_column, loop_columns, quote
 from florwb_engine.store.values import decode_value
 
 if TYPE_CHECKING:
     from florwb_engine.store import Store
+    from florwb_engine.store.runs import RunStatus
 
 RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")} | set(
     run_context.COLUMNS  # --where "device_kind = 'cuda'" selects by where runs ran
