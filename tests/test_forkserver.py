@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from florwb_engine.replay.executor import _run_all, _Task
+from florwb_engine.replay.executor import SegmentTask, _run_all
 from florwb_engine.replay.forkserver import (
     ForkServer,
     likely_imports,
@@ -224,7 +224,7 @@ def test_cancel_gives_up_on_a_worker_the_server_never_started(tmp_path, monkeypa
     script.write_text(f"open({str(marker)!r}, 'w').close()\n")
     server = ForkServer(tmp_path / "server.log")
     server.preload(["hangs_on_import"])
-    task = _Task(
+    task = SegmentTask(
         plan=SimpleNamespace(run_id="r", launch=None),
         segment=SimpleNamespace(index=0, first=0, last=0),
         spec_path=tmp_path / "spec.json",

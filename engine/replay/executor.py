@@ -53,7 +53,8 @@ POLL_S = 0.2
 SegmentState = Literal["waiting", "running", "finished", "failed", "cancelled"]
 # One run's outcome: `diverged` when recomputed values differ from what the run recorded.
 RunReplayStatus = Literal["finished", "diverged", "failed", "cancelled"]
-_SKIP_LINKS = {".florwb", ".git", "__pycache__"}
+# never linked or copied into a replay's code folder (the Ray executor leaves them out too)
+SKIP_LINKS = {".florwb", ".git", "__pycache__"}
 # Where segments run: "local" (the fork server) or "ray" / RayOptions (ray_executor.py).
 Executor = Union[Literal["local", "ray"], "RayOptions"]
 
@@ -91,7 +92,10 @@ class ReplayResult:
 
 
 @dataclass
-class _Task:
+class SegmentTask:
+    """One segment's worker: what it runs and the files it reports through (both
+    executors, local and Ray, drive these)."""
+
     plan: RunPlan
     segment: Segment
     spec_path: Path
@@ -138,7 +142,7 @@ def execute(
         raise
     server = server or (warm_workers(project) if remote is None else None)
     result = ReplayResult(plan.replay_id, "finished")
-    tasks: list[_Task] = []
+    tasks: list[SegmentTask] = []
     try:
         with store.session() as con:
             record_replay(con, plan.replay_id, plan.names, plan.to_json())
@@ -191,7 +195,7 @@ def _prepare(
     workdir: Path,
     server: ForkServer | None,
     containment: contain.Containment | None,
-) -> list[_Task]:
+) -> list[SegmentTask]:
     """Materialise each version and write each segment's spec. Without `containment` (a
     Ray replay) the files the snapshot left out are not placed here: each task copies
     them on its node (ray_executor.py)."""
@@ -210,7 +214,7 @@ def _prepare(
             if containment is not None and containment.mode == "namespace":
                 _link_missing(project, code_dir)  # writes through them land in the overlay
             elif containment is not None:
-                contain.copy_missing(project, code_dir, _SKIP_LINKS)
+                contain.copy_missing(project, code_dir, SKIP_LINKS)
             code_dirs[key] = code_dir
         code_dir = code_dirs[key]
         if server is not None:
@@ -245,7 +249,7 @@ def _prepare(
             # a multi-process run starts as it was launched (ddp_launch.py)
             argv = ddp_launch.launch_argv(run.launch, [str(code_dir / run.script), *run.argv[1:]])
             tasks.append(
-                _Task(
+                SegmentTask(
                     run,
                     segment,
                     spec_path,
@@ -302,12 +306,12 @@ def _mapped_cwd(project: Path, code_dir: Path, cwd: str | None, mirror: Path) ->
 def _link_missing(source: Path, target: Path) -> None:
     """Make files the snapshot left out (data folders, large files) reachable by the same
     relative paths, so the old script finds the data the run read."""
-    for src, there in contain.left_out(source, target, _SKIP_LINKS, depth=3):
+    for src, there in contain.left_out(source, target, SKIP_LINKS, depth=3):
         there.symlink_to(src)
 
 
 def _run_all(
-    tasks: list[_Task],
+    tasks: list[SegmentTask],
     workers: int,
     server: ForkServer,
     store: Store,
@@ -315,7 +319,7 @@ def _run_all(
     cancel: threading.Event,
 ) -> None:
     notify = on_progress or (lambda _p: None)
-    waiting, active = list(tasks), list[_Task]()  # changed in place: fill() sees them
+    waiting, active = list(tasks), list[SegmentTask]()  # changed in place: fill() sees them
     # Workers share the cores: each gets cores // (workers running at once) threads.
     threads = thread_env(threads_per_worker(min(max(1, workers), max(1, len(tasks)))))
     last_seen: dict[int, tuple] = {}
@@ -331,7 +335,7 @@ def _run_all(
             task.request = server.start(task.argv, task.cwd, env, task.log_path, task.contain)
             active.append(task)
 
-    with _sigint_sets(cancel):
+    with sigint_sets_cancel(cancel):
         while waiting or active:
             try:
                 fill()
@@ -352,7 +356,7 @@ def _run_all(
 
 
 @contextlib.contextmanager
-def _sigint_sets(cancel: threading.Event) -> Iterator[None]:
+def sigint_sets_cancel(cancel: threading.Event) -> Iterator[None]:
     """Ctrl-C sets `cancel` instead of raising KeyboardInterrupt wherever the loop happens
     to be (half way through starting a worker, or ingesting), so a cancel always ends as a
     clean cancel. Only the main thread can install a signal handler: the workbench runs
@@ -383,7 +387,7 @@ def _ingest_early(store: Store) -> None:
         raise
 
 
-def _update(task: _Task, server: ForkServer) -> None:
+def _update(task: SegmentTask, server: ForkServer) -> None:
     if task.pid is None and task.request in server.started:
         started = server.started[task.request]
         if isinstance(started, str):  # could not fork: say why where its stderr would be
@@ -395,7 +399,7 @@ def _update(task: _Task, server: ForkServer) -> None:
         task.returncode = server.exited[task.pid]
 
 
-def _stop(task: _Task, stopping: dict[int, float], server: ForkServer) -> None:
+def _stop(task: SegmentTask, stopping: dict[int, float], server: ForkServer) -> None:
     """SIGTERM to the worker's process group, SIGKILL if it is still there after 3 s. A
     worker the server has not started yet (it is still importing) is given up after 3 s,
     with the server, so it never starts."""
@@ -414,7 +418,7 @@ def _stop(task: _Task, stopping: dict[int, float], server: ForkServer) -> None:
         signal_worker(task.pid, signal.SIGKILL)
 
 
-def _report(tasks: list[_Task], seen: dict[int, tuple], notify, cancelled: bool) -> None:
+def _report(tasks: list[SegmentTask], seen: dict[int, tuple], notify, cancelled: bool) -> None:
     for task in tasks:
         done, total = 0, task.segment.last - task.segment.first + 1
         with contextlib.suppress(OSError, ValueError, KeyError):  # not written yet
@@ -432,9 +436,9 @@ def _report(tasks: list[_Task], seen: dict[int, tuple], notify, cancelled: bool)
             notify(Progress(task.plan.run_id, task.segment.index, done, total, state))
 
 
-def _collect(plan: Plan, tasks: list[_Task], store: Store, cancelled: bool) -> ReplayResult:
+def _collect(plan: Plan, tasks: list[SegmentTask], store: Store, cancelled: bool) -> ReplayResult:
     project = plan.project
-    by_run: dict[str, list[_Task]] = {}
+    by_run: dict[str, list[SegmentTask]] = {}
     for task in tasks:
         by_run.setdefault(task.plan.run_id, []).append(task)
     # On cancel, a run whose every segment ended well is kept (issue 14, defect 5: cancel

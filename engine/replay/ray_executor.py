@@ -48,7 +48,7 @@ from florwb_engine.replay.spec import ENV, ReplaySpec
 from florwb_engine.store import Store
 
 if TYPE_CHECKING:
-    from florwb_engine.replay.executor import Progress, SegmentState, _Task
+    from florwb_engine.replay.executor import Progress, SegmentState, SegmentTask
 
 POLL_S = 0.2
 STOP_GRACE_S = 3.0
@@ -149,7 +149,7 @@ def task_resources(project: Path, run_id: str, options: RayOptions) -> tuple[flo
 
 
 def run_all(
-    tasks: list[_Task],
+    tasks: list[SegmentTask],
     store: Store,
     on_progress: Callable[[Progress], None] | None,
     cancel: threading.Event,
@@ -158,7 +158,7 @@ def run_all(
 ) -> dict[int, Shipment]:
     """Run every task on Ray, writing each returned journal where a local worker writes
     it and setting each task's returncode; the bytes shipped per segment are returned."""
-    from florwb_engine.replay.executor import _sigint_sets
+    from florwb_engine.replay.executor import sigint_sets_cancel
 
     started_here = connect(options)
     import ray
@@ -167,8 +167,8 @@ def run_all(
     try:
         remote = ray.remote(max_retries=0)(run_segment)
         shipped: dict[int, Shipment] = {}
-        pending: dict[Any, _Task] = {}
-        with _sigint_sets(cancel):  # Ctrl-C while submitting cancels what was submitted
+        pending: dict[Any, SegmentTask] = {}
+        with sigint_sets_cancel(cancel):  # Ctrl-C while submitting cancels what was submitted
             _submit(tasks, remote, options, pending, shipped, notify, cancel)
             _wait(pending, store, notify, cancel, ingest_early)
         return shipped
@@ -227,7 +227,7 @@ def _submit(tasks, remote, options, pending, shipped, notify, cancel) -> None:
         notify(Progress(task.plan.run_id, task.segment.index, 0, total, "running"))
 
 
-def _relative_cwd(task: _Task) -> str:
+def _relative_cwd(task: SegmentTask) -> str:
     """The task's working directory relative to the mirror base when it is inside it
     (the usual case), else the absolute path (used on the node when it exists there)."""
     if task.mirror is not None:
@@ -290,7 +290,7 @@ def _wait(pending, store, notify, cancel, ingest_early) -> None:
             cancel.set()
 
 
-def _land(task: _Task, out: dict) -> int:
+def _land(task: SegmentTask, out: dict) -> int:
     """Write what the task returned where a local worker leaves it; its returncode."""
     task.log_path.write_bytes(out["log"])
     if out["journal"] is not None:
@@ -314,7 +314,7 @@ def run_segment(job: dict, code: bytes, files: dict[str, Any]) -> dict:
     try:
         # the mirror of the project's ancestry, as a local replay has it (mirror.py)
         from florwb_engine.replay import contain
-        from florwb_engine.replay.executor import _SKIP_LINKS
+        from florwb_engine.replay.executor import SKIP_LINKS
         from florwb_engine.replay.mirror import mirrored_project
 
         project = Path(job["project"])
@@ -323,7 +323,7 @@ def run_segment(job: dict, code: bytes, files: dict[str, Any]) -> dict:
         with tarfile.open(fileobj=io.BytesIO(code), mode="r:gz") as tar:
             tar.extractall(code_dir, filter="data")
         if project.is_dir():  # copies, never links: the script's writes stay in the task
-            contain.copy_missing(project, code_dir, _SKIP_LINKS)
+            contain.copy_missing(project, code_dir, SKIP_LINKS)
         home = base / "home"  # the task's own project: journal and checkpoints
         spec = ReplaySpec(**job["spec"])
         ckpt_dir = store_dir(home) / "checkpoints" / spec.run_id
