@@ -1,0 +1,63 @@
+"""The keys the chart, run comparison and chart screen added follow the active keymap like
+the rest (issue 10, item 5): rebound, the new key opens the view, the old one does nothing,
+and the help, the palette and the chart's footer name the new key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for, wait_until
+
+from florwb.screens.chart import ChartScreen
+from florwb.screens.help import help_renderable
+from florwb.screens.run_compare import RunCompareScreen
+
+
+def _help_line(app, key_id: str) -> str:
+    """The help's row for one key id, as the help screen renders it."""
+    from rich.console import Console
+
+    console = Console(width=120, record=True, color_system=None)
+    console.print(help_renderable(app, app.keymap))
+    return next(line for line in console.export_text().splitlines() if key_id in line)
+
+
+async def test_rebound_chart_and_compare_keys_work_and_are_listed(tmp_path: Path):
+    app = make_app(copy_demo(tmp_path), watch=False)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await loaded(pilot)
+        app.set_keymap({"history.chart": "o", "history.compare": "V", "chart.log": "L"})
+        assert _help_line(app, "history.chart").split()[0] == "o"
+        assert _help_line(app, "history.compare").split()[0] == "V"
+        commands = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert "key o · history.chart" in commands["Chart marked runs (or the version)"]
+        assert "key V · history.compare" in commands["Compare the two marked runs"]
+
+        await pilot.press("space", "space")  # two runs marked
+        assert len(app.marked_runs) == 2
+        await pilot.press("c", "v")  # no longer bound: nothing opens
+        await pilot.pause()
+        assert not isinstance(app.screen, (ChartScreen, RunCompareScreen))
+
+        await pilot.press("V")
+        await wait_until(pilot, lambda: isinstance(app.screen, RunCompareScreen), what="compare")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is app.screen_stack[0], what="back")
+
+        await pilot.press("o")
+        await wait_until(
+            pilot,
+            lambda: isinstance(app.screen, ChartScreen) and app.screen.drawing is not None,
+            what="the chart",
+        )
+        footer = (await wait_for(pilot, lambda t: "L log" in t, what="the footer")).splitlines()
+        assert "L log" in footer[-1] and "l log" not in footer[-1]
+        chart = app.screen
+        assert isinstance(chart, ChartScreen)
+        log_before = chart.state.log_y
+        await pilot.press("l")  # the old key does nothing
+        await pilot.pause()
+        assert chart.state.log_y == log_before
+        await pilot.press("L")
+        await wait_until(pilot, lambda: chart.state.log_y != log_before, what="log scale toggled")
+        assert "L log" in screen_text(app).splitlines()[-1]
