@@ -21,7 +21,8 @@ from textual.widgets import Input, Static
 from florwb.ui import format as fmt
 from florwb.ui.messages import ChartRequested, MetricChanged, SeriesLoaded, VersionSelected
 from florwb.ui.workers import run_in_thread
-from florwb.widgets.history_list import HistoryList, HistoryRow, build_rows
+from florwb.widgets.history_list import HistoryList
+from florwb.widgets.history_rows import HistoryRow, build_rows
 from florwb.widgets.run_summary import RunSummary
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.replay.facts import is_condition, run_ids_where

@@ -26,7 +26,7 @@ from florwb.ui import format as fmt
 from florwb.ui import keys
 from florwb.ui.workers import run_in_thread
 from florwb.widgets.code_diff import DiffView, render_diff
-from florwb.widgets.history_list import run_status
+from florwb.widgets.history_rows import run_status
 from florwb_engine.run_compare import MetricPair, RunComparison, compare_runs
 from florwb_engine.store import Store
 from florwb_engine.store.runs import RunRow

@@ -23,7 +23,7 @@ from florwb.ui import format as fmt
 from florwb.ui import keys
 from florwb.ui.messages import ReplayRequested, RunDetailLoaded
 from florwb.ui.workers import run_in_thread
-from florwb.widgets.history_list import run_status
+from florwb.widgets.history_rows import run_status
 from florwb.widgets.run_summary import data_wait_line
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.store import Store

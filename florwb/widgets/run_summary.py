@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from florwb.ui import format as fmt
-from florwb.widgets.history_list import HistoryRow, run_status
+from florwb.widgets.history_rows import HistoryRow, run_status
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.replay.facts import is_condition
 from florwb_engine.store.hints import data_wait_hint
