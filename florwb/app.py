@@ -99,6 +99,7 @@ class WorkbenchApp(App[int]):
         self.store = Store(self.project)
         self.on_ready = on_ready
         self.keymap: dict[str, str] = {}  # binding id -> keys, as set_keymap was given
+        self.key_hints = keys.KeyHints(lambda name: self.get_key_display(Binding(name, "")))
         self.workers_default = max(1, min(4, (os.cpu_count() or 2)))
         self._history: History | None = None
         self._live: list[LiveRun] = []
@@ -110,10 +111,12 @@ class WorkbenchApp(App[int]):
         )
         self._runner = ReplayRunner(id="replay-runner")
         self._banner = PendingBanner(id="pending-banner")
-        self._history_pane = HistoryPane(self.store, id="history-pane")
-        self._statements = StatementsPane(self.project, self.store, id="statements-pane")
-        self._replay = ReplayPane(self.store, id="replay-pane")
-        self._query = QueryPane(self.project, self.store, id="query-pane")
+        self._history_pane = HistoryPane(self.store, hints=self.key_hints, id="history-pane")
+        self._statements = StatementsPane(
+            self.project, self.store, hints=self.key_hints, id="statements-pane"
+        )
+        self._replay = ReplayPane(self.store, hints=self.key_hints, id="replay-pane")
+        self._query = QueryPane(self.project, self.store, hints=self.key_hints, id="query-pane")
 
     # --- what tests, benchmarks and screenshots read ----------------------------------------
 
@@ -336,7 +339,8 @@ class WorkbenchApp(App[int]):
         self, run_ids: Iterable[str] | None, only: Iterable[str] | None = None
     ) -> None:
         if self.replay_running:
-            self.notify("A replay is running; see the Replay tab (c cancels it).")
+            cancel = self.key_hints("replay.cancel")
+            self.notify(f"A replay is running; see the Replay tab ({cancel} cancels it).")
             self.action_show_tab("replay")
             return
         names = list(only) if only else self._banner.names
@@ -347,7 +351,9 @@ class WorkbenchApp(App[int]):
             )
             return
         chosen = list(run_ids) if run_ids else sorted(self.marked_runs)
-        screen = ReplayPlanScreen(self.project, names, chosen or None, self.workers_default)
+        screen = ReplayPlanScreen(
+            self.project, names, chosen or None, self.workers_default, self.key_hints
+        )
         self.push_screen(screen, self._plan_confirmed)
 
     def _plan_confirmed(self, confirmed: Any) -> None:
@@ -431,10 +437,12 @@ class WorkbenchApp(App[int]):
     def set_keymap(self, keymap: Mapping[str, str]) -> None:
         """Textual's, and kept so that help and the palette show the keys in force."""
         self.keymap = dict(keymap)
+        self.key_hints.keymap = self.keymap
         super().set_keymap(dict(keymap))
 
     def update_keymap(self, keymap: Mapping[str, str]) -> None:
         self.keymap = {**self.keymap, **keymap}
+        self.key_hints.keymap = self.keymap
         super().update_keymap(dict(keymap))
 
     def get_key_display(self, binding: Binding) -> str:

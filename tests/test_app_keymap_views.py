@@ -11,6 +11,7 @@ from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for, wai
 from florwb.screens.chart import ChartScreen
 from florwb.screens.help import help_renderable
 from florwb.screens.run_compare import RunCompareScreen
+from florwb.ui import keys
 
 
 def _help_line(app, key_id: str) -> str:
@@ -61,3 +62,30 @@ async def test_rebound_chart_and_compare_keys_work_and_are_listed(tmp_path: Path
         await pilot.press("L")
         await wait_until(pilot, lambda: chart.state.log_y != log_before, what="log scale toggled")
         assert "L log" in screen_text(app).splitlines()[-1]
+
+
+def test_key_hints_name_the_key_in_force():
+    hints = keys.KeyHints()
+    assert (hints("replay.cancel"), hints("history.open")) == ("c", "⏎")
+    hints.keymap = {"replay.cancel": "x,ctrl+x", "history.open": "o"}
+    assert (hints("replay.cancel"), hints("history.open")) == ("x", "o")
+
+
+async def test_lines_that_name_a_key_follow_the_keymap(tmp_path: Path):
+    """Text that names a key (the run summary's `⏎ details`, the version's `⏎ log-statement
+    diff · ␣ mark`, the Query tab's key line) names the rebound key instead."""
+    app = make_app(copy_demo(tmp_path), watch=False)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda t: "⏎ details" in t, what="the run row's hint")
+        app.set_keymap({"history.open": "o", "history.mark": "x", "query.schema": "f10"})
+        await pilot.press("j", "k")  # the summary is drawn anew
+        await wait_for(pilot, lambda t: "o details" in t, what="the rebound run hint")
+        await pilot.press("g")  # the newest version's row
+        text = await wait_for(
+            pilot, lambda t: "o log-statement diff · x mark" in t, what="the version hint"
+        )
+        assert "⏎ log-statement diff" not in text
+        await pilot.press("4")
+        text = await wait_for(pilot, lambda t: "F10 schema" in t, what="the query key line")
+        assert "F9 schema" not in text and "^⏎ run · esc stop/leave" in text

@@ -13,7 +13,7 @@ from textual.binding import Binding
 
 from florwb.app import WorkbenchApp
 from florwb.panes.history import HistoryPane
-from florwb.panes.query import QueryPane
+from florwb.panes.query import HistoryPicker, QueryPane
 from florwb.panes.replay import PastReplaysTable, ReplayPane
 from florwb.panes.statements import StatementsPane
 from florwb.screens.chart import ChartScreen
@@ -49,6 +49,7 @@ BOUND = {
     "past": PastReplaysTable,
     "compare": RunCompareScreen,
     "replay_detail": ReplayDetailScreen,
+    "query_history": HistoryPicker,
 }
 
 
@@ -60,6 +61,7 @@ def demo(tmp_path: Path) -> Path:
 def test_every_binding_comes_from_the_key_table_with_an_id():
     ids = [key.id for entries in keys.KEYS.values() for key in entries]
     assert len(ids) == len(set(ids))
+    assert set(BOUND) == set(keys.KEYS) == set(keys.SCOPES)  # every scope is checked below
     for scope, owner in BOUND.items():
         bindings = [b for b in owner.BINDINGS if isinstance(b, Binding)]
         assert {b.id for b in bindings} == {k.id for k in keys.KEYS[scope]}, scope

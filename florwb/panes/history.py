@@ -19,6 +19,7 @@ from textual.message import Message
 from textual.widgets import Input, Static
 
 from florwb.ui import format as fmt
+from florwb.ui import keys
 from florwb.ui.messages import ChartRequested, MetricChanged, SeriesLoaded, VersionSelected
 from florwb.ui.workers import run_in_thread
 from florwb.widgets.history_list import HistoryList
@@ -56,9 +57,12 @@ class HistoryPane(Vertical):
         padding: 0 1; }
     """
 
-    def __init__(self, store: Store, *, id: str | None = None) -> None:
+    def __init__(
+        self, store: Store, *, hints: keys.KeyHints | None = None, id: str | None = None
+    ) -> None:
         super().__init__(id=id)
         self.store = store
+        self.hints = hints or keys.KeyHints()
         self.history: History | None = None
         self.pending: list[PendingStatements] = []
         self.text_filter = ""
@@ -74,7 +78,7 @@ class HistoryPane(Vertical):
             id="history-filter",
         )
         yield Static(id="history-filter-error")
-        yield RunSummary("Loading the version history…", id="run-summary")
+        yield RunSummary("Loading the version history…", hints=self.hints, id="run-summary")
 
     @property
     def history_list(self) -> HistoryList:

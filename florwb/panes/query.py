@@ -86,7 +86,7 @@ def write_history(project: Path, items: list[str]) -> None:
 class HistoryPicker(ModalScreen[str | None]):
     """F8: the query history, newest first; enter puts one back in the editor."""
 
-    BINDINGS = [("escape", "dismiss(None)", "Close")]
+    BINDINGS = keys.bindings("query_history")
     DEFAULT_CSS = """
     HistoryPicker { align: center middle; }
     HistoryPicker > Vertical { width: 76; max-width: 95%; height: 70%; border: thick $primary;
@@ -94,13 +94,15 @@ class HistoryPicker(ModalScreen[str | None]):
     HistoryPicker OptionList { height: 1fr; }
     """
 
-    def __init__(self, items: list[str]) -> None:
+    def __init__(self, items: list[str], hints: keys.KeyHints | None = None) -> None:
         super().__init__()
         self.items = list(reversed(items))
+        self.hints = hints or keys.KeyHints()
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(" Query history (enter: use, esc: close)", markup=False)
+            close = self.hints("query_history.close")
+            yield Static(f" Query history (⏎: use, {close}: close)", markup=False)
             yield OptionList(
                 *[
                     Option(fmt.clip(" ".join(q.split()), 200), id=str(i))
@@ -123,10 +125,19 @@ class QueryPane(Vertical):
     QueryPane #results { height: 1fr; }
     """
 
-    def __init__(self, project: Path, store: Store, *, id: str | None = None) -> None:
+    def __init__(
+        self,
+        project: Path,
+        store: Store,
+        *,
+        hints: keys.KeyHints | None = None,
+        id: str | None = None,
+    ) -> None:
         super().__init__(id=id)
         self.project = project
         self.store = store
+        self.hints = hints or keys.KeyHints()
+        self._showing_keys = True  # the status line shows the key line (no query run yet)
         self.serial = 0
         self.history: list[str] = []
         self.position: int | None = None  # index into history while browsing it
@@ -141,31 +152,41 @@ class QueryPane(Vertical):
         self._fetching = False
         self._idle_timer: Timer | None = None
 
+    def key_line(self) -> str:
+        """The editor's keys in force, under it until the first query runs."""
+        k = self.hints
+        return (
+            f"{k('query.run')} run · {k('query.leave')} stop/leave · {k('query.export')} export"
+            f" · {k('query.schema')} schema · {k('query.previous')}{k('query.next')} history"
+            f" · {k('query.history')} list"
+        )
+
     def compose(self) -> ComposeResult:
         editor = SqlEditor(DEFAULT_SQL, id="sql", soft_wrap=True, tab_behavior="focus")
         with Horizontal(id="query-body"):
             yield SchemaTree(id="schema")
             with Vertical(id="query-main"):
                 yield editor
-                yield Static(
-                    Text(
-                        "^⏎ run · esc stop/leave · ^e export · F9 schema · ^↑^↓ history · F8 list",
-                        "dim",
-                    ),
-                    id="query-status",
-                )
+                yield Static(Text(self.key_line(), "dim"), id="query-status")
                 yield ResultsTable(id="results", zebra_stripes=True)
         yield editor.dropdown
 
     def on_mount(self) -> None:
         self.history = read_history(self.project)
         self.editor.border_title = "SQL"
+        # a keymap set after this pane was built: the key line names the keys in force
+        self.screen.bindings_updated_signal.subscribe(self, self._bindings_changed)
+
+    def _bindings_changed(self, _screen: object) -> None:
+        if self._showing_keys:
+            self.query_one("#query-status", Static).update(Text(self.key_line(), "dim"))
 
     def on_show(self) -> None:
         if self.outline is None:
             self.load_outline()
 
     def on_unmount(self) -> None:
+        self.screen.bindings_updated_signal.unsubscribe(self)
         if self.stream is not None:
             self.stream.close(wait=False)
 
@@ -178,6 +199,7 @@ class QueryPane(Vertical):
         return self.query_one(ResultsTable)
 
     def _status(self, text: Text | str) -> None:
+        self._showing_keys = False
         self.query_one("#query-status", Static).update(text)
 
     # --- running --------------------------------------------------------------------------
@@ -203,7 +225,8 @@ class QueryPane(Vertical):
         self.last_sql = sql
         self.running = True
         self.total = None
-        self._status(Text("running… (esc or ^c stops)", "yellow"))
+        stop = f"{self.hints('query.leave')} or {self.hints('query.stop')} stops"
+        self._status(Text(f"running… ({stop})", "yellow"))
         self._query(self.serial, sql)
 
     def _close_stream(self) -> None:
@@ -406,14 +429,17 @@ class QueryPane(Vertical):
     def action_export(self) -> None:
         sql = self.last_sql
         if not sql:
-            self._status(Text("Run a query first; ^e writes its result to a file.", "yellow"))
+            export = self.hints("query.export")
+            self._status(
+                Text(f"Run a query first; {export} writes its result to a file.", "yellow")
+            )
             return
 
         def chosen(path: Path | None) -> None:
             if path is not None:
                 self._export(sql, path)
 
-        self.app.push_screen(ExportScreen(self.project, "query-result.csv"), chosen)
+        self.app.push_screen(ExportScreen(self.project, "query-result.csv", self.hints), chosen)
 
     def _export(self, sql: str, path: Path) -> None:
         serial = self.serial
@@ -494,7 +520,7 @@ class QueryPane(Vertical):
                 self.editor.load_text(sql)
                 self.editor.focus()
 
-        self.app.push_screen(HistoryPicker(self.history), chosen)
+        self.app.push_screen(HistoryPicker(self.history, self.hints), chosen)
 
     def action_leave_editor(self) -> None:
         if self.running:

@@ -111,9 +111,12 @@ class ReplayPane(Vertical):
     ReplayPane #past-replays { height: 6; }
     """
 
-    def __init__(self, store: Store, *, id: str | None = None) -> None:
+    def __init__(
+        self, store: Store, *, hints: keys.KeyHints | None = None, id: str | None = None
+    ) -> None:
         super().__init__(id=id)
         self.store = store
+        self.hints = hints or keys.KeyHints()
         self.plan: Any | None = None
         self.segments: dict[tuple[str, int], tuple[int, int, str]] = {}
         self.started = 0.0
@@ -181,7 +184,7 @@ class ReplayPane(Vertical):
             Text(
                 f"Replay {plan.replay_id}: {', '.join(plan.names)} on "
                 f"{fmt.plural(len(plan.ready()), 'run')} · {fmt.plural(plan.workers, 'worker')}"
-                " · c cancels"
+                f" · {self.hints('replay.cancel')} cancels"
             )
         )
         self._tick()
@@ -246,7 +249,8 @@ class ReplayPane(Vertical):
             title.update(
                 Text(
                     f"Replay {self.plan.replay_id}: {', '.join(self.plan.names)} on "
-                    f"{fmt.plural(len(self.plan.ready()), 'run')} · r plans the next one"
+                    f"{fmt.plural(len(self.plan.ready()), 'run')} · "
+                    f"{self.hints('app.replay')} plans the next one"
                 )
             )
         eta = self.query_one("#replay-eta", Static)
@@ -327,7 +331,12 @@ class ReplayPane(Vertical):
         if 0 <= row < table.row_count:
             table.move_cursor(row=row)
         self.query_one("#past-title", Static).update(
-            f"Past replays: {len(replays)}" + (" (p focuses, ⏎ details)" if replays else "")
+            f"Past replays: {len(replays)}"
+            + (
+                f" ({self.hints('replay.past')} focuses, {self.hints('past.open')} details)"
+                if replays
+                else ""
+            )
         )
 
     def on_past_replays_table_open_requested(self, message: PastReplaysTable.OpenRequested) -> None:

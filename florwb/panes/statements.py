@@ -32,7 +32,7 @@ from florwb_engine.statements import (
 from florwb_engine.store import Store
 from florwb_engine.store.queries import History
 
-LEGEND = "● recorded ↻ replayed → propagatable (⏎ replays) ✗ cannot place + new"
+LEGEND = "● recorded ↻ replayed → propagatable ({replay} replays) ✗ cannot place + new"
 CELL_TEXT = {
     "recorded": ("● L{line}", "green"),
     "replayed": ("↻ replayed", "cyan"),
@@ -72,10 +72,18 @@ class StatementsPane(Vertical, can_focus=False):
     StatementsPane DiffView { height: 1fr; }
     """
 
-    def __init__(self, project: Path, store: Store, *, id: str | None = None) -> None:
+    def __init__(
+        self,
+        project: Path,
+        store: Store,
+        *,
+        hints: keys.KeyHints | None = None,
+        id: str | None = None,
+    ) -> None:
         super().__init__(id=id)
         self.project = project
         self.store = store
+        self.hints = hints or keys.KeyHints()
         self.data: StatementTable | None = None
         self.base_is_marked = False
         self.history: History | None = None
@@ -145,7 +153,7 @@ class StatementsPane(Vertical, can_focus=False):
     def _loaded(self, loaded: StatementTableLoaded) -> None:
         loaded.stop()
         message = self.data = loaded.table
-        title = f"{message.script}: {LEGEND}"
+        title = f"{message.script}: {LEGEND.format(replay=self.hints('matrix.replay'))}"
         if message.note:
             title += f" · {message.note}"
         self.query_one("#statements-title", Static).update(Text(fmt.clip(title, 400)))
@@ -224,7 +232,8 @@ class StatementsPane(Vertical, can_focus=False):
             "absent": "not in the working tree",
             "replayed": "filled in for its runs by a replay",
             "propagatable": (
-                f"propagatable: would be inserted at line {line}; ⏎ replays it for this "
+                f"propagatable: would be inserted at line {line}; "
+                f"{self.hints('matrix.replay')} replays it for this "
                 "version's runs"
             ),
             "cannot place": f"cannot place: {why or 'no matching place in this version'}",
@@ -299,7 +308,8 @@ class StatementsPane(Vertical, can_focus=False):
         if cell.status != "propagatable":
             where = WORKING if version == WORKING else f"version {fmt.short_version(version)}"
             self.notify(
-                f"{name} in {where} is not propagatable ({cell.status}): ⏎ replays only → cells.",
+                f"{name} in {where} is not propagatable ({cell.status}): "
+                f"{self.hints('matrix.replay')} replays only → cells.",
                 title="Replay",
             )
             return

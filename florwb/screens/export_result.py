@@ -24,17 +24,19 @@ class ExportScreen(ModalScreen[Path | None]):
     ExportScreen #export-hint { color: $text-muted; }
     """
 
-    def __init__(self, project: Path, suggested: str) -> None:
+    def __init__(self, project: Path, suggested: str, hints: keys.KeyHints | None = None) -> None:
         super().__init__()
         self.project = project
         self.suggested = suggested
+        self.hints = hints or keys.KeyHints()
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static("Export the result to a file", markup=False)
             yield Input(self.suggested, id="export-path")
             yield Static(
-                "⏎ write · esc cancel · format from the extension: .csv .parquet .json .jsonl",
+                f"⏎ write · {self.hints('export.close')} cancel · format from the extension: "
+                ".csv .parquet .json .jsonl",
                 id="export-hint",
                 markup=False,
             )

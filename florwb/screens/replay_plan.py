@@ -85,10 +85,16 @@ class ReplayPlanScreen(ModalScreen[Any]):
     """
 
     def __init__(
-        self, project: Path, names: Sequence[str], run_ids: Sequence[str] | None, workers: int
+        self,
+        project: Path,
+        names: Sequence[str],
+        run_ids: Sequence[str] | None,
+        workers: int,
+        hints: keys.KeyHints | None = None,
     ) -> None:
         super().__init__()
         self.project = project
+        self.hints = hints or keys.KeyHints()
         self.names = list(names)
         self.run_ids = run_ids
         self.n_workers = workers
@@ -109,8 +115,13 @@ class ReplayPlanScreen(ModalScreen[Any]):
             yield Static(id="plan-note")
             yield Static(id="plan-estimate")
             with Horizontal():
-                yield Button("Start ⏎", id="plan-start", variant="success", disabled=True)
-                yield Button("Close esc", id="plan-close")
+                yield Button(
+                    f"Start {self.hints('plan.start')}",
+                    id="plan-start",
+                    variant="success",
+                    disabled=True,
+                )
+                yield Button(f"Close {self.hints('plan.close')}", id="plan-close")
 
     def on_mount(self) -> None:
         self._replan()
@@ -166,13 +177,16 @@ class ReplayPlanScreen(ModalScreen[Any]):
         ready = plan.ready()
         line = Text()
         line.append(f"estimate {fmt.duration(plan.estimate_s)}", "bold")
-        line.append(f" with {plan.workers} worker{'s' if plan.workers != 1 else ''} (+/-)")
+        more, fewer = self.hints("plan.more"), self.hints("plan.fewer")
+        line.append(
+            f" with {plan.workers} worker{'s' if plan.workers != 1 else ''} ({more}/{fewer})"
+        )
         line.append(f" · {len(ready)} of {len(plan.runs)} runs to replay")
         segments = sum(len(r.segments) for r in ready)
         line.append(f" · {fmt.plural(segments, 'segment')}")
         if self.excluded:
             line.append(f" · {len(self.excluded)} excluded", "yellow")
-        line.append(" · ␣ include/exclude", "dim")
+        line.append(f" · {self.hints('plan_runs.toggle')} include/exclude", "dim")
         self.query_one("#plan-estimate", Static).update(line)
         self.query_one("#plan-start", Button).disabled = not ready
         if focus:

@@ -9,7 +9,7 @@ of the key, not of the binding (`KEY_DISPLAY`), so a rebound key reads right in 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from textual.binding import Binding, BindingType
@@ -50,6 +50,7 @@ SCOPES: dict[str, tuple[str, str, str | None]] = {
     "editor": ("SQL editor completion (4)", "#sql", "query"),
     "textview": ("Error / cell viewer", "TextViewScreen", None),
     "export": ("Export a result", "ExportScreen", None),
+    "query_history": ("Query history (4, F8)", "HistoryPicker", None),
 }
 
 # Scopes that live on a modal screen: offered by the palette only while it is open.
@@ -62,6 +63,7 @@ SCREEN_SCOPES = {
     "chart": "ChartScreen",
     "textview": "TextViewScreen",
     "export": "ExportScreen",
+    "query_history": "HistoryPicker",
 }
 
 KEYS: dict[str, tuple[Key, ...]] = {
@@ -219,6 +221,7 @@ KEYS: dict[str, tuple[Key, ...]] = {
     ),
     "textview": (Key("textview.close", "escape,q", "close", "Close", True, label="close"),),
     "export": (Key("export.close", "escape", "close", "Cancel the export", True, label="cancel"),),
+    "query_history": (Key("query_history.close", "escape", "dismiss(None)", "Close the history"),),
     "chart": (
         Key("chart.back", "escape,backspace", "back", "Back", True, label="back"),
         Key("chart.axis", "x", "next_axis", "x axis: steps / epochs / wall time", True, "axis"),
@@ -252,6 +255,7 @@ KEY_DISPLAY = {
     "plus": "+",
     "minus": "-",
     "equals_sign": "=",
+    **{f"f{n}": f"F{n}" for n in range(1, 13)},
 }
 
 
@@ -274,6 +278,21 @@ def active_keys(key: Key, keymap: Mapping[str, str]) -> list[str]:
     """The key names that trigger `key` once `keymap` (binding id -> keys) is applied."""
     names = keymap.get(key.id, key.keys)
     return [name.strip() for name in names.split(",") if name.strip()]
+
+
+class KeyHints:
+    """The keys in force, for lines of text that name one ("c cancels"): the app keeps
+    `keymap` current (`set_keymap`) and hands this object to the panes it builds, so a hint
+    names the key that works, as the help, the palette and the footer do."""
+
+    def __init__(self, display: Callable[[str], str] | None = None) -> None:
+        self.keymap: Mapping[str, str] = {}
+        self.display = display or (lambda name: KEY_DISPLAY.get(name, name))
+
+    def __call__(self, key_id: str) -> str:
+        """How the first key bound to `key_id` reads (`c`, `⏎`); `none` when unbound."""
+        active = active_keys(find(key_id)[1], self.keymap)
+        return self.display(active[0]) if active else "none"
 
 
 def find(key_id: str) -> tuple[str, Key]:

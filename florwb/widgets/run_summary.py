@@ -6,11 +6,14 @@ updates it within a frame even on a project with a thousand runs.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Group
 from rich.text import Text
 from textual.widgets import Static
 
 from florwb.ui import format as fmt
+from florwb.ui import keys
 from florwb.widgets.history_rows import HistoryRow, run_status
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.replay.facts import is_condition
@@ -28,6 +31,10 @@ class RunSummary(Static):
     """Two to four lines about the highlighted row; `shown_key` says which row it shows."""
 
     shown_key: str | None = None
+
+    def __init__(self, *args: Any, hints: keys.KeyHints | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hints = hints or keys.KeyHints()
 
     def show(
         self,
@@ -111,7 +118,7 @@ class RunSummary(Static):
             facts.append(
                 f"replayed by {len(run.replays)} replay" + ("s" if len(run.replays) > 1 else "")
             )
-        lines.append(Text(" · ".join(facts) + "   ⏎ details", "dim"))
+        lines.append(Text(" · ".join(facts) + f"   {self.hints('history.open')} details", "dim"))
         hint = data_wait_line(run.data_wait_share)
         if hint:
             lines.append(Text(hint, "yellow"))
@@ -134,5 +141,6 @@ class RunSummary(Static):
                     f"working tree has log statements not recorded yet: {', '.join(new)}", "yellow"
                 )
             )
-        lines.append(Text("⏎ log-statement diff · ␣ mark to compare versions", "dim"))
+        diff, mark = self.hints("history.open"), self.hints("history.mark")
+        lines.append(Text(f"{diff} log-statement diff · {mark} mark to compare versions", "dim"))
         return Group(*lines)
