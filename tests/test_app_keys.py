@@ -13,11 +13,12 @@ from textual.binding import Binding
 
 from florwb.app import WorkbenchApp
 from florwb.panes.history import HistoryPane
-from florwb.panes.query import HistoryPicker, QueryPane
+from florwb.panes.query import QueryPane
 from florwb.panes.replay import PastReplaysTable, ReplayPane
 from florwb.panes.statements import StatementsPane
 from florwb.screens.chart import ChartScreen
 from florwb.screens.export_result import ExportScreen
+from florwb.screens.query_history import QueryHistoryPicker
 from florwb.screens.replay_detail import ReplayDetailScreen
 from florwb.screens.replay_plan import PlanRunsTable, ReplayPlanScreen
 from florwb.screens.run_compare import RunCompareScreen
@@ -49,7 +50,7 @@ BOUND = {
     "past": PastReplaysTable,
     "compare": RunCompareScreen,
     "replay_detail": ReplayDetailScreen,
-    "query_history": HistoryPicker,
+    "query_history": QueryHistoryPicker,
 }
 
 

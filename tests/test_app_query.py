@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for
 
-from florwb.panes.query import history_path
+from florwb.screens.query_history import query_history_path
 from florwb_engine.store import Store
 
 
@@ -94,7 +94,7 @@ async def test_query_history_is_kept_and_browsable(demo: Path):
         await pilot.press("down", "enter")
         await wait_for(pilot, lambda t: "Query history" not in t)
         assert editor.text == "SELECT 1 AS first_query"
-    saved = history_path(demo).read_text()
+    saved = query_history_path(demo).read_text()
     assert "first_query" in saved and "second_query" in saved
     # a new session starts with the same history
     app = make_app(demo)

@@ -12,7 +12,6 @@ tables and views with their columns. History is kept per project in
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -20,12 +19,15 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.timer import Timer
-from textual.widgets import OptionList, Static
-from textual.widgets.option_list import Option
+from textual.widgets import Static
 
 from florwb.screens.export_result import ExportScreen
+from florwb.screens.query_history import (
+    QueryHistoryPicker,
+    read_query_history,
+    write_query_history,
+)
 from florwb.screens.text_view import TextViewScreen, cell_text
 from florwb.ui import format as fmt
 from florwb.ui import keys
@@ -41,7 +43,6 @@ from florwb.ui.workers import run_in_thread
 from florwb.widgets.results_table import ResultsTable
 from florwb.widgets.schema_tree import SchemaTree
 from florwb.widgets.sql_editor import SqlEditor
-from florwb_engine import project as projects
 from florwb_engine.store import Store, StoreBusy, StoreError
 from florwb_engine.store.catalog_outline import Relation, outline
 from florwb_engine.store.db import LockWaitListener, lock_waits_reported
@@ -50,7 +51,6 @@ from florwb_engine.store.result_stream import ResultStream
 from florwb_engine.store.user_export import export_result
 from florwb_engine.store.user_sql import QueryStopped, UserSqlError
 
-HISTORY_LIMIT = 200
 IDLE_RELEASE_S = 5.0  # an open result lets go of the catalog file after this long unused
 # `source = 'record'`: a replay re-executes recorded statements too, so without it each
 # replay would add another copy of every value (issue 14, defect 4).
@@ -58,61 +58,6 @@ DEFAULT_SQL = (
     "SELECT run_id, list(value ORDER BY epoch) AS acc\n"
     "FROM logs WHERE name = 'acc' AND source = 'record'\nGROUP BY run_id ORDER BY run_id"
 )
-
-
-def history_path(project: Path) -> Path:
-    return projects.store_dir(project) / "workbench" / "query_history.json"
-
-
-def read_history(project: Path) -> list[str]:
-    try:
-        items = json.loads(history_path(project).read_text())
-    except (OSError, ValueError):
-        return []
-    return [q for q in items if isinstance(q, str)] if isinstance(items, list) else []
-
-
-def write_history(project: Path, items: list[str]) -> None:
-    path = history_path(project)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(items[-HISTORY_LIMIT:], indent=0))
-        tmp.replace(path)
-    except OSError:
-        pass  # history is a convenience; a read-only store must not break queries
-
-
-class HistoryPicker(ModalScreen[str | None]):
-    """F8: the query history, newest first; enter puts one back in the editor."""
-
-    BINDINGS = keys.bindings("query_history")
-    DEFAULT_CSS = """
-    HistoryPicker { align: center middle; }
-    HistoryPicker > Vertical { width: 76; max-width: 95%; height: 70%; border: thick $primary;
-        background: $surface; }
-    HistoryPicker OptionList { height: 1fr; }
-    """
-
-    def __init__(self, items: list[str], hints: keys.KeyHints | None = None) -> None:
-        super().__init__()
-        self.items = list(reversed(items))
-        self.hints = hints or keys.KeyHints()
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            close = self.hints("query_history.close")
-            yield Static(f" Query history (⏎: use, {close}: close)", markup=False)
-            yield OptionList(
-                *[
-                    Option(fmt.clip(" ".join(q.split()), 200), id=str(i))
-                    for i, q in enumerate(self.items)
-                ],
-                id="history-options",
-            )
-
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(self.items[int(event.option.id or 0)])
 
 
 class QueryPane(Vertical):
@@ -139,7 +84,7 @@ class QueryPane(Vertical):
         self.hints = hints or keys.KeyHints()
         self._showing_keys = True  # the status line shows the key line (no query run yet)
         self.serial = 0
-        self.history: list[str] = []
+        self.past_queries: list[str] = []
         self.position: int | None = None  # index into history while browsing it
         self.started = 0.0
         self.last_sql = ""
@@ -172,7 +117,7 @@ class QueryPane(Vertical):
         yield editor.dropdown
 
     def on_mount(self) -> None:
-        self.history = read_history(self.project)
+        self.past_queries = read_query_history(self.project)
         self.editor.border_title = "SQL"
         # a keymap set after this pane was built: the key line names the keys in force
         self.screen.bindings_updated_signal.subscribe(self, self._bindings_changed)
@@ -215,9 +160,9 @@ class QueryPane(Vertical):
         if not sql:
             self._status(Text("Nothing to run.", "yellow"))
             return
-        if not self.history or self.history[-1] != sql:
-            self.history.append(sql)
-            write_history(self.project, self.history)
+        if not self.past_queries or self.past_queries[-1] != sql:
+            self.past_queries.append(sql)
+            write_query_history(self.project, self.past_queries)
         self.position = None
         self._close_stream()
         self.serial += 1
@@ -497,22 +442,22 @@ class QueryPane(Vertical):
     # --- history --------------------------------------------------------------------------
 
     def action_history_previous(self) -> None:
-        if not self.history:
+        if not self.past_queries:
             return
         self.position = (
-            len(self.history) - 1 if self.position is None else max(self.position - 1, 0)
+            len(self.past_queries) - 1 if self.position is None else max(self.position - 1, 0)
         )
-        self.editor.load_text(self.history[self.position])
+        self.editor.load_text(self.past_queries[self.position])
 
     def action_history_next(self) -> None:
         if self.position is None:
             return
-        if self.position >= len(self.history) - 1:
+        if self.position >= len(self.past_queries) - 1:
             self.position = None
             self.editor.load_text("")
             return
         self.position += 1
-        self.editor.load_text(self.history[self.position])
+        self.editor.load_text(self.past_queries[self.position])
 
     def action_history_list(self) -> None:
         def chosen(sql: str | None) -> None:
@@ -520,7 +465,7 @@ class QueryPane(Vertical):
                 self.editor.load_text(sql)
                 self.editor.focus()
 
-        self.app.push_screen(HistoryPicker(self.history, self.hints), chosen)
+        self.app.push_screen(QueryHistoryPicker(self.past_queries, self.hints), chosen)
 
     def action_leave_editor(self) -> None:
         if self.running:

@@ -50,7 +50,7 @@ SCOPES: dict[str, tuple[str, str, str | None]] = {
     "editor": ("SQL editor completion (4)", "#sql", "query"),
     "textview": ("Error / cell viewer", "TextViewScreen", None),
     "export": ("Export a result", "ExportScreen", None),
-    "query_history": ("Query history (4, F8)", "HistoryPicker", None),
+    "query_history": ("Query history (4, F8)", "QueryHistoryPicker", None),
 }
 
 # Scopes that live on a modal screen: offered by the palette only while it is open.
@@ -63,7 +63,7 @@ SCREEN_SCOPES = {
     "chart": "ChartScreen",
     "textview": "TextViewScreen",
     "export": "ExportScreen",
-    "query_history": "HistoryPicker",
+    "query_history": "QueryHistoryPicker",
 }
 
 KEYS: dict[str, tuple[Key, ...]] = {
