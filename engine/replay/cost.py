@@ -224,3 +224,21 @@ def period(checkpointed: list[int]) -> int:
     """The smallest gap between checkpointed iterations."""
     gaps = [b - a for a, b in zip(checkpointed, checkpointed[1:])]
     return min(gaps) if gaps else 1
+
+
+# Below this share of the iterations done, the plan's estimate says more than the pace so far.
+ETA_FROM_PACE_AFTER = 0.05
+
+
+def remaining_s(
+    elapsed_s: float, done: int, total: int, estimate_s: float
+) -> tuple[float, bool] | None:
+    """Seconds a running replay has left and whether that is the plan's estimate (False:
+    from the pace of the iterations done so far); None once past the estimate with too
+    few iterations done to tell."""
+    fraction = done / total if total else 0.0
+    if fraction >= ETA_FROM_PACE_AFTER:
+        return elapsed_s * (1 - fraction) / fraction, False
+    if elapsed_s < estimate_s:
+        return estimate_s - elapsed_s, True
+    return None

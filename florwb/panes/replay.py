@@ -23,6 +23,7 @@ from florwb.ui import format as fmt
 from florwb.ui import keys
 from florwb.ui.messages import CancelRequested, PaneReady, ReplaysLoaded
 from florwb.ui.workers import run_in_thread
+from florwb_engine.replay.cost import remaining_s
 from florwb_engine.store import Store
 from florwb_engine.store.queries import LiveRun, ReplayRow, load_replays
 
@@ -223,13 +224,11 @@ class ReplayPane(Vertical):
         if not self.running:
             return
         elapsed = time.perf_counter() - self.started
-        fraction = done / total
-        if fraction >= 0.05:
-            eta = fmt.duration(elapsed * (1 - fraction) / fraction)
-        elif elapsed < self.plan.estimate_s:
-            eta = fmt.duration(self.plan.estimate_s - elapsed) + " (estimate)"
-        else:
+        left = remaining_s(elapsed, done, total, self.plan.estimate_s)
+        if left is None:
             eta = "soon (past the estimate)"
+        else:
+            eta = fmt.duration(left[0]) + (" (estimate)" if left[1] else "")
         self.query_one("#replay-eta", Static).update(
             Text.assemble(
                 ("● running ", "yellow"),
