@@ -78,11 +78,8 @@ def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[Selec
 
 def run_ids_where(store: Store, where: str) -> set[str]:
     """The ids of the runs a `--where` condition selects (the workbench's filter line);
-    PlanError with DuckDB's one-line reason when it cannot run. Opened like every other
-    workbench read (no progress bar drawn over the screen)."""
-    from florwb_engine.store.queries import read_session
-
-    with read_session(store) as con:
+    PlanError with DuckDB's one-line reason when it cannot run."""
+    with store.session() as con:
         return {run.run_id for run in runs_where(con, where)}
 
 

@@ -25,8 +25,8 @@ from florwb_engine.store.queries import (
     SERIES_POINTS,
     History,
     MetricInfo,
+    _session,
     default_metric,
-    read_session,
 )
 from florwb_engine.store.queries import (
     VersionRow as _VersionRow,
@@ -61,7 +61,7 @@ class HistoryValues(History):
 
 def load_history_values(store: Store, metric: str | None = None) -> HistoryValues:
     """Runs, versions (dated by their first run), names from every source, one series."""
-    with read_session(store) as con:
+    with _session(store) as con:
         runs = list_runs(con)
         versions = _versions(con)
         metrics = _metrics(con)
@@ -106,7 +106,7 @@ def _coverage(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], dict[str,
 
 def load_series_values(store: Store, metric: str) -> SeriesValues:
     """Sparkline points, exact last, min and max per run of one name (any source)."""
-    with read_session(store) as con:
+    with _session(store) as con:
         return _series(con, metric)
 
 
