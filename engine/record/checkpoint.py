@@ -184,14 +184,12 @@ def restore(objects: dict[str, Any], saved: dict, *, rng: bool = True) -> None:
         restore_rng(saved["rng"])
 
 
-def safe_loop_name(name: str) -> str:
-    """A loop name as checkpoint file names hold it (also the mirrored saves' manifests and
-    flor.load's lookup, which must name files alike)."""
+def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60] or "loop"
 
 
 def checkpoint_path(folder: Path, loop: str, iteration: int) -> Path:
-    return folder / f"{safe_loop_name(loop)}-{iteration:06d}.pt"
+    return folder / f"{_safe(loop)}-{iteration:06d}.pt"
 
 
 class Checkpointer:
@@ -217,7 +215,7 @@ class Checkpointer:
             total = 0
             for obj in self.objects.values():
                 getter = getattr(obj, "state_dict", None)
-                for t in tensors_in(getter() if callable(getter) else obj):
+                for t in _tensors(getter() if callable(getter) else obj):
                     total += t.numel() * t.element_size()
             self._state_bytes = total
         return 0.001 + self._state_bytes / _ASSUMED_BYTES_PER_S
@@ -327,14 +325,12 @@ def _sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def tensors_in(obj: Any):
-    """Every tensor in an object: itself, or inside nested dicts, lists and tuples (what a
-    checkpoint's size is counted over, here and for mirrored saves)."""
+def _tensors(obj: Any):
     if hasattr(obj, "numel") and hasattr(obj, "element_size"):
         yield obj
     elif isinstance(obj, dict):
         for v in obj.values():
-            yield from tensors_in(v)
+            yield from _tensors(v)
     elif isinstance(obj, (list, tuple)):
         for v in obj:
-            yield from tensors_in(v)
+            yield from _tensors(v)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine import project as projects
-from florwb_engine.record.checkpoint import safe_loop_name
+from florwb_engine.record.checkpoint import _safe as safe_loop_name
 
 _FILE = re.compile(r"^(?P<loop>.+)-(?P<iteration>\d+)\.pt$")
 
@@ -30,7 +30,7 @@ class CheckpointError(LookupError):
 @dataclass(frozen=True)
 class CheckpointFile:
     run_id: str
-    loop: str  # the loop name as written in the file name (see checkpoint.safe_loop_name)
+    loop: str  # the loop name as written in the file name (see checkpoint._safe)
     iteration: int  # 0-based iteration of the run's outer loop
     path: Path
     bytes: int

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
-from florwb_engine.record.checkpoint import capture_rng, safe_loop_name
+from florwb_engine.record.checkpoint import _safe, capture_rng
 from florwb_engine.record.values import REPLACED
 
 MANIFEST_SUFFIX = ".saves.json"
@@ -46,7 +46,7 @@ _SAFE_LEAVES = (int, float, str, bool, type(None), bytes, complex)
 
 
 def manifest_name(loop: str, iteration: int) -> str:
-    return f"{safe_loop_name(loop)}-{iteration:06d}{MANIFEST_SUFFIX}"
+    return f"{_safe(loop)}-{iteration:06d}{MANIFEST_SUFFIX}"
 
 
 def is_manifest(name: str) -> bool:
@@ -100,7 +100,7 @@ class Mirror:
         else:
             manifest = dict(self.manifest or {}, saves=list((self.manifest or {})["saves"]))
         k = len(manifest["saves"])
-        stem = f"{safe_loop_name(loop)}-{iteration:06d}"
+        stem = f"{_safe(loop)}-{iteration:06d}"
         dest = self.folder / f"{stem}.save{k}.pt"
         how = "copy" if _weights_only_safe(obj) else "state_dict"
         size = _size(target) if how == "copy" else _state_bytes(obj)
@@ -274,12 +274,12 @@ def _is_tensor(obj: Any) -> bool:
 
 
 def _state_bytes(obj: Any) -> int:
-    from florwb_engine.record.checkpoint import tensors_in
+    from florwb_engine.record.checkpoint import _tensors
 
     getter = getattr(obj, "state_dict", None)
     if callable(getter) and not isinstance(obj, dict):
         obj = getter()
-    return sum(t.numel() * t.element_size() for t in tensors_in(obj))
+    return sum(t.numel() * t.element_size() for t in _tensors(obj))
 
 
 def _size(path: str) -> int:

@@ -97,9 +97,7 @@ class QueryStopped(StoreError):
     """The user stopped the query (`ResultStream.interrupt`)."""
 
 
-def failure_of(exc: duckdb.Error) -> StoreError:
-    """The StoreError a DuckDB error in user SQL becomes (a stop, or the error's first line
-    and full text): every reader of user SQL reports it alike."""
+def _failure(exc: duckdb.Error) -> StoreError:
     if isinstance(exc, duckdb.InterruptException):
         return QueryStopped("stopped")
     return UserSqlError(first_line(exc), str(exc).strip())
@@ -113,7 +111,7 @@ def check_read_only(sql: str) -> list[str]:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
-        raise failure_of(exc) from None
+        raise _failure(exc) from None
     if not statements:
         raise StoreError("empty query")
     for statement in statements:
@@ -158,7 +156,7 @@ def user_result(store: Store, sql: str) -> Iterator[duckdb.DuckDBPyConnection | 
                 con.execute(statement).fetchall()
             result = con.execute(statements[-1])
         except duckdb.Error as exc:
-            raise failure_of(exc) from None
+            raise _failure(exc) from None
         yield result if result.description else None
 
 
@@ -170,7 +168,7 @@ def fetch_chunks(result: duckdb.DuckDBPyConnection) -> Iterator[pd.DataFrame]:
         try:
             chunk = result.fetch_df_chunk(CHUNK_VECTORS)
         except duckdb.Error as exc:
-            raise failure_of(exc) from None
+            raise _failure(exc) from None
         if chunk.empty and not first:
             return
         yield chunk
@@ -189,7 +187,7 @@ def query_frame(store: Store, sql: str) -> pd.DataFrame:
         try:
             return result.df()
         except duckdb.Error as exc:
-            raise failure_of(exc) from None
+            raise _failure(exc) from None
 
 
 @dataclass
@@ -213,7 +211,7 @@ def query_head(store: Store, sql: str, limit: int) -> Head:
         try:
             rows = result.fetchmany(limit + 1)
         except duckdb.Error as exc:
-            raise failure_of(exc) from None
+            raise _failure(exc) from None
     return Head(columns, types, rows[:limit], len(rows) > limit)
 
 
@@ -229,4 +227,4 @@ def count_result(store: Store, sql: str) -> int:
                 return 0
             return int(relation.aggregate("count(*)").fetchall()[0][0])
         except duckdb.Error as exc:
-            raise failure_of(exc) from None
+            raise _failure(exc) from None
