@@ -21,7 +21,6 @@ from florwb_engine.store.schema import TABLES, literal, loop_column, loop_column
 from florwb_engine.store.values import decode_value
 
 if TYPE_CHECKING:
-    from florwb_engine.store import Store
     from florwb_engine.store.runs import RunStatus
 
 RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")} | set(
@@ -74,13 +73,6 @@ def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[Selec
     if not runs:
         raise PlanError("no recorded run matches" + (f" --where {where}" if where else ""))
     return runs
-
-
-def run_ids_where(store: Store, where: str) -> set[str]:
-    """The ids of the runs a `--where` condition selects (the workbench's filter line);
-    PlanError with DuckDB's one-line reason when it cannot run."""
-    with store.session() as con:
-        return {run.run_id for run in runs_where(con, where)}
 
 
 def runs_where(con: duckdb.DuckDBPyConnection, where: str | None) -> list[SelectedRun]:
