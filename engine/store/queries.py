@@ -27,11 +27,12 @@ from florwb_engine.store import user_sql
 from florwb_engine.store.catalog import Store, check_read_only
 from florwb_engine.store.console import ConsoleLine
 from florwb_engine.store.db import StoreError, no_progress_bar
-from florwb_engine.store.replays import ReplayStatus
 from florwb_engine.store.runs import RunRow, list_runs
 
 if TYPE_CHECKING:  # duckdb.sqltypes is duckdb 2's home of the type; only annotations use it
     from duckdb.sqltypes import DuckDBPyType
+
+    from florwb_engine.store.replays import ReplayStatus
 
 SERIES_POINTS = 24
 SAMPLE_ROWS = 400  # per run: enough for a smooth sparkline of SERIES_POINTS points
