@@ -140,7 +140,14 @@ def _combine(con: duckdb.DuckDBPyConnection, run_id: str | None) -> None:
     exception = bad[3] if bad else None
     message = f"rank {bad[0]}: {bad[4]}" if bad and bad[4] else None
     if bad and worst == "killed":
-        message = f"rank {bad[0]} was killed"
+        # A launcher stops the other ranks once one dies, and a killed rank leaves no end
+        # time: which one died first is not known, so every killed rank is named.
+        killed = [str(r[0]) for r in rows if r[1] == "killed"]
+        message = (
+            f"rank {killed[0]} was killed"
+            if len(killed) == 1
+            else f"ranks {', '.join(killed)} were killed"
+        )
     con.execute(
         "UPDATE runs SET status = ?, end_time = ?, exception = ?, "
         "message = coalesce(?, message) WHERE run_id = ?",
