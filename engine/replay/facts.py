@@ -16,6 +16,7 @@ from florwb_engine.record.save_mirror import is_manifest
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.store import run_context
 from florwb_engine.store.schema import TABLES, literal, loop_column, loop_columns, quote
+from florwb_engine.store.user_condition import matching_keys
 from florwb_engine.store.values import decode_value
 
 RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")} | set(
@@ -84,13 +85,18 @@ def runs_where(con: duckdb.DuckDBPyConnection, where: str | None) -> list[Select
             raise PlanError(f"bad --where: {str(exc).splitlines()[0]}") from None
         if len(statements) != 1:
             raise PlanError("bad --where: one SQL condition expected")
-        filtered += f" WHERE ({where})"
     try:
         con.execute("BEGIN")
-        rows = con.execute(
-            f"SELECT run_id, version, script, argv, cwd FROM ({filtered}) "
-            "ORDER BY start_time, run_id"
-        ).fetchall()
+        if where:  # user SQL: evaluated on a copy that cannot reach anything (user_condition.py)
+            kept = set(matching_keys(con, filtered, "run_id", where, "runs"))
+        rows = [
+            row
+            for row in con.execute(
+                f"SELECT run_id, version, script, argv, cwd FROM ({filtered}) "
+                "ORDER BY start_time, run_id"
+            ).fetchall()
+            if not where or row[0] in kept
+        ]
     except duckdb.Error as exc:
         raise PlanError(f"bad --where: {str(exc).splitlines()[0]}") from None
     finally:
