@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _say_lock_waits()
     try:
-        return _run_command(args)
+        return args.func(args)  # reads retry a damaged catalog themselves (store/repair.py)
     except (CommandError, ReplayCommandError) as exc:
         print(f"florwb: {exc}", file=sys.stderr)
         return 1
@@ -273,17 +273,6 @@ def _say_lock_waits() -> None:
     store_log.addHandler(handler)
     store_log.setLevel(logging.INFO)
     store_log.propagate = False
-
-
-def _run_command(args: argparse.Namespace) -> int:
-    """The command, run once more when it found the catalog damaged: the damaged file was
-    moved aside, and the second run rebuilds it from the journals."""
-    try:
-        return args.func(args)
-    except Exception as exc:
-        if type(exc).__name__ != "CatalogRebuilt":
-            raise
-    return args.func(args)
 
 
 def _silence_stdout() -> None:

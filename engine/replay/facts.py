@@ -15,6 +15,8 @@ import duckdb
 from florwb_engine.record.save_mirror import is_manifest
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.store import run_context
+from florwb_engine.store.catalog import Store
+from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.schema import TABLES, literal, loop_column, loop_columns, quote
 from florwb_engine.store.user_condition import matching_keys
 from florwb_engine.store.values import decode_value
@@ -57,6 +59,13 @@ def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[Selec
     if not runs:
         raise PlanError("no recorded run matches" + (f" --where {where}" if where else ""))
     return runs
+
+
+@again_if_rebuilt
+def store_runs_where(store: Store, where: str | None) -> list[SelectedRun]:
+    """`runs_where` in a session of its own (the workbench's run filter)."""
+    with store.session() as con:
+        return runs_where(con, where)
 
 
 def runs_where(con: duckdb.DuckDBPyConnection, where: str | None) -> list[SelectedRun]:
