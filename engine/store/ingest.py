@@ -477,10 +477,7 @@ def _arg_value(v) -> tuple[float | None, str | None, str]:
             approx: float | None = float(v)
         except OverflowError:
             approx = None
-        try:
-            return approx, str(v), "int"
-        except ValueError:  # beyond Python's own int-to-text limit (4,300 digits)
-            return approx, f"int of about {v.bit_length() * 0.30103:.0f} digits", "str"
+        return approx, _int_text(v), "int"  # its digits, also past 4,300 of them
     return _one_value(v)
 
 
@@ -738,6 +735,9 @@ def _insert_logs(con, keys: _Keys, blocks: list, first_seq: int) -> int:
     if cols["text"] is not None:
         frame["text"] = np.array(cols["text"], dtype=object)
         text_sql = "b.text"
+    # an int a float cannot hold keeps its digits as text: the pivot reads the name as text
+    # (its digits), not as a number column where it would be NULL
+    exact = f"{text_sql} IS NULL"
     con.register("florwb_logs", frame)
     con.execute(
         f"INSERT INTO log_rows SELECT ?, ?, b.seq, b.name_key, {value_sql}, {text_sql}, "
@@ -753,7 +753,8 @@ def _insert_logs(con, keys: _Keys, blocks: list, first_seq: int) -> int:
         "INSERT INTO name_stats SELECT ?, ?, g.name_key, g.path, g.n, g.n_numeric, g.n_int, "
         "coalesce(r.n, 0) + coalesce((g.first_ctx = s.last_ctx)::INT, 0), g.last_ctx FROM ("
         "SELECT b.name_key, coalesce(e.path, '') AS path, count(*) AS n, "
-        f"sum(({vtype_sql} <= 2)::INT) AS n_numeric, sum(({vtype_sql} IN (1, 2))::INT) AS n_int, "
+        f"sum(({vtype_sql} <= 2 AND {exact})::INT) AS n_numeric, "
+        f"sum(({vtype_sql} IN (1, 2) AND {exact})::INT) AS n_int, "
         "min(b.ctx_id) AS first_ctx, max(b.ctx_id) AS last_ctx FROM florwb_logs b "
         f"{_ENTRY_OF.format(ctx='b.ctx_id')} GROUP BY ALL) g "
         "LEFT JOIN (SELECT r.name_key, coalesce(e.path, '') AS path, sum(r.n) AS n "
