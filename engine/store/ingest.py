@@ -78,6 +78,12 @@ class _State:
     rank: int | None = None  # the rank that wrote it (multi-process runs; run_ranks.py)
 
 
+# What a run's journal holds; anything else (a newer florwb's event) is counted and skipped.
+KNOWN_EVENTS = frozenset(
+    {"start", "version", "version_error", "arg", "issues", "checkpoint", "end", "loop"}
+)
+
+
 def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestReport:
     report = IngestReport()
     if not journal_dir.is_dir():
@@ -201,12 +207,17 @@ def _apply(
     done = False
     entries = []
     lines = []  # printed and logged lines (store/console.py)
+    unknown: dict[str, int] = {}  # event kinds this florwb does not know -> how many
     for event in batch.events:
         kind = event.get("kind")
         if kind == "console":
             lines.append(event)
             continue
         event = _clean_event(event, keys.found)
+        if kind not in KNOWN_EVENTS:  # a newer writer's event: skipped, but never silently
+            name = _clean_text(str(kind))[:40]
+            unknown[name] = unknown.get(name, 0) + 1
+            continue
         if kind == "start":
             keys.run_id = str(event["run_id"])
             keys.source = str(event.get("source", RECORDED))
@@ -234,10 +245,17 @@ def _apply(
             [keys.run_id],
         )
         done = not chunks  # the process is gone: once nothing new is left, nothing will come
+    warnings = []
+    for kind, n in unknown.items():
+        keys.issues.append(("skipped", f"events of unknown kind {kind!r}", n))
+    if unknown:
+        kinds = ", ".join(f"{kind!r} ({n})" for kind, n in unknown.items())
+        warnings.append(
+            f"run {keys.run_id}: skipped events of a kind this florwb does not know: {kinds}"
+        )
     damaged = list(scan.damaged)
     if done and scan.error is None and scan.size > scan.end_offset:
         damaged.append((scan.end_offset, scan.size))  # bytes after the last chunk: never one
-    warnings = []
     for start, end in damaged:
         keys.issues.append(("damaged", f"journal bytes {start}-{end}", end - start))
         warnings.append(
