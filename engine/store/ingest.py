@@ -233,7 +233,7 @@ def _apply(
         con.execute("COMMIT")  # nothing readable yet: the caller marks it unreadable
         return 0, old
     _resolve_keys(con, keys)
-    _insert_loop_entries(con, keys, entries)
+    shared = _insert_loop_entries(con, keys, entries)
     _insert_iterations(con, keys, batch.timings)
     rows = _insert_logs(con, keys, batch.logs, run_ranks.first_seq(old.next_seq, keys.rank))
     console.insert(con, keys.run_key, keys.source_key, lines)
@@ -246,6 +246,13 @@ def _apply(
         )
         done = not chunks  # the process is gone: once nothing new is left, nothing will come
     warnings = []
+    for loop_path, column in shared.items():
+        detail = f"loop {loop_path!r} nests loops that share the column {column!r}"
+        keys.issues.append(("ambiguous", detail, 1))
+        warnings.append(
+            f"run {keys.run_id}: {detail} (loop names differ only in case, or repeat): "
+            "the inner loop's coordinates hide the outer's; give the loops distinct names"
+        )
     for kind, n in unknown.items():
         keys.issues.append(("skipped", f"events of unknown kind {kind!r}", n))
     if unknown:
@@ -532,16 +539,22 @@ def _is_dead(con, run_id: str, rank: int | None = None, source: str = RECORDED) 
     return pid is not None and processes.is_gone(pid, ticks)
 
 
-def _insert_loop_entries(con, keys: _Keys, entries: list[dict]) -> None:
-    """One row per loop entry, holding the outer loops' coordinates for its iterations."""
+def _insert_loop_entries(con, keys: _Keys, entries: list[dict]) -> dict[str, str]:
+    """One row per loop entry, holding the outer loops' coordinates for its iterations.
+    Returns the loop paths whose loops share a column (`epoch` in `Epoch`), by column:
+    their coordinates cannot be told apart, which the caller says."""
+    shared: dict[str, str] = {}
     if not entries:
-        return
+        return shared
     mapping = ensure_loop_columns(con, {n for e in entries for n in e["names"]})
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for e in entries:
         groups[tuple(e["names"])].append(e)
     for names, group in groups.items():
         outer_cols = [mapping[n] for n in names[:-1]]
+        columns = [c.lower() for c in (*outer_cols, mapping[names[-1]])]
+        if len(set(columns)) < len(columns):
+            shared["/".join(names)] = next(c for c in columns if columns.count(c) > 1)
         frame = {  # numpy columns, not pandas: importing pandas costs every reader ~0.3 s
             "entry_id": np.array([e["entry"] for e in group], dtype=np.int64),
             "total": np.array([_or_minus_one(e.get("total")) for e in group], dtype=np.int64),
@@ -567,6 +580,7 @@ def _insert_loop_entries(con, keys: _Keys, entries: list[dict]) -> None:
             ],
         )
         con.unregister("florwb_entries")
+    return shared
 
 
 _ENTRY_OF = (
