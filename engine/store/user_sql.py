@@ -189,6 +189,28 @@ def fetch_chunks(result: duckdb.DuckDBPyConnection) -> Iterator[pd.DataFrame]:
             return
 
 
+# Types DuckDB turns into Python values only with pytz installed: such results are written
+# from DataFrames (which need no pytz), the rest from Python rows (NULL apart from NaN).
+_NEEDS_PYTZ = ("TIMESTAMP WITH TIME ZONE", "TIME WITH TIME ZONE")
+
+
+def rows_fetchable(result: duckdb.DuckDBPyConnection) -> bool:
+    """Whether `fetch_rows` can read this result (no time-zone column anywhere in it)."""
+    return not any(zone in str(d[1]) for d in (result.description or []) for zone in _NEEDS_PYTZ)
+
+
+def fetch_rows(result: duckdb.DuckDBPyConnection, size: int = 2048) -> Iterator[list[tuple]]:
+    """The result as lists of Python rows (None is NULL, float('nan') is NaN)."""
+    while True:
+        try:
+            rows = result.fetchmany(size)
+        except duckdb.Error as exc:
+            raise _failure(exc) from None
+        if not rows:
+            return
+        yield rows
+
+
 @again_if_rebuilt
 def query_frame(store: Store, sql: str) -> pd.DataFrame:
     """The whole result as a DataFrame (`flor.query`): what a notebook asks for."""
