@@ -19,6 +19,7 @@ from florwb_engine import project as projects
 from florwb_engine.store import Store
 from florwb_engine.store.history_values import CHOSEN
 from florwb_engine.store.queries import _session
+from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import RunRow, list_runs
 
 # Names whose higher values are better (accuracy, F1, reward...); the rest (losses,
@@ -82,6 +83,7 @@ class RunComparison:
 MISSING = object()
 
 
+@again_if_rebuilt
 def compare_runs(project: Path, store: Store, first: str, second: str) -> RunComparison:
     """Compare run `first` with run `second` (second minus first in the deltas)."""
     with _session(store) as con:

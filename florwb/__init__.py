@@ -6,7 +6,6 @@ stays cheap (no DuckDB, pandas, torch or textual): those load only when a call n
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from florwb_engine.record import arg, checkpointing, commit, log, loop, set_checkpoint_budget
@@ -40,25 +39,14 @@ def _store() -> Any:
     return Store(project.find_project())
 
 
-def _again_if_rebuilt(read: Callable[[], Any]) -> Any:
-    """A read that found the catalog damaged moved it aside; the second one rebuilds it
-    from the journals (engine/store/repair.py)."""
-    from florwb_engine.store.repair import CatalogRebuilt
-
-    try:
-        return read()
-    except CatalogRebuilt:
-        return read()
-
-
 def dataframe(*names: str) -> Any:
     """pandas DataFrame: one row per run x loop coordinates, one column per name."""
-    return _again_if_rebuilt(lambda: _store().dataframe(*names))
+    return _store().dataframe(*names)
 
 
 def query(sql: str) -> Any:
     """pandas DataFrame with the result of read-only SQL over the project's catalog."""
-    return _again_if_rebuilt(lambda: _store().query(sql))
+    return _store().query(sql)
 
 
 def io(run_id: str | None = None, grep: str | None = None) -> Any:
@@ -67,7 +55,7 @@ def io(run_id: str | None = None, grep: str | None = None) -> Any:
     `n`. `run_id` (a unique prefix works) picks one run; `grep` is a regular expression."""
     from florwb_engine.store.console import read_io
 
-    return _again_if_rebuilt(lambda: read_io(_store(), run_id, grep))
+    return read_io(_store(), run_id, grep)
 
 
 def set_capture(

@@ -19,7 +19,7 @@ from florwb.cli_instrument import add_parser as add_instrument_parser
 from florwb.cli_io import add_parser as add_io_parser
 from florwb.cli_replay import ReplayCommandError
 from florwb.cli_replay import add_parsers as add_replay_parsers
-from florwb.output import json_safe, write_chunks, write_frame, write_table
+from florwb.output import json_safe, write_chunks, write_frame, write_rows, write_table
 
 if TYPE_CHECKING:  # the store loads DuckDB: only commands that read it import it
     from florwb_engine.store import Store
@@ -115,7 +115,11 @@ def cmd_query(args: argparse.Namespace) -> int:
         if result is None:
             write_table([], [], sys.stdout)
             return 0
-        write_chunks(user_sql.fetch_chunks(result), args.format)
+        if user_sql.rows_fetchable(result):  # NULL and NaN told apart (output.write_rows)
+            columns = [str(d[0]) for d in result.description or []]
+            write_rows(columns, user_sql.fetch_rows(result), args.format, sys.stdout)
+        else:
+            write_chunks(user_sql.fetch_chunks(result), args.format)
     return 0
 
 
@@ -245,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _say_lock_waits()
     try:
-        return _run_command(args)
+        return args.func(args)  # reads retry a damaged catalog themselves (store/repair.py)
     except (CommandError, ReplayCommandError) as exc:
         print(f"florwb: {exc}", file=sys.stderr)
         return 1
@@ -273,17 +277,6 @@ def _say_lock_waits() -> None:
     store_log.addHandler(handler)
     store_log.setLevel(logging.INFO)
     store_log.propagate = False
-
-
-def _run_command(args: argparse.Namespace) -> int:
-    """The command, run once more when it found the catalog damaged: the damaged file was
-    moved aside, and the second run rebuilds it from the journals."""
-    try:
-        return args.func(args)
-    except Exception as exc:
-        if type(exc).__name__ != "CatalogRebuilt":
-            raise
-    return args.func(args)
 
 
 def _silence_stdout() -> None:

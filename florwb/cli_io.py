@@ -62,9 +62,11 @@ def _write_lines(frame) -> None:
         print("(no lines: the run printed nothing, or capture was off (FLORWB_CAPTURE=0))")
         return
     out = sys.stdout
-    for row in frame.itertuples(index=False):
-        values = row._asdict()
-        where = " ".join(f"{c}={int(values[c])}" for c in coords if not pd.isna(values[c]))
+    shown = {c: c if c.isprintable() and c.strip() == c and c else repr(c) for c in coords}
+    # plain tuples: a namedtuple renames loop names that are no identifiers (`x/y`, "\n")
+    for row in frame.itertuples(index=False, name=None):
+        values = dict(zip(frame.columns, row))
+        where = " ".join(f"{shown[c]}={int(values[c])}" for c in coords if not pd.isna(values[c]))
         repeat = f"  (×{values['n']})" if values["n"] > 1 else ""
         out.write(f"{where or '-':<20} {values['channel']:<7} {values['text']}{repeat}\n")
 

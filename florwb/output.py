@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import math
 import shutil
@@ -32,11 +33,23 @@ def json_safe(value: Any) -> Any:
         return [json_safe(v) for v in value]
     if hasattr(value, "isoformat"):
         return value.isoformat()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return blob_text(bytes(value))
+    if isinstance(value, decimal.Decimal):  # a JSON number when a float says it exactly
+        number = float(value)
+        return number if decimal.Decimal(repr(number)) == value else str(value)
+    if getattr(value, "ndim", 0):  # a LIST column's numpy array (masked: None where NULL)
+        return [json_safe(v) for v in value.tolist()]
     if hasattr(value, "item"):
         return json_safe(value.item())
     if _is_missing(value):
         return None
     return str(value)
+
+
+def blob_text(data: bytes) -> str:
+    """A BLOB as DuckDB prints it: printable ASCII as is, every other byte as \\xHH."""
+    return "".join(chr(b) if 32 <= b < 127 and b != 92 else f"\\x{b:02X}" for b in data)
 
 
 def _is_missing(value: Any) -> bool:
@@ -198,3 +211,64 @@ def _write_table_head(chunks: Iterable[Any], out: TextIO) -> None:
     rows = [list(r) for r in head.itertuples(index=False)]
     # Unread chunks left: how many rows there are is not known (nor computed).
     write_table(columns, rows, out, total=len(frame), more=more)
+
+
+# --- rows as DuckDB gives them (florwb query) ---------------------------------------------
+# A DataFrame cannot tell SQL NULL from NaN in a DOUBLE column (both become NaN): written
+# from one, a NULL read "NaN" in JSON and a NaN read as empty in CSV and tables. Python rows
+# keep them apart (None, float('nan')).
+
+
+def _shown(value: Any) -> Any:
+    """A Python value as a table cell takes it: NaN and infinities spelled out."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return blob_text(bytes(value))
+    if isinstance(value, (list, dict)):
+        return json.dumps(json_safe(value))
+    return value
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else _shown(value)
+    if isinstance(value, dt.timedelta):
+        return repr(value.total_seconds())
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    return _shown(value)
+
+
+def write_rows(columns: list[str], batches: Iterable[list[tuple]], fmt: str, out: TextIO) -> None:
+    """Write a result fetched as Python rows, batch by batch: NULL is empty (CSV, table) or
+    null (JSON), NaN is nan (CSV, table) or "NaN" (JSON); a table takes only what it shows."""
+    if fmt == "table":
+        rows: list[list[Any]] = []
+        more = False
+        for batch in batches:
+            if len(rows) >= TABLE_ROW_LIMIT:
+                more = True
+                break
+            rows.extend([_shown(v) for v in row] for row in batch)
+        shown = rows[:TABLE_ROW_LIMIT]
+        write_table(columns, shown, out, total=len(rows), more=more)
+        return
+    if fmt == "csv":
+        import csv
+
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        for batch in batches:
+            writer.writerows([_csv_cell(v) for v in row] for row in batch)
+        return
+    first = True
+    for batch in batches:
+        for row in batch:
+            record = {c: json_safe(v) for c, v in zip(columns, row)}
+            text = json.dumps(record, indent=1).replace("\n", "\n ")
+            out.write(("[\n " if first else ",\n ") + text)
+            first = False
+    out.write("[]\n" if first else "\n]\n")

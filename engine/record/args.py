@@ -35,6 +35,9 @@ def split_kwargs(argv: list[str]) -> tuple[list[str], dict[str, str]]:
             taking = True
         if taking and "=" in token and not token.startswith("-"):
             key, _, value = token.partition("=")
+            if not key.strip():  # `=3`: said here, or the exit would name an empty arg
+                print(f"florwb: --kwargs {token}: no name before '='", file=sys.stderr)
+                continue
             pairs[key.strip()] = value
             continue
         taking = False

@@ -39,6 +39,11 @@ class CheckpointFile:
 def find_run_folder(project: Path, run_id: str) -> Path:
     """The checkpoint folder of `run_id`, which may be a unique prefix of the id."""
     root = projects.checkpoint_dir(project)
+    if not root.parent.is_dir():  # said like every reader says it (store/db.py)
+        raise CheckpointError(
+            f"no florwb project in {project} (no {root.parent.name}/ folder; record a run "
+            "with `import florwb as flor` first)"
+        )
     exact = root / run_id
     if run_id and exact.is_dir() and exact.parent == root:
         return exact

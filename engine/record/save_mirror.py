@@ -27,6 +27,7 @@ never affected.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
-from florwb_engine.record.checkpoint import _safe, capture_rng
+from florwb_engine.record.checkpoint import _safe, _sync_folder, capture_rng
 from florwb_engine.record.values import REPLACED
 
 MANIFEST_SUFFIX = ".saves.json"
@@ -107,29 +108,39 @@ class Mirror:
         if not self._affordable(size):
             return  # like flor.checkpointing's policy: this iteration is not checkpointed
         t1 = time.perf_counter()
-        if how == "copy":
-            _copy(target, dest)
-        else:
-            _ORIGINAL_SAVE(_safe_form(obj), dest)
-        if size:
-            self._copy_bytes_per_s = size / max(time.perf_counter() - t1, 1e-6)
-        if first:
-            rng_name = f"{stem}.rng.pt"
-            _ORIGINAL_SAVE(capture_rng(), self.folder / rng_name)
-            manifest["rng"] = rng_name
-        manifest["saves"].append(
-            {
-                "file": dest.name,
-                "script": _script_of(caller, self.run.project),
-                "line": caller.f_lineno if caller is not None else None,
-                "target": target,
-                "how": how,
-            }
-        )
-        name = manifest_name(loop, iteration)
-        tmp = self.folder / f".{name}.tmp"
-        tmp.write_text(json.dumps(manifest))
-        os.replace(tmp, self.folder / name)
+        written: list[Path] = []  # removed again if this mirror fails: no orphan on a full disk
+        try:
+            if how == "copy":
+                _copy(target, dest)
+            else:
+                _write_atomic(dest, lambda out: _ORIGINAL_SAVE(_safe_form(obj), out))
+            written.append(dest)
+            if size:
+                self._copy_bytes_per_s = size / max(time.perf_counter() - t1, 1e-6)
+            if first:
+                rng_name = f"{stem}.rng.pt"
+                _write_atomic(
+                    self.folder / rng_name, lambda out: _ORIGINAL_SAVE(capture_rng(), out)
+                )
+                written.append(self.folder / rng_name)
+                manifest["rng"] = rng_name
+            manifest["saves"].append(
+                {
+                    "file": dest.name,
+                    "script": _script_of(caller, self.run.project),
+                    "line": caller.f_lineno if caller is not None else None,
+                    "target": target,
+                    "how": how,
+                }
+            )
+            name = manifest_name(loop, iteration)
+            text = json.dumps(manifest).encode()
+            _write_atomic(self.folder / name, lambda out: out.write(text))
+            _sync_folder(self.folder)
+        except BaseException:
+            for path in written:
+                path.unlink(missing_ok=True)
+            raise
         self.current, self.manifest = (loop, iteration), manifest
         cost = time.perf_counter() - t0
         self.policy.paid(cost)
@@ -288,25 +299,45 @@ def _size(path: str) -> int:
     return 0
 
 
+def _write_atomic(dest: Path, write: Any) -> None:
+    """`write(file)` into a temp file named after this process (the next reader removes it
+    if the process dies first: store/repair.py), synced, then renamed over `dest`; on any
+    failure (a full disk) the temp file is removed, so nothing partial stays behind."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            write(out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _copy(source: str, dest: Path) -> None:
     """Copy in the kernel (a reflink where the filesystem shares blocks), then rename."""
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    with open(source, "rb") as src, open(tmp, "wb") as out:
-        left = os.fstat(src.fileno()).st_size
-        try:
-            while left > 0:
-                n = os.copy_file_range(src.fileno(), out.fileno(), left)
-                if n == 0:
-                    break
-                left -= n
-        except OSError:  # a filesystem without it: an ordinary copy
-            import shutil
+    with open(source, "rb") as src:
+        _write_atomic(dest, lambda out: _copy_into(src, out))
 
-            src.seek(0)
-            out.seek(0)
-            out.truncate()
-            shutil.copyfileobj(src, out, 1 << 20)
-    os.replace(tmp, dest)
+
+def _copy_into(src: Any, out: Any) -> None:
+    left = os.fstat(src.fileno()).st_size
+    try:
+        while left > 0:
+            n = os.copy_file_range(src.fileno(), out.fileno(), left)
+            if n == 0:
+                break
+            left -= n
+    except OSError as exc:  # a filesystem without it: an ordinary copy
+        if exc.errno == errno.ENOSPC:
+            raise
+        import shutil
+
+        src.seek(0)
+        out.seek(0)
+        out.truncate()
+        shutil.copyfileobj(src, out, 1 << 20)
 
 
 def _script_of(frame: Any, project: Path) -> str | None:

@@ -17,7 +17,10 @@ import duckdb
 from florwb_engine.record.save_mirror import is_manifest
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.store import run_context
+from florwb_engine.store.catalog import Store
+from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.schema import TABLES, literal, loop_column, loop_columns, quote
+from florwb_engine.store.user_condition import matching_keys
 from florwb_engine.store.values import decode_value
 
 if TYPE_CHECKING:
@@ -75,6 +78,13 @@ def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[Selec
     return runs
 
 
+@again_if_rebuilt
+def store_runs_where(store: Store, where: str | None) -> list[SelectedRun]:
+    """`runs_where` in a session of its own (the workbench's run filter)."""
+    with store.session() as con:
+        return runs_where(con, where)
+
+
 def runs_where(con: duckdb.DuckDBPyConnection, where: str | None) -> list[SelectedRun]:
     """The runs matching a --where condition (none is no error); a condition DuckDB
     cannot run raises PlanError with its one-line reason. The workbench's history filter
@@ -101,13 +111,18 @@ def runs_where(con: duckdb.DuckDBPyConnection, where: str | None) -> list[Select
             raise PlanError(f"bad --where: {str(exc).splitlines()[0]}") from None
         if len(statements) != 1:
             raise PlanError("bad --where: one SQL condition expected")
-        filtered += f" WHERE ({where})"
     try:
         con.execute("BEGIN")
-        rows = con.execute(
-            f"SELECT run_id, version, script, argv, cwd FROM ({filtered}) "
-            "ORDER BY start_time, run_id"
-        ).fetchall()
+        if where:  # user SQL: evaluated on a copy that cannot reach anything (user_condition.py)
+            kept = set(matching_keys(con, filtered, "run_id", where, "runs"))
+        rows = [
+            row
+            for row in con.execute(
+                f"SELECT run_id, version, script, argv, cwd FROM ({filtered}) "
+                "ORDER BY start_time, run_id"
+            ).fetchall()
+            if not where or row[0] in kept
+        ]
     except duckdb.Error as exc:
         raise PlanError(f"bad --where: {str(exc).splitlines()[0]}") from None
     finally:

@@ -303,7 +303,9 @@ def warm_workers(project: Path, names: Iterable[str] = ()) -> ForkServer:
     """Start a replay's fork server now and let it import what today's scripts that log
     `names` import, so the imports overlap with planning. Hand it to `execute`."""
     from florwb_engine.project import store_dir
+    from florwb_engine.store.db import require_store
 
+    require_store(store_dir(project))  # a replay outside a project creates no .florwb/
     log = store_dir(project) / "replays" / f"forkserver-{os.getpid()}-{secrets.token_hex(3)}.log"
     server = ForkServer(log)
     server.preload(likely_imports(project, names), [project])

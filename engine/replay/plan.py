@@ -38,6 +38,7 @@ from florwb_engine.replay.saved_state import use_saved_state
 from florwb_engine.replay.spec import INNER, ReplayMode
 from florwb_engine.replay.state_decision import state_decision
 from florwb_engine.store import Store
+from florwb_engine.store.repair import again_if_rebuilt
 
 # What a run's plan says: it will be replayed, it cannot be (with the reason), or it
 # already has every requested name.
@@ -121,6 +122,7 @@ class Plan:
         }
 
 
+@again_if_rebuilt
 def plan_replay(
     project: Path,
     names: Sequence[str],

@@ -71,15 +71,18 @@ class Store:
                 self.leftovers = repair.remove_leftovers(self.dir, repair.running_replays(con))
                 self._cleaned = True
 
+    @repair.again_if_rebuilt
     def ingest(self) -> IngestReport:
         with self.session():
             return self.last_ingest
 
+    @repair.again_if_rebuilt
     def query(self, sql: str) -> pd.DataFrame:
         """Run read-only SQL on a connection that cannot write (see user_sql); bad SQL
         raises StoreError with DuckDB's one-line reason."""
         return user_sql.query_frame(self, sql)
 
+    @repair.again_if_rebuilt
     def run_rows(self) -> list[RunRow]:
         """Every run, oldest first, as the CLI and the workbench list them."""
         with self.session() as con:
@@ -89,10 +92,12 @@ class Store:
         """Every run as `florwb runs --json` prints it."""
         return [run.to_json() for run in self.run_rows()]
 
+    @repair.again_if_rebuilt
     def names(self) -> list[str]:
         with self.session() as con:
             return _logged_names(con)
 
+    @repair.again_if_rebuilt
     def dataframe(self, *names: str) -> pd.DataFrame:
         """One row per run x loop coordinates, one column per name (logs or args).
 

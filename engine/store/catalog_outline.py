@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
+from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.user_sql import _failure, read_only_connection
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ ORDER BY t.table_type DESC, t.table_name, c.ordinal_position
 """
 
 
+@again_if_rebuilt
 def outline(store: Store) -> list[Relation]:
     """Views first (logs, iterations, loops: what users query), then tables, by name."""
     with read_only_connection(store) as con:

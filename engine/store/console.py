@@ -20,6 +20,8 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from florwb_engine.store.repair import again_if_rebuilt
+
 TABLE = """
         run_key INTEGER, source_key INTEGER, seq BIGINT, ctx_id BIGINT, channel VARCHAR,
         text VARCHAR, n INTEGER"""
@@ -186,6 +188,7 @@ def tail(
     return lines, int(total)
 
 
+@again_if_rebuilt
 def read_io(store: Any, run_id: str | None = None, grep: str | None = None):
     """`flor.io`: the lines of every run (or of `run_id`, a unique prefix allowed) as a
     DataFrame; a bad `grep` pattern is a StoreError with DuckDB's one-line reason."""

@@ -32,6 +32,7 @@ from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.store.catalog import Store
 from florwb_engine.store.history_values import CHOSEN
 from florwb_engine.store.queries import _session
+from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.schema import RECORDED, loop_column, loop_columns
 
 AXES = ("step", "epoch", "wall")
@@ -67,6 +68,7 @@ class Curves:
         return sum(len(c.x) for c in self.curves)
 
 
+@again_if_rebuilt
 def load_curves(
     store: Store,
     run_ids: list[str],

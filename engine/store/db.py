@@ -79,6 +79,15 @@ class NoProject(StoreError):
     """Readers found no `.florwb/` folder: there is nothing to read, and they create none."""
 
 
+def require_store(store: Path) -> None:
+    """NoProject unless `store` (a `.florwb/` folder) exists: readers create none."""
+    if not store.is_dir():
+        raise NoProject(
+            f"no florwb project in {store.parent} (no {store.name}/ folder; record a run "
+            "with `import florwb as flor` first, or try `florwb demo`)"
+        )
+
+
 def lock_holder(message: str) -> str:
     """The process DuckDB names in a lock conflict ("... held in /usr/bin/python3 (PID 42)")."""
     found = re.search(r"held in (.+?) \(PID (\d+)\)", message)
@@ -106,11 +115,7 @@ def connect(
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection to the catalog in `store` (a `.florwb/` folder that must exist: readers
     never create a project; recording makes the folder when it writes its journal)."""
-    if not store.is_dir():
-        raise NoProject(
-            f"no florwb project in {store.parent} (no {store.name}/ folder; record a run "
-            "with `import florwb as flor` first, or try `florwb demo`)"
-        )
+    require_store(store)
     path = store / DB_FILENAME
     timeout_s = lock_timeout_s() if timeout_s is None else timeout_s
     listener = _lock_wait_listener.get()

@@ -31,6 +31,7 @@ from florwb_engine.store.queries import (
 from florwb_engine.store.queries import (
     VersionRow as _VersionRow,
 )
+from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import list_runs
 
 # Per run and name, the one source the history reads: recorded (source_key 0) first.
@@ -59,6 +60,7 @@ class HistoryValues(History):
     having: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
+@again_if_rebuilt
 def load_history_values(store: Store, metric: str | None = None) -> HistoryValues:
     """Runs, versions (dated by their first run), names from every source, one series."""
     with _session(store) as con:
@@ -104,6 +106,7 @@ def _coverage(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], dict[str,
     return {k: int(v) for k, v in finished.items()}, having
 
 
+@again_if_rebuilt
 def load_series_values(store: Store, metric: str) -> SeriesValues:
     """Sparkline points, exact last, min and max per run of one name (any source)."""
     with _session(store) as con:

@@ -78,6 +78,12 @@ class _State:
     rank: int | None = None  # the rank that wrote it (multi-process runs; run_ranks.py)
 
 
+# What a run's journal holds; anything else (a newer florwb's event) is counted and skipped.
+KNOWN_EVENTS = frozenset(
+    {"start", "version", "version_error", "arg", "issues", "checkpoint", "end", "loop"}
+)
+
+
 def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestReport:
     report = IngestReport()
     if not journal_dir.is_dir():
@@ -201,12 +207,17 @@ def _apply(
     done = False
     entries = []
     lines = []  # printed and logged lines (store/console.py)
+    unknown: dict[str, int] = {}  # event kinds this florwb does not know -> how many
     for event in batch.events:
         kind = event.get("kind")
         if kind == "console":
             lines.append(event)
             continue
         event = _clean_event(event, keys.found)
+        if kind not in KNOWN_EVENTS:  # a newer writer's event: skipped, but never silently
+            name = _clean_text(str(kind))[:40]
+            unknown[name] = unknown.get(name, 0) + 1
+            continue
         if kind == "start":
             keys.run_id = str(event["run_id"])
             keys.source = str(event.get("source", RECORDED))
@@ -222,7 +233,7 @@ def _apply(
         con.execute("COMMIT")  # nothing readable yet: the caller marks it unreadable
         return 0, old
     _resolve_keys(con, keys)
-    _insert_loop_entries(con, keys, entries)
+    shared = _insert_loop_entries(con, keys, entries)
     _insert_iterations(con, keys, batch.timings)
     rows = _insert_logs(con, keys, batch.logs, run_ranks.first_seq(old.next_seq, keys.rank))
     console.insert(con, keys.run_key, keys.source_key, lines)
@@ -234,10 +245,24 @@ def _apply(
             [keys.run_id],
         )
         done = not chunks  # the process is gone: once nothing new is left, nothing will come
+    warnings = []
+    for loop_path, column in shared.items():
+        detail = f"loop {loop_path!r} nests loops that share the column {column!r}"
+        keys.issues.append(("ambiguous", detail, 1))
+        warnings.append(
+            f"run {keys.run_id}: {detail} (loop names differ only in case, or repeat): "
+            "the inner loop's coordinates hide the outer's; give the loops distinct names"
+        )
+    for kind, n in unknown.items():
+        keys.issues.append(("skipped", f"events of unknown kind {kind!r}", n))
+    if unknown:
+        kinds = ", ".join(f"{kind!r} ({n})" for kind, n in unknown.items())
+        warnings.append(
+            f"run {keys.run_id}: skipped events of a kind this florwb does not know: {kinds}"
+        )
     damaged = list(scan.damaged)
     if done and scan.error is None and scan.size > scan.end_offset:
         damaged.append((scan.end_offset, scan.size))  # bytes after the last chunk: never one
-    warnings = []
     for start, end in damaged:
         keys.issues.append(("damaged", f"journal bytes {start}-{end}", end - start))
         warnings.append(
@@ -477,10 +502,7 @@ def _arg_value(v) -> tuple[float | None, str | None, str]:
             approx: float | None = float(v)
         except OverflowError:
             approx = None
-        try:
-            return approx, str(v), "int"
-        except ValueError:  # beyond Python's own int-to-text limit (4,300 digits)
-            return approx, f"int of about {v.bit_length() * 0.30103:.0f} digits", "str"
+        return approx, _int_text(v), "int"  # its digits, also past 4,300 of them
     return _one_value(v)
 
 
@@ -517,16 +539,22 @@ def _is_dead(con, run_id: str, rank: int | None = None, source: str = RECORDED) 
     return pid is not None and processes.is_gone(pid, ticks)
 
 
-def _insert_loop_entries(con, keys: _Keys, entries: list[dict]) -> None:
-    """One row per loop entry, holding the outer loops' coordinates for its iterations."""
+def _insert_loop_entries(con, keys: _Keys, entries: list[dict]) -> dict[str, str]:
+    """One row per loop entry, holding the outer loops' coordinates for its iterations.
+    Returns the loop paths whose loops share a column (`epoch` in `Epoch`), by column:
+    their coordinates cannot be told apart, which the caller says."""
+    shared: dict[str, str] = {}
     if not entries:
-        return
+        return shared
     mapping = ensure_loop_columns(con, {n for e in entries for n in e["names"]})
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for e in entries:
         groups[tuple(e["names"])].append(e)
     for names, group in groups.items():
         outer_cols = [mapping[n] for n in names[:-1]]
+        columns = [c.lower() for c in (*outer_cols, mapping[names[-1]])]
+        if len(set(columns)) < len(columns):
+            shared["/".join(names)] = next(c for c in columns if columns.count(c) > 1)
         frame = {  # numpy columns, not pandas: importing pandas costs every reader ~0.3 s
             "entry_id": np.array([e["entry"] for e in group], dtype=np.int64),
             "total": np.array([_or_minus_one(e.get("total")) for e in group], dtype=np.int64),
@@ -552,6 +580,7 @@ def _insert_loop_entries(con, keys: _Keys, entries: list[dict]) -> None:
             ],
         )
         con.unregister("florwb_entries")
+    return shared
 
 
 _ENTRY_OF = (
@@ -738,6 +767,9 @@ def _insert_logs(con, keys: _Keys, blocks: list, first_seq: int) -> int:
     if cols["text"] is not None:
         frame["text"] = np.array(cols["text"], dtype=object)
         text_sql = "b.text"
+    # an int a float cannot hold keeps its digits as text: the pivot reads the name as text
+    # (its digits), not as a number column where it would be NULL
+    exact = f"{text_sql} IS NULL"
     con.register("florwb_logs", frame)
     con.execute(
         f"INSERT INTO log_rows SELECT ?, ?, b.seq, b.name_key, {value_sql}, {text_sql}, "
@@ -753,7 +785,8 @@ def _insert_logs(con, keys: _Keys, blocks: list, first_seq: int) -> int:
         "INSERT INTO name_stats SELECT ?, ?, g.name_key, g.path, g.n, g.n_numeric, g.n_int, "
         "coalesce(r.n, 0) + coalesce((g.first_ctx = s.last_ctx)::INT, 0), g.last_ctx FROM ("
         "SELECT b.name_key, coalesce(e.path, '') AS path, count(*) AS n, "
-        f"sum(({vtype_sql} <= 2)::INT) AS n_numeric, sum(({vtype_sql} IN (1, 2))::INT) AS n_int, "
+        f"sum(({vtype_sql} <= 2 AND {exact})::INT) AS n_numeric, "
+        f"sum(({vtype_sql} IN (1, 2) AND {exact})::INT) AS n_int, "
         "min(b.ctx_id) AS first_ctx, max(b.ctx_id) AS last_ctx FROM florwb_logs b "
         f"{_ENTRY_OF.format(ctx='b.ctx_id')} GROUP BY ALL) g "
         "LEFT JOIN (SELECT r.name_key, coalesce(e.path, '') AS path, sum(r.n) AS n "

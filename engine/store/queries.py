@@ -27,6 +27,7 @@ from florwb_engine.store import user_sql
 from florwb_engine.store.catalog import Store, check_read_only
 from florwb_engine.store.console import ConsoleLine
 from florwb_engine.store.db import StoreError, no_progress_bar
+from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import RunRow, list_runs
 
 if TYPE_CHECKING:  # duckdb.sqltypes is duckdb 2's home of the type; only annotations use it
@@ -229,6 +230,7 @@ def _nan(value: float | None) -> float:
 CONSOLE_TAIL = 40
 
 
+@again_if_rebuilt
 def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> RunDetail:
     """Args, metrics with sparklines (recorded and replayed), checkpoints, replays, the
     data wait per loop and the last lines the run printed."""
@@ -356,6 +358,7 @@ def _json_object(text: str | None) -> dict[str, Any]:
 # --- replays and live progress ----------------------------------------------------------
 
 
+@again_if_rebuilt
 def load_replays(store: Store, limit: int = 50) -> list[ReplayRow]:
     """The latest replays with how many rows each produced."""
     with _session(store) as con:
@@ -373,6 +376,7 @@ def load_replays(store: Store, limit: int = 50) -> list[ReplayRow]:
     ]
 
 
+@again_if_rebuilt
 def replayed_names(store: Store) -> dict[str, set[str]]:
     """Per code version, the log names that replays filled in for its runs."""
     with _session(store) as con:
@@ -387,6 +391,7 @@ def replayed_names(store: Store) -> dict[str, set[str]]:
     return out
 
 
+@again_if_rebuilt
 def load_live(store: Store) -> list[LiveRun]:
     """Runs still recording: iterations of their outer loop done, of its total."""
     with _session(store) as con:

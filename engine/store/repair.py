@@ -13,6 +13,7 @@ running row.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 import duckdb
 
@@ -84,6 +86,27 @@ def guarded(store_dir: Path) -> Iterator[None]:
         raise CatalogRebuilt(
             f"the catalog was damaged{where}; it is rebuilt from the journals on the next read"
         ) from None
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def again_if_rebuilt(read: Callable[P, T]) -> Callable[P, T]:
+    """A read that met a damaged catalog in the middle (CatalogRebuilt: the file was moved
+    aside) runs once more, and that run rebuilds the catalog from the journals. Every read
+    of the store goes through this (Store's methods, the workbench's loaders, user SQL), so
+    no caller (the CLI, flor.query, a workbench pane) needs its own retry. Only for reads:
+    running a write twice could write twice."""
+
+    @functools.wraps(read)
+    def again(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return read(*args, **kwargs)
+        except CatalogRebuilt:
+            return read(*args, **kwargs)
+
+    return again
 
 
 def remove_leftovers(store_dir: Path, running_replays: set[str] | None) -> list[str]:

@@ -21,6 +21,7 @@ import duckdb
 
 from florwb_engine.store import repair
 from florwb_engine.store.db import StoreError, connect
+from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.user_sql import (
     READ_ONLY_CONFIG,
     READ_ONLY_HELD,
@@ -73,6 +74,7 @@ class ResultStream:
         with self._lock:
             self._ensure_open()
 
+    @again_if_rebuilt
     def _ensure_open(self) -> None:
         if self._closed:
             raise StoreError("the result was closed")

@@ -28,7 +28,7 @@ import re
 import threading
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,6 +36,7 @@ import duckdb
 
 from florwb_engine.store import repair
 from florwb_engine.store.db import StoreError, connect, on_same_process_conflict
+from florwb_engine.store.repair import again_if_rebuilt
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -148,8 +149,19 @@ def read_only_connection(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
 @contextmanager
 def user_result(store: Store, sql: str) -> Iterator[duckdb.DuckDBPyConnection | None]:
     """The pending result of the last statement of `sql` (None when it returns no rows),
-    earlier statements run first. Fetch from it only what you show."""
+    earlier statements run first. Fetch from it only what you show. A catalog found
+    damaged before the result is handed out is rebuilt and the statements run again."""
     statements = check_read_only(sql)
+    with ExitStack() as stack:
+        try:
+            result = stack.enter_context(_executed(store, statements))
+        except repair.CatalogRebuilt:
+            result = stack.enter_context(_executed(store, statements))
+        yield result
+
+
+@contextmanager
+def _executed(store: Store, statements: list[str]) -> Iterator[duckdb.DuckDBPyConnection | None]:
     with read_only_connection(store) as con:
         try:
             for statement in statements[:-1]:
@@ -177,6 +189,29 @@ def fetch_chunks(result: duckdb.DuckDBPyConnection) -> Iterator[pd.DataFrame]:
             return
 
 
+# Types DuckDB turns into Python values only with pytz installed: such results are written
+# from DataFrames (which need no pytz), the rest from Python rows (NULL apart from NaN).
+_NEEDS_PYTZ = ("TIMESTAMP WITH TIME ZONE", "TIME WITH TIME ZONE")
+
+
+def rows_fetchable(result: duckdb.DuckDBPyConnection) -> bool:
+    """Whether `fetch_rows` can read this result (no time-zone column anywhere in it)."""
+    return not any(zone in str(d[1]) for d in (result.description or []) for zone in _NEEDS_PYTZ)
+
+
+def fetch_rows(result: duckdb.DuckDBPyConnection, size: int = 2048) -> Iterator[list[tuple]]:
+    """The result as lists of Python rows (None is NULL, float('nan') is NaN)."""
+    while True:
+        try:
+            rows = result.fetchmany(size)
+        except duckdb.Error as exc:
+            raise _failure(exc) from None
+        if not rows:
+            return
+        yield rows
+
+
+@again_if_rebuilt
 def query_frame(store: Store, sql: str) -> pd.DataFrame:
     """The whole result as a DataFrame (`flor.query`): what a notebook asks for."""
     import pandas as pd
@@ -200,6 +235,7 @@ class Head:
     more: bool
 
 
+@again_if_rebuilt
 def query_head(store: Store, sql: str, limit: int) -> Head:
     """At most `limit` rows of the last statement, and whether there are more: DuckDB
     stops after `limit + 1` rows whatever the query."""
@@ -215,6 +251,7 @@ def query_head(store: Store, sql: str, limit: int) -> Head:
     return Head(columns, types, rows[:limit], len(rows) > limit)
 
 
+@again_if_rebuilt
 def count_result(store: Store, sql: str) -> int:
     """How many rows the last statement returns, counted by DuckDB without fetching them."""
     statements = check_read_only(sql)

@@ -19,7 +19,7 @@ def decode_value(value: float | None, text: str | None, vtype: str | None) -> An
     does not parse gives its text: a reader shows what is there instead of failing.
     """
     if vtype == "int" and text is not None:  # exact digits of an int a float cannot hold
-        return int(text)
+        return _exact_int(text)
     if vtype == "int":
         return int(value) if value is not None else None
     if vtype == "bool":
@@ -32,3 +32,12 @@ def decode_value(value: float | None, text: str | None, vtype: str | None) -> An
         except ValueError:
             return text
     return text
+
+
+def _exact_int(text: str) -> int | str:
+    """The int of its digits; past Python's 4,300-digit limit on int <-> text (which every
+    str() and JSON writer of it would hit) the digits themselves, as text."""
+    try:
+        return int(text)
+    except ValueError:
+        return text

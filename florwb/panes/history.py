@@ -26,7 +26,7 @@ from florwb.widgets.history_list import HistoryList
 from florwb.widgets.history_rows import HistoryRow, build_rows
 from florwb.widgets.run_summary import RunSummary
 from florwb_engine.replay.errors import PlanError
-from florwb_engine.replay.facts import is_condition, runs_where
+from florwb_engine.replay.facts import is_condition, store_runs_where
 from florwb_engine.store import Store
 from florwb_engine.store.history_values import HistoryValues, load_series_values
 from florwb_engine.store.queries import History
@@ -288,8 +288,7 @@ class HistoryPane(Vertical):
 
         def work() -> None:
             try:
-                with self.store.session() as con:
-                    ids = {run.run_id for run in runs_where(con, condition)}
+                ids = {run.run_id for run in store_runs_where(self.store, condition)}
             except PlanError as exc:
                 self.post_message(WhereAnswered(condition, None, str(exc)))
                 return

@@ -1,0 +1,53 @@
+"""Ints past Python's 4,300-digit limit on int <-> text keep their digits, in logs and args.
+
+Before: a logged 10**5000 was stored with its digits, but the dataframe read the name as a
+number column and showed NULL (the value silently gone on read); an arg of 10**5000 was
+stored as the text "int of about 5000 digits". Now the digits come back, as text (every
+str() or JSON writer of such an int would raise in the reader).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import florwb, git, run_py, write
+
+SCRIPT = """
+import florwb as flor
+huge = flor.arg("huge", 10**5000)
+small = flor.arg("small", 10**100)
+for epoch in flor.loop("epoch", range(2)):
+    flor.log("big", 10**5000 + epoch)
+    flor.log("neg", -(10**6000))
+"""
+BIG = "1" + "0" * 5000
+
+
+def test_huge_ints_keep_their_digits(tmp_path):
+    write(tmp_path / "train.py", SCRIPT)
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "init")
+    run_py(tmp_path, "train.py")
+    frame = json.loads(florwb(tmp_path, "dataframe", "big", "neg", "--format", "json").stdout)
+    assert [row["big"] for row in frame] == [BIG, BIG[:-1] + "1"]
+    assert [row["neg"] for row in frame] == ["-1" + "0" * 6000] * 2
+    (run,) = json.loads(florwb(tmp_path, "runs", "--json").stdout)
+    assert run["args"]["huge"] == BIG
+    assert run["args"]["small"] == 10**100  # within the limit: an int, exact
+    code = (
+        "import florwb as flor; df = flor.dataframe('big'); "
+        "print(df['big'].tolist() == ['1' + '0' * 5000, '1' + '0' * 4999 + '1'])"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=120,
+    )
+    assert proc.stdout.strip() == "True", proc.stderr
