@@ -191,7 +191,7 @@ def locate(lines: list[Line], flag: str = "anchor") -> Located | None:
     for owner in ast.walk(tree):
         for child in ast.iter_child_nodes(owner):
             parents_of_owner[id(child)] = owner
-    for owner, _, body in _blocks(tree):
+    for _owner, _, body in _blocks(tree):
         for i, s in enumerate(body):
             if s.lineno == lineno and s.col_offset == col:
                 chain: list[tuple[ast.AST, list[ast.stmt]]] = []
@@ -578,16 +578,18 @@ def edit_insert(pair: Pair, rng: random.Random) -> bool:
     first, last = _span(loc.stmt)
     pad = " " * loc.stmt.col_offset
     name = _fresh(pair, rng.choice(["n_items", "started", "_count", "retries"]))
+    at = rng.choice([first, last + 1])
+    # a statement inserted after the anchor may read what it binds, one before it may not
+    read = pair.probe_name if at > first and not pair.compound_anchor else "1"
     statement = rng.choice(
         [
             f"{name} = 0",
-            f'logger.debug("{name} %s", {pair.probe_name if not pair.compound_anchor else 1})',
+            f'logger.debug("{name} %s", {read})',
             "self._check_state()",
-            f"assert {name} is None" if False else "_warn_deprecated()",
+            "_warn_deprecated()",
             f"{name} = time.monotonic()",
         ]
     )
-    at = rng.choice([first, last + 1])
     pair.old_lines.insert(at, Line(pad + statement + "\n"))
     return True
 
@@ -617,13 +619,19 @@ def edit_rename(pair: Pair, rng: random.Random) -> bool:
     loc = locate(pair.old_lines)
     if loc is None:
         return False
-    function = loc.function
+    # the outermost function: a name renamed in it is renamed in its closures too
+    function = next(
+        o for o, _ in loc.chain if isinstance(o, (ast.FunctionDef, ast.AsyncFunctionDef))
+    )
     bound = set()
     for n in ast.walk(function):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
             bound.add(n.id)
     declared = {
-        name for n in ast.walk(function) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names
+        name
+        for n in ast.walk(function)
+        if isinstance(n, (ast.Global, ast.Nonlocal))
+        for name in n.names
     }
     bound -= declared | {"self", "cls"}
     if not bound:
@@ -694,7 +702,9 @@ def candidates(tree: ast.Module, lines: list[str]):
             n for s in ast.walk(f) if isinstance(s, (ast.Global, ast.Nonlocal)) for n in s.names
         }
         for owner, _, body in _blocks(f):
-            if owner is not f and isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if owner is not f and isinstance(
+                owner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+            ):
                 continue
             if _inside_nested(f, owner):
                 continue
@@ -726,7 +736,9 @@ def candidates(tree: ast.Module, lines: list[str]):
 
 def _inside_nested(f: ast.AST, owner: ast.AST) -> bool:
     for n in ast.walk(f):
-        if n is not f and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        if n is not f and isinstance(
+            n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+        ):
             if any(m is owner for m in ast.walk(n)):
                 return True
     return False
@@ -777,8 +789,8 @@ def make_pair(text: str, tree: ast.Module, rng: random.Random) -> Pair | None:
     new_lines = [ln.text for ln in old_lines]
     new_lines.insert(a_last + shift + 1, probe)
     new = "".join(new_lines)
-    if _parse(new) is None:
-        return None
+    if _parse(new) is None or probe_safe(new) is not None:
+        return None  # e.g. after an if/else whose branches all return: never runs
     return Pair(new, old_lines, name, compound)
 
 
@@ -828,7 +840,11 @@ def probe_safe(code: str) -> str | None:
     found: list[str] = []
     module_names = set()
     for s in tree.body:
-        module_names |= _names(s)[0] if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else set()
+        module_names |= (
+            _names(s)[0]
+            if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            else set()
+        )
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             module_names.add(s.name)
     import builtins
@@ -879,7 +895,9 @@ def probe_safe(code: str) -> str | None:
                 return None if not any(isinstance(n, ast.Break) for n in ast.walk(s)) else after
             return after
         if isinstance(s, (ast.With, ast.AsyncWith)):
-            extra = frozenset().union(*(_names(i.optional_vars)[0] for i in s.items if i.optional_vars))
+            extra = frozenset().union(
+                *(_names(i.optional_vars)[0] for i in s.items if i.optional_vars)
+            )
             return run(s.body, bound | extra)
         if isinstance(s, ast.Try):
             body = run(s.body, bound)
@@ -985,7 +1003,9 @@ def classify(pair: Pair) -> Outcome:
         return Outcome(pair, "skipped", "", str(exc), None)
     placement = next(p for p in result.placements if p.name == "probe")
     if placement.status == "unplaced":
-        return Outcome(pair, "refused", result.code, placement.reason, None)
+        # the anchor deleted: a refusal is an expected outcome
+        verdict = "correct" if pair.anchor_deleted else "refused"
+        return Outcome(pair, verdict, result.code, placement.reason, None)
     if placement.status != "inserted":
         return Outcome(pair, "skipped", result.code, placement.status, None)
     unsafe = probe_safe(result.code)
@@ -1101,8 +1121,10 @@ def main() -> None:
         flag = "pred" if o.pair.anchor_deleted else "anchor"
         expected = expected_after(o.pair, flag) or ""
         if i < args.show:
-            print(f"\n## WRONG {i}: shapes {o.pair.shapes} probe={o.pair.probe_name} "
-                  f"unsafe={o.unsafe} reason={o.reason}")
+            print(
+                f"\n## WRONG {i}: shapes {o.pair.shapes} probe={o.pair.probe_name} "
+                f"unsafe={o.unsafe} reason={o.reason}"
+            )
             print(_diff(expected, o.code)[:3000])
         if args.dump:
             d = args.dump / f"{i:03d}"
@@ -1116,6 +1138,13 @@ def main() -> None:
     reasons = collections.Counter(re.sub(r"`[^`]*`", "`…`", o.reason or "") for o in refused)
     for reason, count in reasons.most_common(8):
         print(f"# refused {count:4d}: {reason}")
+    for i, o in enumerate(refused if args.dump else []):
+        d = args.dump / f"refused{i:03d}"
+        d.mkdir(exist_ok=True)
+        (d / "new.py").write_text(o.pair.new)
+        (d / "old.py").write_text(o.pair.old)
+        (d / "expected.py").write_text(expected_after(o.pair, "anchor") or "")
+        (d / "shapes.txt").write_text(" ".join(o.pair.shapes) + f"\n{o.reason}\n")
     for o in refused[: args.show_refused]:
         flag = "pred" if o.pair.anchor_deleted else "anchor"
         print(f"\n## REFUSED shapes {o.pair.shapes}: {o.reason}")

@@ -264,6 +264,67 @@ class Matching:
         self._bottom_up()
         if self.n2o[0] < 0 and self.o2n[0] < 0:
             self._link(self.new.root, self.old.root)
+        self._recover_renamed()
+
+    def _recover_renamed(self) -> None:
+        """Phase 5: pair the statements left unmatched in two matched blocks that are the
+        same code apart from names the rest of the matching shows renamed.
+
+        `loss = f(x)` / `loss_value = f(x)`: the renamed binding shares too few tokens to
+        pass the similarity threshold, yet every other occurrence of the name is matched
+        to the new name. Only pairs unique on both sides count (twins stay unmatched)."""
+        candidates = self._name_candidates()
+        if not candidates:
+            return
+        n2o, o2n = self.n2o, self.o2n
+        old_nodes = self.old.nodes
+        linked = False
+        for block in self.new.nodes:
+            if not block.children or n2o[block.idx] < 0:
+                continue
+            if not _is_statement_label(block.children[0].label):
+                continue
+            old_block = old_nodes[n2o[block.idx]]
+            free_a = [c for c in block.children if n2o[c.idx] < 0 and _is_statement_label(c.label)]
+            free_b = [
+                d for d in old_block.children if o2n[d.idx] < 0 and _is_statement_label(d.label)
+            ]
+            if not free_a or not free_b:
+                continue
+            same = {
+                c.idx: [d for d in free_b if self._same_modulo(c, d, candidates)] for c in free_a
+            }
+            for c in free_a:
+                found = same[c.idx]
+                if len(found) != 1:
+                    continue
+                d = found[0]
+                if sum(d in other for other in same.values()) != 1:
+                    continue
+                self._link_subtree(c, d)
+                linked = True
+        if linked:
+            self._rename_cache = None
+
+    def _name_candidates(self) -> dict[str, str]:
+        """new name -> old name where most matched occurrences of it show that rename."""
+        counts: dict[str, Counter[str]] = defaultdict(Counter)
+        old_nodes = self.old.nodes
+        for tn in self.new.nodes:
+            if tn.label != "Name" or tn.field in ("keyword", "attr"):
+                continue
+            j = self.n2o[tn.idx]
+            if j < 0 or old_nodes[j].label != "Name" or old_nodes[j].field in ("keyword", "attr"):
+                continue
+            counts[cast(str, tn.value)][cast(str, old_nodes[j].value)] += 1
+        found: dict[str, str] = {}
+        for new_name, seen in counts.items():
+            (old_name, best), *rest = seen.most_common()
+            if old_name == new_name or (rest and rest[0][1] == best):
+                continue
+            if best >= 0.75 * sum(seen.values()):
+                found[new_name] = old_name
+        return found
 
     def _top_down(self) -> list[tuple[list[TNode], list[TNode]]]:
         new_nodes, old_nodes = self.new.nodes, self.old.nodes

@@ -27,8 +27,8 @@ the place can never run (after a statement, or an if/else or try, whose every br
 returns, raises, breaks or continues: see flow.py), the statement reads a name the old
 version does not define on every path to that point (renamed variables are rewritten when
 the matching shows the rename), or its nearest anchor moved above earlier statements that
-touch what it reads. The output is checked with Python's parser; nothing that does not
-parse is ever returned.
+may change what it reads (effects.py). The output is checked with Python's parser;
+nothing that does not parse is ever returned.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from florwb_engine.propagate.edits import (
     log_call,
     replace_nodes,
 )
+from florwb_engine.propagate.effects import changes_any
 from florwb_engine.propagate.errors import PropagationError
 from florwb_engine.propagate.finder import Analysis, LogSite, _analyze, analyze
 from florwb_engine.propagate.flow import ends_flow
@@ -444,7 +445,9 @@ class _Propagation:
         index: int,
     ) -> None:
         """Refuse when the place lies above the old counterpart of a farther predecessor
-        that touches what the statement reads: it would log a value from before it."""
+        that may change what the statement reads (rebinds it, assigns into it, calls a
+        method on it, passes it to a call: effects.py): it would log a value from before
+        it. One that only reads it cannot change the logged value."""
         reads = _touched(site.value_arg.value) - {"self"}
         if not reads:
             return
@@ -454,7 +457,7 @@ class _Propagation:
             mapped = self.matching.old_of(item)
             if mapped is None or mapped.parent is not old_block or mapped.key is None:
                 continue
-            if mapped.key >= index and _touched(item.node) & reads:
+            if mapped.key >= index and changes_any(item.node, reads):
                 raise _Unplaced(
                     f"the statements before it moved in the old version: its place "
                     f"(after the counterpart of the statement just before it) comes before "
