@@ -32,10 +32,12 @@ Expected outcome, by construction: the old text with the probe inserted right af
 last line of the anchor's counterpart, at its indentation, byte for byte (the anchor is
 tracked through every edit). `correct` = the output is exactly that; `refused` = the
 statement was not placed (with a reason); `wrong` = placed, but not there. When the anchor
-was deleted there is no right place for a statement logging what it computed: a refusal
-is the expected outcome, and so is a placement right after the nearest surviving
-predecessor (the statement just before the anchor, when it survives) provided the name is
-bound there on every path; anything else is wrong.
+was deleted (`anchor_deleted`, its only edit) there is no right place for a statement
+logging what it computed; two outcomes count as correct there: a refusal, and a placement
+where the anchor stood (right after its surviving predecessor and right before its
+surviving successor in the same block, at the block's start when it came first, the old
+text unchanged otherwise) provided the name it reads is bound there on every path.
+Anything else is wrong.
 
 Every output is also checked independently of the engine: it must compile, and the probe
 must be reachable and read a name bound on every path to it (a small flow analysis over
@@ -123,6 +125,7 @@ class Line:
     text: str
     anchor: bool = False  # first line of the anchor statement
     pred: bool = False  # first line of the anchor's predecessor (for anchor_deleted)
+    succ: bool = False  # first line of the anchor's successor (for anchor_deleted)
 
 
 @dataclass
@@ -664,6 +667,8 @@ def edit_anchor_deleted(pair: Pair, rng: random.Random) -> bool:
         return False
     if loc.index > 0:
         pair.old_lines[_span(loc.body[loc.index - 1])[0]].pred = True
+    if loc.index + 1 < len(loc.body):
+        pair.old_lines[_span(loc.body[loc.index + 1])[0]].succ = True
     first, last = _span(loc.stmt)
     del pair.old_lines[first : last + 1]
     pair.anchor_deleted = True
@@ -808,7 +813,7 @@ def evolve(pair: Pair, rng: random.Random) -> bool:
     while len(pair.shapes) < wanted and tries < 12:
         tries += 1
         shape = rng.choices(names, weights)[0]
-        saved = [Line(ln.text, ln.anchor, ln.pred) for ln in pair.old_lines]
+        saved = [Line(ln.text, ln.anchor, ln.pred, ln.succ) for ln in pair.old_lines]
         saved_name = pair.probe_name
         ok = EDITS[shape](pair, rng)
         if ok and _parse(pair.old) is not None and locate(pair.old_lines) is not None:
@@ -828,6 +833,35 @@ def expected_after(pair: Pair, flag: str) -> str | None:
     texts = [ln.text for ln in pair.old_lines]
     texts.insert(last + 1, f'{" " * loc.stmt.col_offset}flor.log("probe", {pair.probe_name})\n')
     return "".join(texts)
+
+
+def in_gap(pair: Pair, code: str) -> bool:
+    """The probe was inserted where the deleted anchor stood: between its surviving
+    predecessor and successor in the same block (the old text unchanged otherwise)."""
+    out = code.splitlines(keepends=True)
+    at = [i for i, t in enumerate(out) if t.strip().startswith('flor.log("probe",')]
+    if len(at) != 1 or "".join(out[: at[0]] + out[at[0] + 1 :]) != pair.old:
+        return False
+    p = at[0]
+    tree = _parse(code)
+    if tree is None:
+        return False
+    for _, _, body in _blocks(tree):
+        for j, s in enumerate(body):
+            if s.lineno - 1 != p:
+                continue
+            old = pair.old_lines
+
+            def flagged(node: ast.stmt | None, flag: str) -> bool:
+                if node is None:
+                    return not any(getattr(ln, flag) for ln in old)
+                first = _span(node)[0]
+                return getattr(old[first if first < p else first - 1], flag)
+
+            before = body[j - 1] if j > 0 else None
+            after = body[j + 1] if j + 1 < len(body) else None
+            return flagged(before, "pred") and flagged(after, "succ")
+    return False
 
 
 def probe_safe(code: str) -> str | None:
@@ -1010,10 +1044,10 @@ def classify(pair: Pair) -> Outcome:
         return Outcome(pair, "skipped", result.code, placement.status, None)
     unsafe = probe_safe(result.code)
     if pair.anchor_deleted:
-        expected = expected_after(pair, "pred")
+        right = in_gap(pair, result.code)
     else:
-        expected = expected_after(pair, "anchor")
-    verdict = "correct" if result.code == expected and unsafe is None else "wrong"
+        right = result.code == expected_after(pair, "anchor")
+    verdict = "correct" if right and unsafe is None else "wrong"
     return Outcome(pair, verdict, result.code, placement.reason, unsafe)
 
 
@@ -1118,8 +1152,7 @@ def main() -> None:
     if args.dump:
         args.dump.mkdir(parents=True, exist_ok=True)
     for i, o in enumerate(wrong):
-        flag = "pred" if o.pair.anchor_deleted else "anchor"
-        expected = expected_after(o.pair, flag) or ""
+        expected = expected_after(o.pair, "anchor") or "(anchor deleted)\n"
         if i < args.show:
             print(
                 f"\n## WRONG {i}: shapes {o.pair.shapes} probe={o.pair.probe_name} "
@@ -1146,9 +1179,8 @@ def main() -> None:
         (d / "expected.py").write_text(expected_after(o.pair, "anchor") or "")
         (d / "shapes.txt").write_text(" ".join(o.pair.shapes) + f"\n{o.reason}\n")
     for o in refused[: args.show_refused]:
-        flag = "pred" if o.pair.anchor_deleted else "anchor"
         print(f"\n## REFUSED shapes {o.pair.shapes}: {o.reason}")
-        print(_diff(o.pair.old, expected_after(o.pair, flag) or "")[:2500])
+        print(_diff(o.pair.old, expected_after(o.pair, "anchor") or "")[:2500])
     if args.cli:
         agree, tried = cli_agree(counted, args.cli, args.seed)
         print(f"RESULT propagate_wild_cli_agree {agree}/{tried}")

@@ -78,6 +78,10 @@ class _Unplaced(Exception):
     """Internal: a statement cannot be placed; the message is the reported reason."""
 
 
+class _Elsewhere(_Unplaced):
+    """Internal: the place found lies in another loop or function than in the new version."""
+
+
 class _Nested(Exception):
     """Internal: a wrapped log call inside another new log statement goes where it goes."""
 
@@ -348,37 +352,36 @@ class _Propagation:
                 f"the statement before it (`{new.describe(before[-1].node)}`) "
                 "matches several places in the old version"
             )
-        old_block = m.old_of(block)
-        if old_block is not None and not isinstance(old_block.node, _BLOCKS):
-            old_block = None
-        near = self._nearest_block(before, after, placed_before)
-        if near is not None and near is not old_block:
-            if old_block is None or self._holds_more(near, old_block, block):
-                old_block = near
-        target: _Target | None = None
-        if old_block is not None:
-            target = self._anchor(before, after, old_block, placed_before, site)
-            if target is None and not before:
-                target = _Target(old_block, 0, self._kind(block.parent or block), None)
-            if target is None:
-                target = self._positional(block, old_block, before, after)
+        matched_block = m.old_of(block)
+        if matched_block is not None and not isinstance(matched_block.node, _BLOCKS):
+            matched_block = None
+        near, from_before = self._nearest_block(before, after, placed_before)
+        similar_block = matched_block
+        if near is not None and near is not matched_block:
+            if matched_block is None or self._holds_more(near, matched_block, block):
+                similar_block = near
+        # The nearest matched predecessor's block comes first: its counterpart is the
+        # anchor; walking past it to a farther one in the similar block would put the
+        # statement above code wrapped into an if/with/try in the old version. The block
+        # chosen by similarity is the fallback when that place lies in another loop or
+        # function (a block moved out of a loop).
+        choices = [near] if near is not None and from_before else []
+        if similar_block is not None and similar_block not in choices:
+            choices.append(similar_block)
+        elsewhere: _Elsewhere | None = None
+        for old_block in choices or [None]:
+            target = self._target(site, block, old_block, before, after, placed_before)
+            try:
+                self._check_enclosing(site, block, target.block)
+            except _Elsewhere as exc:
+                elsewhere = elsewhere or exc
+                continue
+            break
         else:
-            target = self._positional(block, self._owner_block(block), before, after)
-        if target is None:
-            owner = block.parent
-            if old_block is None and owner is not None and self._ambiguous(owner):
-                raise _Unplaced(
-                    f"its block (`{new.describe(owner.node)}`) matches several places "
-                    "in the old version"
-                )
-            if old_block is None and owner is not None:
-                raise _Unplaced(
-                    f"its block (`{new.describe(owner.node)}`) has no match in the old version"
-                )
-            raise _Unplaced("no statement next to it has a match in the old version")
+            assert elsewhere is not None
+            raise elsewhere
         target_block, index = target.block, target.index
         index = _skip_docstring(target_block, index)
-        self._check_enclosing(site, block, target_block)
         for earlier in target_block.children[:index]:
             if ends_flow(earlier):
                 raise _Unplaced(
@@ -437,6 +440,40 @@ class _Propagation:
         self._placed[id(site.statement)] = (target_block.idx, index, target.kind)
         return _Planned(site, self.old.context_of(target_block)[0], call, target.kind, target.note)
 
+    def _target(
+        self,
+        site: LogSite,
+        block: TNode,
+        old_block: TNode | None,
+        before: list[TNode],
+        after: list[TNode],
+        placed_before: list[tuple[int, int, int, str]],
+    ) -> _Target:
+        """Where the statement goes in `old_block` (the new block's own place when None)."""
+        new = self.new
+        target: _Target | None = None
+        if old_block is not None:
+            target = self._anchor(before, after, old_block, placed_before, site)
+            if target is None and not before:
+                target = _Target(old_block, 0, self._kind(block.parent or block), None)
+            if target is None:
+                target = self._positional(block, old_block, before, after)
+        else:
+            target = self._positional(block, self._owner_block(block), before, after)
+        if target is None:
+            owner = block.parent
+            if old_block is None and owner is not None and self._ambiguous(owner):
+                raise _Unplaced(
+                    f"its block (`{new.describe(owner.node)}`) matches several places "
+                    "in the old version"
+                )
+            if old_block is None and owner is not None:
+                raise _Unplaced(
+                    f"its block (`{new.describe(owner.node)}`) has no match in the old version"
+                )
+            raise _Unplaced("no statement next to it has a match in the old version")
+        return target
+
     def _check_crossing(
         self,
         site: LogSite,
@@ -469,23 +506,24 @@ class _Propagation:
         before: list[TNode],
         after: list[TNode],
         placed_before: list[tuple[int, int, int, str]],
-    ) -> TNode | None:
-        """The old block holding the counterpart of the nearest matched neighbour."""
+    ) -> tuple[TNode | None, bool]:
+        """The old block holding the counterpart of the nearest matched neighbour, and
+        whether that neighbour precedes the statement."""
         nodes = self.old.tree.nodes
         for item in _nearest_first(before, placed_before):
             if isinstance(item, TNode):
                 mapped = self.matching.old_of(item)
                 if mapped is not None and mapped.parent is not None:
                     if isinstance(mapped.parent.node, _BLOCKS):
-                        return mapped.parent
+                        return mapped.parent, True
             else:
-                return nodes[item[1]]
+                return nodes[item[1]], True
         for c in after:
             mapped = self.matching.old_of(c)
             if mapped is not None and mapped.parent is not None:
                 if isinstance(mapped.parent.node, _BLOCKS):
-                    return mapped.parent
-        return None
+                    return mapped.parent, False
+        return None, False
 
     def _holds_more(self, near: TNode, matched: TNode, block: TNode) -> bool:
         """Prefer the anchor's block over the block matched by content similarity unless
@@ -516,7 +554,8 @@ class _Propagation:
     def _positional(
         self, block: TNode, old_block: TNode | None, before: list[TNode], after: list[TNode]
     ) -> _Target | None:
-        """Same position in a block of the same length when no statement of either matches."""
+        """Same position in a block of the same length when no statement of either
+        matches (and no old compound statement stands where the new one is not one)."""
         if old_block is None or not before:
             return None
         m = self.matching
@@ -526,6 +565,11 @@ class _Propagation:
             return None
         if any(m.new_of(c) is not None for c in old_block.children):
             return None
+        for a, b in zip(block.children, old_block.children):
+            if isinstance(b.node, cst.BaseCompoundStatement) and a.label != b.label:
+                # `x += 1` / `with lock: x += 1`: the old block may wrap the anchor, and
+                # after the whole block is another spot than right after it
+                return None
         index = len(before)
         anchor = old_block.children[index - 1]
         note = (
@@ -641,7 +685,7 @@ class _Propagation:
                 continue
             mapped = m.old_of(anc)
             if mapped is not None and not mapped.contains(target):
-                raise _Unplaced(
+                raise _Elsewhere(
                     f"the matching place in the old version is outside `{new.describe(anc.node)}`"
                 )
         child = target
@@ -652,7 +696,7 @@ class _Propagation:
                 continue
             counterpart = m.new_of(anc)
             if counterpart is not None and id(counterpart.node) not in site.loops:
-                raise _Unplaced(
+                raise _Elsewhere(
                     f"the matching place in the old version is inside "
                     f"`{old.describe(anc.node)}`, a loop it does not run in"
                 )
@@ -699,7 +743,7 @@ class _Propagation:
                 if name != old_alias:
                     substitutions[name] = old_alias
                 continue
-            if bindings.is_defined(name, scope, pos, at):
+            if bindings.is_defined(name, scope, pos, at) and not self._star_only(site, name, scope):
                 continue
             renamed = self.renames.get(name)
             if (
@@ -709,7 +753,7 @@ class _Propagation:
             ):
                 substitutions[name] = renamed
                 continue
-            if bindings.is_defined(name, scope, pos):
+            if bindings.is_defined(name, scope, pos) and not self._star_only(site, name, scope):
                 raise _Unplaced(
                     f"it reads `{name}`, which may be unbound at that point in the old "
                     "version (it is bound in only some branches before it)"
@@ -722,6 +766,23 @@ class _Propagation:
         if len(set(substitutions.values())) != len(substitutions):
             raise _Unplaced("the renamed variables it reads collide in the old version")
         return substitutions
+
+    def _star_only(self, site: LogSite, name: str, scope: Scope) -> bool:
+        """`name` is defined at that point of the old version only because a star import
+        might define anything, while the new version binds it as a local of the log
+        statement's function: a local is never provided by a star import."""
+        if not self.bindings.module_scope.star:
+            return False
+        outer: Scope | None = scope
+        while outer is not None:
+            if name in outer.bindings and (outer.kind != "class" or outer is scope):
+                return False
+            outer = outer.parent
+        new_block = self.new.tree.of(site.block)
+        if new_block is None:
+            return False
+        new_scope = self.new.bindings.scope_of_block(new_block)
+        return new_scope.parent is not None and name in new_scope.bindings
 
     @property
     def old_self_attributes(self) -> frozenset[str]:
