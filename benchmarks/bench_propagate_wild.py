@@ -846,18 +846,18 @@ def in_gap(pair: Pair, code: str) -> bool:
     tree = _parse(code)
     if tree is None:
         return False
+    old = pair.old_lines
+
+    def flagged(node: ast.stmt | None, flag: str) -> bool:
+        if node is None:
+            return not any(getattr(ln, flag) for ln in old)
+        first = _span(node)[0]
+        return getattr(old[first if first < p else first - 1], flag)
+
     for _, _, body in _blocks(tree):
         for j, s in enumerate(body):
             if s.lineno - 1 != p:
                 continue
-            old = pair.old_lines
-
-            def flagged(node: ast.stmt | None, flag: str) -> bool:
-                if node is None:
-                    return not any(getattr(ln, flag) for ln in old)
-                first = _span(node)[0]
-                return getattr(old[first if first < p else first - 1], flag)
-
             before = body[j - 1] if j > 0 else None
             after = body[j + 1] if j + 1 < len(body) else None
             return flagged(before, "pred") and flagged(after, "succ")
