@@ -365,7 +365,7 @@ class _Propagation:
         # statement above code wrapped into an if/with/try in the old version. The block
         # chosen by similarity is the fallback when that place lies in another loop or
         # function (a block moved out of a loop).
-        choices = [near] if near is not None and from_before else []
+        choices: list[TNode | None] = [near] if near is not None and from_before else []
         if similar_block is not None and similar_block not in choices:
             choices.append(similar_block)
         elsewhere: _Elsewhere | None = None
