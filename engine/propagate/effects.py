@@ -6,7 +6,9 @@ statements may change what the log statement reads. A statement that merely *rea
 logged name (`if x is None: return`, `print(x)`) cannot change the logged value, so it
 does not force a refusal; one that rebinds it, assigns into it (`x[i] = ...`,
 `x.attr = ...`), calls a method on it (`x.append(...)`) or passes it to a call
-(`f(x)`, which may mutate it) does.
+(`f(x)`, which may mutate it) does, unless the call is one that only reads
+(`print(x)`, `len(x)`, `x.item()`: PURE_FUNCTIONS, PURE_METHODS, which propagation.py
+also uses to tell a harmless re-computation).
 
 Names are returned as plain identifiers; attributes of `self` as ".attr". The marker
 `ANY_SELF` stands for "any attribute of self" (a call of a method of `self`).
@@ -19,6 +21,19 @@ import libcst as cst
 from florwb_engine.propagate.tree import iter_children
 
 ANY_SELF = ".*"
+
+# Calls that only read: computing them once more in the old version changes nothing.
+PURE_METHODS = frozenset(
+    """item mean sum norm std var max min abs detach cpu numpy tolist float double half
+    clone size numel dim exp log sqrt pow argmax argmin softmax log_softmax flatten view
+    reshape squeeze unsqueeze t transpose to get_last_lr get_lr parameters
+    named_parameters values keys items copy get format lower upper round isnan isinf all
+    any prod cumsum stack cat tensor zeros_like ones_like shape count""".split()
+)
+PURE_FUNCTIONS = frozenset(
+    """len float int str bool abs max min sum round sorted list tuple dict set repr
+    isinstance any all zip enumerate range map filter getattr hasattr type""".split()
+)
 
 
 def _roots(target: cst.CSTNode, found: set[str]) -> None:
@@ -74,10 +89,17 @@ def may_change(node: cst.CSTNode) -> set[str]:
             func = n.func
             if isinstance(func, cst.Attribute):
                 base = func.value
-                if isinstance(base, cst.Name) and base.value == "self":
+                if func.attr.value in PURE_METHODS:
+                    pass  # `x.item()`, `x.mean()`: reads x
+                elif isinstance(base, cst.Name) and base.value == "self":
                     found.add(ANY_SELF)
                 else:
                     _roots(base, found)
+            elif isinstance(func, cst.Name) and (
+                func.value in PURE_FUNCTIONS or func.value == "print"
+            ):
+                stack.extend(child for child, _, _ in iter_children(n))
+                continue  # `print(x)`, `len(x)`: reads its arguments
             for arg in n.args:
                 value = arg.value
                 if isinstance(value, (cst.Name, cst.Attribute, cst.Subscript)):

@@ -49,7 +49,7 @@ from florwb_engine.propagate.edits import (
     log_call,
     replace_nodes,
 )
-from florwb_engine.propagate.effects import changes_any
+from florwb_engine.propagate.effects import PURE_FUNCTIONS, PURE_METHODS, changes_any
 from florwb_engine.propagate.errors import PropagationError
 from florwb_engine.propagate.finder import Analysis, LogSite, _analyze, analyze
 from florwb_engine.propagate.flow import ends_flow
@@ -941,26 +941,12 @@ def _always_evaluated(tn: TNode, statement: TNode, imports: FlorImports) -> bool
     return node.parent is statement
 
 
-# Calls that only read: computing them once more in the old version changes nothing.
-_PURE_METHODS = frozenset(
-    """item mean sum norm std var max min abs detach cpu numpy tolist float double half
-    clone size numel dim exp log sqrt pow argmax argmin softmax log_softmax flatten view
-    reshape squeeze unsqueeze t transpose to get_last_lr get_lr parameters
-    named_parameters values keys items copy get format lower upper round isnan isinf all
-    any prod cumsum stack cat tensor zeros_like ones_like shape count""".split()
-)
-_PURE_FUNCTIONS = frozenset(
-    """len float int str bool abs max min sum round sorted list tuple dict set repr
-    isinstance any all zip enumerate range map filter getattr hasattr type""".split()
-)
-
-
 def _pure_call(call: cst.Call) -> bool:
     func = call.func
     if type(func) is cst.Attribute:
-        return func.attr.value in _PURE_METHODS
+        return func.attr.value in PURE_METHODS
     if type(func) is cst.Name:
-        return func.value in _PURE_FUNCTIONS
+        return func.value in PURE_FUNCTIONS
     return False
 
 
