@@ -745,7 +745,7 @@ class _Propagation:
                 continue
             if bindings.is_defined(name, scope, pos, at) and not self._star_only(site, name, scope):
                 continue
-            renamed = self.renames.get(name)
+            renamed = self._rename_of(site, name)
             if (
                 renamed is not None
                 and renamed not in site.reads
@@ -766,6 +766,18 @@ class _Propagation:
         if len(set(substitutions.values())) != len(substitutions):
             raise _Unplaced("the renamed variables it reads collide in the old version")
         return substitutions
+
+    def _rename_of(self, site: LogSite, name: str) -> str | None:
+        """The old name of a variable the statement reads: as the matching inside its
+        function shows it when that function uses the name elsewhere, else file-wide."""
+        node = self.new_tree.of(site.block)
+        while node is not None and node.label not in ("FunctionDef", "async FunctionDef"):
+            node = node.parent
+        if node is not None and self.matching.n2o[node.idx] >= 0:
+            local, seen = self.matching.local_renames(node)
+            if name in seen:
+                return local.get(name)
+        return self.renames.get(name)
 
     def _star_only(self, site: LogSite, name: str, scope: Scope) -> bool:
         """`name` is defined at that point of the old version only because a star import
