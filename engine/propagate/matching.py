@@ -562,8 +562,34 @@ class Matching:
             if rivals:
                 self.ambiguous_new.add(c.idx)
                 continue
+            d = self._unwrap(c, d, score)
             self._link(c, d)
             self._recover(c, d)
+
+    def _unwrap(self, c: TNode, d: TNode, score: float) -> TNode:
+        """The old statement to pair with `c` when `d` wraps it: a free statement of the
+        same kind in one of d's blocks that is more like `c` than `d` is (`if a: B` in
+        the new version, `if flag: [if a: B]` in the old one: the whole wrapper resembles
+        the wrapped code, but its counterpart is the inner statement). Descends while
+        that holds."""
+        o2n = self.o2n
+        bag_c, key_c = self.new.bag(c), _statement_key(c)
+        while True:
+            best: TNode | None = None
+            for block in d.children:
+                if block.label != "IndentedBlock":
+                    continue
+                for e in block.children:
+                    if o2n[e.idx] >= 0 or e.label != c.label:
+                        continue
+                    value = bag_dice(bag_c, self.old.bag(e))
+                    if key_c and key_c == _statement_key(e):
+                        value += KEY_BONUS
+                    if value > score + _EPS:
+                        best, score = e, value
+            if best is None:
+                return d
+            d = best
 
     def _resolve_ambiguous(self, groups: list[tuple[list[TNode], list[TNode]]]) -> None:
         n2o, o2n = self.n2o, self.o2n

@@ -49,7 +49,12 @@ from florwb_engine.propagate.edits import (
     log_call,
     replace_nodes,
 )
-from florwb_engine.propagate.effects import PURE_FUNCTIONS, PURE_METHODS, changes_any
+from florwb_engine.propagate.effects import (
+    PURE_FUNCTIONS,
+    PURE_METHODS,
+    changes_any,
+    may_change,
+)
 from florwb_engine.propagate.errors import PropagationError
 from florwb_engine.propagate.finder import Analysis, LogSite, _analyze, analyze
 from florwb_engine.propagate.flow import ends_flow
@@ -103,6 +108,7 @@ class _Target:
     index: int
     kind: str
     note: str | None
+    problem: str | None = None  # why it must be refused after all, if the names allow it
 
 
 def _nearest_first(
@@ -421,6 +427,8 @@ class _Propagation:
             if n.value in substitutions
         }
         replacements.update(self._attribute_substitutions(site))
+        if target.problem is not None:
+            raise _Unplaced(target.problem)
         value = replace_nodes(site.value_arg.value, replacements)
         call = site.call.with_changes(
             func=log_ref if _code(log_ref) != _code(site.call.func) else site.call.func,
@@ -500,6 +508,37 @@ class _Propagation:
                     f"(after the counterpart of the statement just before it) comes before "
                     f"`{self.old.describe(mapped.node)}`, which uses what it reads"
                 )
+
+    def _skipped_problem(
+        self,
+        site: LogSite,
+        skipped: list[TNode | tuple[int, int, int, str]],
+        old_block: TNode,
+        index: int,
+    ) -> str | None:
+        """Why to refuse when the anchor is a farther predecessor and a nearer one that was walked
+        past (no counterpart there) may change what the statement reads, unless its old
+        counterpart runs before the place: the log would read a value from before that
+        statement (`x = f(x)` edited beyond recognition, or wrapped into an if/with)."""
+        reads = _touched(site.value_arg.value) - {"self"}
+        if not reads:
+            return None
+        children = old_block.children
+        pos = children[index].idx if index < len(children) else old_block.end + 1
+        for item in skipped:
+            if not isinstance(item, TNode) or not changes_any(item.node, reads):
+                continue
+            mapped = self.matching.old_of(item)
+            if mapped is not None and mapped.end < pos:
+                continue  # its counterpart comes (and runs) before the place
+            changed = sorted(n.lstrip(".") for n in may_change(item.node) & reads) or ["self"]
+            names = ", ".join(f"`{n}`" for n in changed)
+            return (
+                f"the statement before it (`{self.new.describe(item.node)}`) may change "
+                f"{names}, which it reads, and has no counterpart before the matching place "
+                "in the old version"
+            )
+        return None
 
     def _nearest_block(
         self,
@@ -653,11 +692,16 @@ class _Propagation:
             if isinstance(item, TNode):
                 mapped = m.old_of(item)
                 if mapped is not None and mapped.parent is old_block and mapped.key is not None:
+                    problem = None
                     if site is not None:
+                        problem = self._skipped_problem(site, order[:i], old_block, mapped.key + 1)
                         self._check_crossing(site, order[i + 1 :], old_block, mapped.key + 1)
-                    return _Target(old_block, mapped.key + 1, self._kind(item), None)
+                    return _Target(old_block, mapped.key + 1, self._kind(item), None, problem)
             elif item[1] == old_block.idx:
-                return _Target(old_block, item[2], item[3], None)
+                problem = None
+                if site is not None:
+                    problem = self._skipped_problem(site, order[:i], old_block, item[2])
+                return _Target(old_block, item[2], item[3], None, problem)
         for c in after:
             mapped = m.old_of(c)
             if mapped is not None and mapped.parent is old_block and mapped.key is not None:
@@ -743,7 +787,9 @@ class _Propagation:
                 if name != old_alias:
                     substitutions[name] = old_alias
                 continue
-            if bindings.is_defined(name, scope, pos, at) and not self._star_only(site, name, scope):
+            if bindings.is_defined(name, scope, pos, at) and not self._local_only_in_new(
+                site, name, scope
+            ):
                 continue
             renamed = self._rename_of(site, name)
             if (
@@ -753,7 +799,9 @@ class _Propagation:
             ):
                 substitutions[name] = renamed
                 continue
-            if bindings.is_defined(name, scope, pos) and not self._star_only(site, name, scope):
+            if bindings.is_defined(name, scope, pos) and not self._local_only_in_new(
+                site, name, scope
+            ):
                 raise _Unplaced(
                     f"it reads `{name}`, which may be unbound at that point in the old "
                     "version (it is bound in only some branches before it)"
@@ -779,12 +827,11 @@ class _Propagation:
                 return local.get(name)
         return self.renames.get(name)
 
-    def _star_only(self, site: LogSite, name: str, scope: Scope) -> bool:
-        """`name` is defined at that point of the old version only because a star import
-        might define anything, while the new version binds it as a local of the log
-        statement's function: a local is never provided by a star import."""
-        if not self.bindings.module_scope.star:
-            return False
+    def _local_only_in_new(self, site: LogSite, name: str, scope: Scope) -> bool:
+        """`name` is defined at that point of the old version only as a builtin or because
+        a star import might define anything, while the new version binds it as a local of
+        the log statement's function (`list = []`, `input = ...`): that local is another
+        thing than the builtin, and a star import never provides a local."""
         outer: Scope | None = scope
         while outer is not None:
             if name in outer.bindings and (outer.kind != "class" or outer is scope):
