@@ -47,6 +47,8 @@ def test_may_change(code: str, changed: set[str]) -> None:
         "y = lr * 2\n",
         "log(lr.item())\n",
         'print("lr", lr)\n',
+        "w = w.to(lr.device)\n",
+        'if not callable(lr):\n    raise TypeError(f"bad {lr}")\n',
         "n = len(lr)\n",
     ],
 )

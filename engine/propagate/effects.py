@@ -62,6 +62,27 @@ def _roots(target: cst.CSTNode, found: set[str]) -> None:
         return  # a call result or another expression: nothing named is written
 
 
+# builtins that only read their arguments, besides PURE_FUNCTIONS
+_READ_ONLY_BUILTINS = frozenset(
+    "print callable issubclass id hash format ord chr divmod pow dir vars".split()
+)
+
+
+def _read_only(func: cst.BaseExpression) -> bool:
+    """A call that changes neither its receiver nor its arguments: pure methods and
+    builtins, and exception constructors (`ValueError(f"bad {x}")`)."""
+    if isinstance(func, cst.Attribute):
+        return func.attr.value in PURE_METHODS
+    if isinstance(func, cst.Name):
+        name = func.value
+        return (
+            name in PURE_FUNCTIONS
+            or name in _READ_ONLY_BUILTINS
+            or name.endswith(("Error", "Exception", "Warning"))
+        )
+    return False
+
+
 def may_change(node: cst.CSTNode) -> set[str]:
     """Names and self attributes whose value running `node` may change."""
     found: set[str] = set()
@@ -87,19 +108,15 @@ def may_change(node: cst.CSTNode) -> set[str]:
             found.update(item.name.value for item in n.names)
         elif isinstance(n, cst.Call):
             func = n.func
+            if _read_only(func):
+                stack.extend(child for child, _, _ in iter_children(n))
+                continue  # `print(x)`, `len(x)`, `x.to(device)`: reads x and its arguments
             if isinstance(func, cst.Attribute):
                 base = func.value
-                if func.attr.value in PURE_METHODS:
-                    pass  # `x.item()`, `x.mean()`: reads x
-                elif isinstance(base, cst.Name) and base.value == "self":
+                if isinstance(base, cst.Name) and base.value == "self":
                     found.add(ANY_SELF)
                 else:
                     _roots(base, found)
-            elif isinstance(func, cst.Name) and (
-                func.value in PURE_FUNCTIONS or func.value == "print"
-            ):
-                stack.extend(child for child, _, _ in iter_children(n))
-                continue  # `print(x)`, `len(x)`: reads its arguments
             for arg in n.args:
                 value = arg.value
                 if isinstance(value, (cst.Name, cst.Attribute, cst.Subscript)):
