@@ -902,7 +902,7 @@ def probe_safe(code: str) -> str | None:
             if bound is None:
                 if _contains_probe(s):
                     found.append("unreachable")
-                return None
+                continue  # the flow ended: anything after it is unreachable
             if is_probe(s):
                 reads = {n.id for n in ast.walk(s) if isinstance(n, ast.Name)}
                 missing = reads - bound - known
@@ -925,6 +925,8 @@ def probe_safe(code: str) -> str | None:
             target = _names(s.target)[0] if not isinstance(s, ast.While) else set()
             run(s.body, bound | target)
             after = run(s.orelse, bound)
+            if _breaks(s.body):
+                after = _join(after, bound)  # a `break` skips the else
             if isinstance(s, ast.While) and isinstance(s.test, ast.Constant) and s.test.value:
                 return None if not any(isinstance(n, ast.Break) for n in ast.walk(s)) else after
             return after
@@ -989,6 +991,22 @@ def _join(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] 
     if b is None:
         return a
     return a & b
+
+
+def _breaks(body: list[ast.stmt]) -> bool:
+    """A `break` of this loop (not of loops nested in it) somewhere in its body."""
+    stack = list(body)
+    while stack:
+        s = stack.pop()
+        if isinstance(s, ast.Break):
+            return True
+        if isinstance(s, (ast.For, ast.AsyncFor, ast.While)):
+            continue
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for _, _, inner in _blocks_direct(s):
+            stack.extend(inner)
+    return False
 
 
 def _contains_probe(s: ast.stmt) -> bool:
