@@ -308,6 +308,15 @@ class Matching:
                 continue
             if not _is_statement_label(block.children[0].label):
                 continue
+            free_a = [c for c in block.children if n2o[c.idx] < 0 and _is_statement_label(c.label)]
+            if not free_a:
+                continue
+            old_block = old_nodes[n2o[block.idx]]
+            free_b = [
+                d for d in old_block.children if o2n[d.idx] < 0 and _is_statement_label(d.label)
+            ]
+            if not free_b:
+                continue
             function = block.parent
             while function is not None and function.label not in _FUNCTION_LABELS:
                 function = function.parent
@@ -316,13 +325,6 @@ class Matching:
             if candidates is None:
                 candidates = by_function[lo] = self._name_candidates(lo, hi)
             if not candidates:
-                continue
-            old_block = old_nodes[n2o[block.idx]]
-            free_a = [c for c in block.children if n2o[c.idx] < 0 and _is_statement_label(c.label)]
-            free_b = [
-                d for d in old_block.children if o2n[d.idx] < 0 and _is_statement_label(d.label)
-            ]
-            if not free_a or not free_b:
                 continue
             same = {
                 c.idx: [d for d in free_b if self._same_modulo(c, d, candidates)] for c in free_a
