@@ -9,8 +9,11 @@ Phases, after Falleri et al. (ASE 2014), tuned for placing statements:
 3. ambiguous twins are resolved by context (matched parents, parent Dice, matched
    neighbours); a tie stays unmatched and is remembered as ambiguous;
 4. bottom-up again with the extra matches.
+5. statements left unmatched in matched blocks that are the same code apart from names
+   the matching shows renamed (in their function) are paired.
 The result also yields identifier renames (`net` in new <-> `model` in old) from matched
-leaves, which lets a statement reading a renamed variable be rewritten for the old version.
+leaves, file-wide and per function, which lets a statement reading a renamed variable be
+rewritten for the old version.
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ _COMPOUND_LABELS = frozenset(
         "async FunctionDef",
     }
 )
+
+
+_FUNCTION_LABELS = frozenset({"FunctionDef", "async FunctionDef"})
 
 
 def _is_statement_label(label: str) -> bool:
@@ -147,6 +153,7 @@ class Matching:
         self.ambiguous_new: set[int] = set()
         self._dice_cache: dict[tuple[int, int], float] = {}
         self._rename_cache: tuple[dict[str, str], dict[str, str]] | None = None
+        self._local_cache: dict[int, tuple[dict[str, str], frozenset[str]]] = {}
         self._run()
 
     # -- queries ---------------------------------------------------------------------------
@@ -169,18 +176,38 @@ class Matching:
         """new `self.<attr>` name -> old one, where the matching shows a rename."""
         return self._renames()[1]
 
+    def local_renames(self, function: TNode) -> tuple[dict[str, str], frozenset[str]]:
+        """Renames shown inside one new function (its own subtree), and the names whose
+        matched occurrences there say anything at all (renamed or kept).
+
+        A local renamed in one function of a file whose other functions keep using the
+        same name is outvoted file-wide; counted inside the function it is not."""
+        cached = self._local_cache.get(function.idx)
+        if cached is None:
+            renames, seen = self._renames_in(function.idx, function.end)
+            cached = (renames[0], seen)
+            self._local_cache[function.idx] = cached
+        return cached
+
     def _renames(self) -> tuple[dict[str, str], dict[str, str]]:
-        """Renames backed by (1) most matched occurrences agreeing and (2) a matched pair of
-        *binding* occurrences (`net = f(x)` / `model = f(x)`, loop targets, parameters)
-        whose binding code is the same apart from renamed names. Cached."""
-        if self._rename_cache is not None:
-            return self._rename_cache
+        """Renames over the whole file (see `_renames_in`). Cached."""
+        if self._rename_cache is None:
+            self._rename_cache = self._renames_in(0, len(self.new.nodes) - 1)[0]
+        return self._rename_cache
+
+    def _renames_in(
+        self, lo: int, hi: int
+    ) -> tuple[tuple[dict[str, str], dict[str, str]], frozenset[str]]:
+        """Renames among new nodes lo..hi backed by (1) most matched occurrences agreeing
+        and (2) a matched pair of *binding* occurrences (`net = f(x)` / `model = f(x)`,
+        loop targets, parameters) whose binding code is the same apart from renamed
+        names; and the plain names with matched occurrences there."""
         counts: tuple[dict[str, Counter[str]], dict[str, Counter[str]]] = (
             defaultdict(Counter),
             defaultdict(Counter),
         )
         bindings: list[tuple[int, TNode, TNode]] = []
-        for tn in self.new.nodes:
+        for tn in self.new.nodes[lo : hi + 1]:
             if tn.label != "Name" or tn.field == "keyword":
                 continue
             j = self.n2o[tn.idx]
@@ -224,8 +251,7 @@ class Matching:
             targets = Counter(renames.values())
             for key in [k for k, v in renames.items() if targets[v] > 1]:
                 del renames[key]
-        self._rename_cache = result
-        return result
+        return result, frozenset(counts[0])
 
     def _same_modulo(self, a: TNode, b: TNode, allowed: dict[str, str]) -> bool:
         """Same shape and leaves, except names renamed consistently with `allowed`."""
@@ -264,6 +290,78 @@ class Matching:
         self._bottom_up()
         if self.n2o[0] < 0 and self.o2n[0] < 0:
             self._link(self.new.root, self.old.root)
+        self._recover_renamed()
+
+    def _recover_renamed(self) -> None:
+        """Phase 5: pair the statements left unmatched in two matched blocks that are the
+        same code apart from names the rest of the matching shows renamed.
+
+        `loss = f(x)` / `loss_value = f(x)`: the renamed binding shares too few tokens to
+        pass the similarity threshold, yet every other occurrence of the name is matched
+        to the new name. Only pairs unique on both sides count (twins stay unmatched)."""
+        n2o, o2n = self.n2o, self.o2n
+        old_nodes = self.old.nodes
+        linked = False
+        by_function: dict[int, dict[str, str]] = {}
+        for block in self.new.nodes:
+            if not block.children or n2o[block.idx] < 0:
+                continue
+            if not _is_statement_label(block.children[0].label):
+                continue
+            free_a = [c for c in block.children if n2o[c.idx] < 0 and _is_statement_label(c.label)]
+            if not free_a:
+                continue
+            old_block = old_nodes[n2o[block.idx]]
+            free_b = [
+                d for d in old_block.children if o2n[d.idx] < 0 and _is_statement_label(d.label)
+            ]
+            if not free_b:
+                continue
+            function = block.parent
+            while function is not None and function.label not in _FUNCTION_LABELS:
+                function = function.parent
+            lo, hi = (function.idx, function.end) if function else (0, len(self.new.nodes) - 1)
+            candidates = by_function.get(lo)
+            if candidates is None:
+                candidates = by_function[lo] = self._name_candidates(lo, hi)
+            if not candidates:
+                continue
+            same = {
+                c.idx: [d for d in free_b if self._same_modulo(c, d, candidates)] for c in free_a
+            }
+            for c in free_a:
+                found = same[c.idx]
+                if len(found) != 1:
+                    continue
+                d = found[0]
+                if sum(d in other for other in same.values()) != 1:
+                    continue
+                self._link_subtree(c, d)
+                linked = True
+        if linked:
+            self._rename_cache = None
+            self._local_cache.clear()
+
+    def _name_candidates(self, lo: int, hi: int) -> dict[str, str]:
+        """new name -> old name where most matched occurrences of it among new nodes
+        lo..hi (a function, or the file) show that rename."""
+        counts: dict[str, Counter[str]] = defaultdict(Counter)
+        old_nodes = self.old.nodes
+        for tn in self.new.nodes[lo : hi + 1]:
+            if tn.label != "Name" or tn.field in ("keyword", "attr"):
+                continue
+            j = self.n2o[tn.idx]
+            if j < 0 or old_nodes[j].label != "Name" or old_nodes[j].field in ("keyword", "attr"):
+                continue
+            counts[cast(str, tn.value)][cast(str, old_nodes[j].value)] += 1
+        found: dict[str, str] = {}
+        for new_name, seen in counts.items():
+            (old_name, best), *rest = seen.most_common()
+            if old_name == new_name or (rest and rest[0][1] == best):
+                continue
+            if best >= 0.75 * sum(seen.values()):
+                found[new_name] = old_name
+        return found
 
     def _top_down(self) -> list[tuple[list[TNode], list[TNode]]]:
         new_nodes, old_nodes = self.new.nodes, self.old.nodes
@@ -466,8 +564,34 @@ class Matching:
             if rivals:
                 self.ambiguous_new.add(c.idx)
                 continue
+            d = self._unwrap(c, d, score)
             self._link(c, d)
             self._recover(c, d)
+
+    def _unwrap(self, c: TNode, d: TNode, score: float) -> TNode:
+        """The old statement to pair with `c` when `d` wraps it: a free statement of the
+        same kind in one of d's blocks that is more like `c` than `d` is (`if a: B` in
+        the new version, `if flag: [if a: B]` in the old one: the whole wrapper resembles
+        the wrapped code, but its counterpart is the inner statement). Descends while
+        that holds."""
+        o2n = self.o2n
+        bag_c, key_c = self.new.bag(c), _statement_key(c)
+        while True:
+            best: TNode | None = None
+            for block in d.children:
+                if block.label != "IndentedBlock":
+                    continue
+                for e in block.children:
+                    if o2n[e.idx] >= 0 or e.label != c.label:
+                        continue
+                    value = bag_dice(bag_c, self.old.bag(e))
+                    if key_c and key_c == _statement_key(e):
+                        value += KEY_BONUS
+                    if value > score + _EPS:
+                        best, score = e, value
+            if best is None:
+                return d
+            d = best
 
     def _resolve_ambiguous(self, groups: list[tuple[list[TNode], list[TNode]]]) -> None:
         n2o, o2n = self.n2o, self.o2n

@@ -27,8 +27,8 @@ the place can never run (after a statement, or an if/else or try, whose every br
 returns, raises, breaks or continues: see flow.py), the statement reads a name the old
 version does not define on every path to that point (renamed variables are rewritten when
 the matching shows the rename), or its nearest anchor moved above earlier statements that
-touch what it reads. The output is checked with Python's parser; nothing that does not
-parse is ever returned.
+may change what it reads (effects.py). The output is checked with Python's parser;
+nothing that does not parse is ever returned.
 """
 
 from __future__ import annotations
@@ -48,6 +48,12 @@ from florwb_engine.propagate.edits import (
     import_statement,
     log_call,
     replace_nodes,
+)
+from florwb_engine.propagate.effects import (
+    PURE_FUNCTIONS,
+    PURE_METHODS,
+    changes_any,
+    may_change,
 )
 from florwb_engine.propagate.errors import PropagationError
 from florwb_engine.propagate.finder import Analysis, LogSite, _analyze, analyze
@@ -77,6 +83,10 @@ class _Unplaced(Exception):
     """Internal: a statement cannot be placed; the message is the reported reason."""
 
 
+class _Elsewhere(_Unplaced):
+    """Internal: the place found lies in another loop or function than in the new version."""
+
+
 class _Nested(Exception):
     """Internal: a wrapped log call inside another new log statement goes where it goes."""
 
@@ -98,6 +108,7 @@ class _Target:
     index: int
     kind: str
     note: str | None
+    problem: str | None = None  # why it must be refused after all, if the names allow it
 
 
 def _nearest_first(
@@ -347,37 +358,36 @@ class _Propagation:
                 f"the statement before it (`{new.describe(before[-1].node)}`) "
                 "matches several places in the old version"
             )
-        old_block = m.old_of(block)
-        if old_block is not None and not isinstance(old_block.node, _BLOCKS):
-            old_block = None
-        near = self._nearest_block(before, after, placed_before)
-        if near is not None and near is not old_block:
-            if old_block is None or self._holds_more(near, old_block, block):
-                old_block = near
-        target: _Target | None = None
-        if old_block is not None:
-            target = self._anchor(before, after, old_block, placed_before, site)
-            if target is None and not before:
-                target = _Target(old_block, 0, self._kind(block.parent or block), None)
-            if target is None:
-                target = self._positional(block, old_block, before, after)
+        matched_block = m.old_of(block)
+        if matched_block is not None and not isinstance(matched_block.node, _BLOCKS):
+            matched_block = None
+        near, from_before = self._nearest_block(before, after, placed_before)
+        similar_block = matched_block
+        if near is not None and near is not matched_block:
+            if matched_block is None or self._holds_more(near, matched_block, block):
+                similar_block = near
+        # The nearest matched predecessor's block comes first: its counterpart is the
+        # anchor; walking past it to a farther one in the similar block would put the
+        # statement above code wrapped into an if/with/try in the old version. The block
+        # chosen by similarity is the fallback when that place lies in another loop or
+        # function (a block moved out of a loop).
+        choices: list[TNode | None] = [near] if near is not None and from_before else []
+        if similar_block is not None and similar_block not in choices:
+            choices.append(similar_block)
+        elsewhere: _Elsewhere | None = None
+        for old_block in choices or [None]:
+            target = self._target(site, block, old_block, before, after, placed_before)
+            try:
+                self._check_enclosing(site, block, target.block)
+            except _Elsewhere as exc:
+                elsewhere = elsewhere or exc
+                continue
+            break
         else:
-            target = self._positional(block, self._owner_block(block), before, after)
-        if target is None:
-            owner = block.parent
-            if old_block is None and owner is not None and self._ambiguous(owner):
-                raise _Unplaced(
-                    f"its block (`{new.describe(owner.node)}`) matches several places "
-                    "in the old version"
-                )
-            if old_block is None and owner is not None:
-                raise _Unplaced(
-                    f"its block (`{new.describe(owner.node)}`) has no match in the old version"
-                )
-            raise _Unplaced("no statement next to it has a match in the old version")
+            assert elsewhere is not None
+            raise elsewhere
         target_block, index = target.block, target.index
         index = _skip_docstring(target_block, index)
-        self._check_enclosing(site, block, target_block)
         for earlier in target_block.children[:index]:
             if ends_flow(earlier):
                 raise _Unplaced(
@@ -417,6 +427,8 @@ class _Propagation:
             if n.value in substitutions
         }
         replacements.update(self._attribute_substitutions(site))
+        if target.problem is not None:
+            raise _Unplaced(target.problem)
         value = replace_nodes(site.value_arg.value, replacements)
         call = site.call.with_changes(
             func=log_ref if _code(log_ref) != _code(site.call.func) else site.call.func,
@@ -436,6 +448,40 @@ class _Propagation:
         self._placed[id(site.statement)] = (target_block.idx, index, target.kind)
         return _Planned(site, self.old.context_of(target_block)[0], call, target.kind, target.note)
 
+    def _target(
+        self,
+        site: LogSite,
+        block: TNode,
+        old_block: TNode | None,
+        before: list[TNode],
+        after: list[TNode],
+        placed_before: list[tuple[int, int, int, str]],
+    ) -> _Target:
+        """Where the statement goes in `old_block` (the new block's own place when None)."""
+        new = self.new
+        target: _Target | None = None
+        if old_block is not None:
+            target = self._anchor(before, after, old_block, placed_before, site)
+            if target is None and not before:
+                target = _Target(old_block, 0, self._kind(block.parent or block), None)
+            if target is None:
+                target = self._positional(block, old_block, before, after)
+        else:
+            target = self._positional(block, self._owner_block(block), before, after)
+        if target is None:
+            owner = block.parent
+            if old_block is None and owner is not None and self._ambiguous(owner):
+                raise _Unplaced(
+                    f"its block (`{new.describe(owner.node)}`) matches several places "
+                    "in the old version"
+                )
+            if old_block is None and owner is not None:
+                raise _Unplaced(
+                    f"its block (`{new.describe(owner.node)}`) has no match in the old version"
+                )
+            raise _Unplaced("no statement next to it has a match in the old version")
+        return target
+
     def _check_crossing(
         self,
         site: LogSite,
@@ -444,7 +490,9 @@ class _Propagation:
         index: int,
     ) -> None:
         """Refuse when the place lies above the old counterpart of a farther predecessor
-        that touches what the statement reads: it would log a value from before it."""
+        that may change what the statement reads (rebinds it, assigns into it, calls a
+        method on it, passes it to a call: effects.py): it would log a value from before
+        it. One that only reads it cannot change the logged value."""
         reads = _touched(site.value_arg.value) - {"self"}
         if not reads:
             return
@@ -454,35 +502,67 @@ class _Propagation:
             mapped = self.matching.old_of(item)
             if mapped is None or mapped.parent is not old_block or mapped.key is None:
                 continue
-            if mapped.key >= index and _touched(item.node) & reads:
+            if mapped.key >= index and changes_any(item.node, reads):
                 raise _Unplaced(
                     f"the statements before it moved in the old version: its place "
                     f"(after the counterpart of the statement just before it) comes before "
                     f"`{self.old.describe(mapped.node)}`, which uses what it reads"
                 )
 
+    def _skipped_problem(
+        self,
+        site: LogSite,
+        skipped: list[TNode | tuple[int, int, int, str]],
+        old_block: TNode,
+        index: int,
+    ) -> str | None:
+        """Why to refuse when the anchor is a farther predecessor and a nearer one that was walked
+        past (no counterpart there) may change what the statement reads, unless its old
+        counterpart runs before the place: the log would read a value from before that
+        statement (`x = f(x)` edited beyond recognition, or wrapped into an if/with)."""
+        reads = _touched(site.value_arg.value) - {"self"}
+        if not reads:
+            return None
+        children = old_block.children
+        pos = children[index].idx if index < len(children) else old_block.end + 1
+        for item in skipped:
+            if not isinstance(item, TNode) or not changes_any(item.node, reads):
+                continue
+            mapped = self.matching.old_of(item)
+            if mapped is not None and mapped.end < pos:
+                continue  # its counterpart comes (and runs) before the place
+            changed = sorted(n.lstrip(".") for n in may_change(item.node) & reads) or ["self"]
+            names = ", ".join(f"`{n}`" for n in changed)
+            return (
+                f"the statement before it (`{self.new.describe(item.node)}`) may change "
+                f"{names}, which it reads, and has no counterpart before the matching place "
+                "in the old version"
+            )
+        return None
+
     def _nearest_block(
         self,
         before: list[TNode],
         after: list[TNode],
         placed_before: list[tuple[int, int, int, str]],
-    ) -> TNode | None:
-        """The old block holding the counterpart of the nearest matched neighbour."""
+    ) -> tuple[TNode | None, bool]:
+        """The old block holding the counterpart of the nearest matched neighbour, and
+        whether that neighbour precedes the statement."""
         nodes = self.old.tree.nodes
         for item in _nearest_first(before, placed_before):
             if isinstance(item, TNode):
                 mapped = self.matching.old_of(item)
                 if mapped is not None and mapped.parent is not None:
                     if isinstance(mapped.parent.node, _BLOCKS):
-                        return mapped.parent
+                        return mapped.parent, True
             else:
-                return nodes[item[1]]
+                return nodes[item[1]], True
         for c in after:
             mapped = self.matching.old_of(c)
             if mapped is not None and mapped.parent is not None:
                 if isinstance(mapped.parent.node, _BLOCKS):
-                    return mapped.parent
-        return None
+                    return mapped.parent, False
+        return None, False
 
     def _holds_more(self, near: TNode, matched: TNode, block: TNode) -> bool:
         """Prefer the anchor's block over the block matched by content similarity unless
@@ -513,7 +593,8 @@ class _Propagation:
     def _positional(
         self, block: TNode, old_block: TNode | None, before: list[TNode], after: list[TNode]
     ) -> _Target | None:
-        """Same position in a block of the same length when no statement of either matches."""
+        """Same position in a block of the same length when no statement of either
+        matches (and no old compound statement stands where the new one is not one)."""
         if old_block is None or not before:
             return None
         m = self.matching
@@ -523,6 +604,11 @@ class _Propagation:
             return None
         if any(m.new_of(c) is not None for c in old_block.children):
             return None
+        for a, b in zip(block.children, old_block.children):
+            if isinstance(b.node, cst.BaseCompoundStatement) and a.label != b.label:
+                # `x += 1` / `with lock: x += 1`: the old block may wrap the anchor, and
+                # after the whole block is another spot than right after it
+                return None
         index = len(before)
         anchor = old_block.children[index - 1]
         note = (
@@ -606,11 +692,16 @@ class _Propagation:
             if isinstance(item, TNode):
                 mapped = m.old_of(item)
                 if mapped is not None and mapped.parent is old_block and mapped.key is not None:
+                    problem = None
                     if site is not None:
+                        problem = self._skipped_problem(site, order[:i], old_block, mapped.key + 1)
                         self._check_crossing(site, order[i + 1 :], old_block, mapped.key + 1)
-                    return _Target(old_block, mapped.key + 1, self._kind(item), None)
+                    return _Target(old_block, mapped.key + 1, self._kind(item), None, problem)
             elif item[1] == old_block.idx:
-                return _Target(old_block, item[2], item[3], None)
+                problem = None
+                if site is not None:
+                    problem = self._skipped_problem(site, order[:i], old_block, item[2])
+                return _Target(old_block, item[2], item[3], None, problem)
         for c in after:
             mapped = m.old_of(c)
             if mapped is not None and mapped.parent is old_block and mapped.key is not None:
@@ -638,7 +729,7 @@ class _Propagation:
                 continue
             mapped = m.old_of(anc)
             if mapped is not None and not mapped.contains(target):
-                raise _Unplaced(
+                raise _Elsewhere(
                     f"the matching place in the old version is outside `{new.describe(anc.node)}`"
                 )
         child = target
@@ -649,7 +740,7 @@ class _Propagation:
                 continue
             counterpart = m.new_of(anc)
             if counterpart is not None and id(counterpart.node) not in site.loops:
-                raise _Unplaced(
+                raise _Elsewhere(
                     f"the matching place in the old version is inside "
                     f"`{old.describe(anc.node)}`, a loop it does not run in"
                 )
@@ -696,9 +787,11 @@ class _Propagation:
                 if name != old_alias:
                     substitutions[name] = old_alias
                 continue
-            if bindings.is_defined(name, scope, pos, at):
+            if bindings.is_defined(name, scope, pos, at) and not self._local_only_in_new(
+                site, name, scope
+            ):
                 continue
-            renamed = self.renames.get(name)
+            renamed = self._rename_of(site, name)
             if (
                 renamed is not None
                 and renamed not in site.reads
@@ -706,7 +799,9 @@ class _Propagation:
             ):
                 substitutions[name] = renamed
                 continue
-            if bindings.is_defined(name, scope, pos):
+            if bindings.is_defined(name, scope, pos) and not self._local_only_in_new(
+                site, name, scope
+            ):
                 raise _Unplaced(
                     f"it reads `{name}`, which may be unbound at that point in the old "
                     "version (it is bound in only some branches before it)"
@@ -719,6 +814,34 @@ class _Propagation:
         if len(set(substitutions.values())) != len(substitutions):
             raise _Unplaced("the renamed variables it reads collide in the old version")
         return substitutions
+
+    def _rename_of(self, site: LogSite, name: str) -> str | None:
+        """The old name of a variable the statement reads: as the matching inside its
+        function shows it when that function uses the name elsewhere, else file-wide."""
+        node = self.new_tree.of(site.block)
+        while node is not None and node.label not in ("FunctionDef", "async FunctionDef"):
+            node = node.parent
+        if node is not None and self.matching.n2o[node.idx] >= 0:
+            local, seen = self.matching.local_renames(node)
+            if name in seen:
+                return local.get(name)
+        return self.renames.get(name)
+
+    def _local_only_in_new(self, site: LogSite, name: str, scope: Scope) -> bool:
+        """`name` is defined at that point of the old version only as a builtin or because
+        a star import might define anything, while the new version binds it as a local of
+        the log statement's function (`list = []`, `input = ...`): that local is another
+        thing than the builtin, and a star import never provides a local."""
+        outer: Scope | None = scope
+        while outer is not None:
+            if name in outer.bindings and (outer.kind != "class" or outer is scope):
+                return False
+            outer = outer.parent
+        new_block = self.new.tree.of(site.block)
+        if new_block is None:
+            return False
+        new_scope = self.new.bindings.scope_of_block(new_block)
+        return new_scope.parent is not None and name in new_scope.bindings
 
     @property
     def old_self_attributes(self) -> frozenset[str]:
@@ -877,26 +1000,12 @@ def _always_evaluated(tn: TNode, statement: TNode, imports: FlorImports) -> bool
     return node.parent is statement
 
 
-# Calls that only read: computing them once more in the old version changes nothing.
-_PURE_METHODS = frozenset(
-    """item mean sum norm std var max min abs detach cpu numpy tolist float double half
-    clone size numel dim exp log sqrt pow argmax argmin softmax log_softmax flatten view
-    reshape squeeze unsqueeze t transpose to get_last_lr get_lr parameters
-    named_parameters values keys items copy get format lower upper round isnan isinf all
-    any prod cumsum stack cat tensor zeros_like ones_like shape count""".split()
-)
-_PURE_FUNCTIONS = frozenset(
-    """len float int str bool abs max min sum round sorted list tuple dict set repr
-    isinstance any all zip enumerate range map filter getattr hasattr type""".split()
-)
-
-
 def _pure_call(call: cst.Call) -> bool:
     func = call.func
     if type(func) is cst.Attribute:
-        return func.attr.value in _PURE_METHODS
+        return func.attr.value in PURE_METHODS
     if type(func) is cst.Name:
-        return func.value in _PURE_FUNCTIONS
+        return func.value in PURE_FUNCTIONS
     return False
 
 

@@ -1,0 +1,16 @@
+import florwb as flor
+import torch
+
+
+def train(model, loader, optimizer, writer, log_every=50):
+    running = 0.0
+    for step, (x, y) in enumerate(flor.loop("step", loader)):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        running += loss.item()
+        if step % log_every == log_every - 1:
+            writer.add_scalar("train/loss", running / log_every, step)
+            flor.log("running", running)
+    return running

@@ -1,0 +1,14 @@
+import florwb as flor
+from config import *
+
+
+def warmup_lr(step, base_lr, warmup_steps):
+    if step < warmup_steps:
+        scale = (step + 1) / warmup_steps
+        flor.log("warmup_scale", scale)
+        return base_lr * scale
+    return base_lr
+
+
+for step in flor.loop("step", range(1000)):
+    lr = warmup_lr(step, BASE_LR, WARMUP)
