@@ -97,9 +97,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         info = getattr(item, "_fixtureinfo", None)
         if info is None or item.get_closest_marker("xdist_group"):
             continue
-        shared = any(
-            defs[-1].scope == "module" for defs in info.name2fixturedefs.values() if defs
-        )
+        shared = any(defs[-1].scope == "module" for defs in info.name2fixturedefs.values() if defs)
         if shared:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
