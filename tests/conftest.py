@@ -83,6 +83,25 @@ def repo_state(repo: Path) -> dict:
     }
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep each module whose tests share a module-scoped fixture (a recorded project, a
+    Ray cluster, a built wheel) on one xdist worker, so that fixture is built once per run
+    instead of once per worker that happens to get one of its tests.
+
+    The marks act under `--dist loadgroup` (pyproject's addopts); every other test is
+    handed out one at a time. xdist starts the groups first, largest first, so the shared
+    setups overlap with the single tests instead of trailing at the end. Runs before
+    xdist's own hook, which turns the marks into the groups."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or item.get_closest_marker("xdist_group"):
+            continue
+        shared = any(defs[-1].scope == "module" for defs in info.name2fixturedefs.values() if defs)
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """An empty git repository with one commit, like a user's project."""

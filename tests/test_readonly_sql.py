@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import florwb, run_py, write
+from conftest import florwb, git, run_py, write
 
 SCRIPT = """
 import florwb as flor
@@ -116,17 +117,34 @@ def _state(project: Path, home: Path) -> tuple:
     return (hashlib.sha256(db.read_bytes()).hexdigest(), _listing(project, home), _counts(db))
 
 
+@pytest.fixture(scope="module")
+def recorded_once(tmp_path_factory) -> Path:
+    """The recorded, ingested project, made once for the module (two interpreter starts
+    instead of two per test); each test gets its own copy."""
+    root = tmp_path_factory.mktemp("readonly") / "project"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    write(root / "README.md", "# project\n")
+    git(root, "add", "README.md")
+    git(root, "commit", "-q", "-m", "init")
+    write(root / "train.py", SCRIPT)
+    run_py(root, "train.py")
+    home = root.parent / "home"
+    home.mkdir()
+    florwb(root, "runs", env={"HOME": str(home)})  # ingested: later reads change nothing
+    return root
+
+
 @pytest.fixture
-def recorded(repo: Path, tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
-    write(repo / "train.py", SCRIPT)
-    run_py(repo, "train.py")
+def recorded(recorded_once: Path, tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+    repo = tmp_path / "project"
+    shutil.copytree(recorded_once, repo, symlinks=True)
     home = tmp_path / "home"
     home.mkdir()
     # DuckDB installs extensions and persistent secrets under $HOME/.duckdb
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(repo)
-    florwb(repo, "runs")  # ingested: later reads change nothing
-    return repo, home
+    return repo, home  # already ingested: a read that changed the copy would fail the test
 
 
 def _surfaces(project: Path, sql: str) -> list[str]:
