@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from conftest import florwb, run_py, write
 
 
@@ -22,6 +25,22 @@ def test_help_lists_every_command(tmp_path):
     out = florwb(tmp_path, "--help").stdout
     for command in ("runs", "query", "dataframe", "replay", "propagate", "instrument", "demo"):
         assert command in out
+
+
+def test_python_dash_m_florwb_is_the_command(tmp_path):
+    """A venv used without activating it has no `florwb` on PATH: `python -m florwb` is the
+    same command, exit codes included."""
+    ok = subprocess.run(
+        [sys.executable, "-m", "florwb", "--help"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert ok.returncode == 0 and ok.stdout == florwb(tmp_path, "--help").stdout
+    bogus = subprocess.run(
+        [sys.executable, "-m", "florwb", "bogus", "extra"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert bogus.returncode == 2 and "unknown command 'bogus'" in bogus.stderr
 
 
 def test_replay_while_todays_script_does_not_parse_says_so_in_the_plan(repo):

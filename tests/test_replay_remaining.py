@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from florwb_engine.replay.cost import remaining_s
+from florwb_engine.replay.cost import checkpoint_spacing, remaining_s
 
 
 def test_the_estimate_first_then_the_pace():
@@ -16,3 +16,12 @@ def test_the_estimate_first_then_the_pace():
     assert left == pytest.approx(18.0) and estimated is False
     assert remaining_s(12.0, 1, 100, 10.0) is None  # past the estimate, 1% done
     assert remaining_s(1.0, 0, 0, 5.0) == (4.0, True)  # nothing counted yet
+
+
+def test_checkpoint_spacing_says_every_n_only_of_two_or_more():
+    """A run whose budget let it checkpoint its last epoch alone was said to checkpoint
+    'only every 1 iteration(s)' in the plan."""
+    assert checkpoint_spacing([3], "epoch") == "one checkpoint, after epoch 3"
+    assert checkpoint_spacing([], "epoch") == "no checkpoint"
+    assert checkpoint_spacing([1, 3, 5, 6], "epoch") == "checkpoints after epoch 1, 3, 5-6"
+    assert checkpoint_spacing([2, 5, 8], "epoch") == "checkpoints only every 3 iterations"

@@ -141,8 +141,9 @@ def run_work(
         missing = [i for i in epochs if i > 0 and i - 1 not in ckpt]
         if missing:
             notes.append(
-                f"checkpoints only every {period(sorted(ckpt))} iteration(s): {ranges(missing)} "
-                "start from the iteration before them, not from a checkpoint"
+                f"{checkpoint_spacing(sorted(ckpt), main_loop or 'iteration')}: "
+                f"{ranges(missing)} run on "
+                "from the iteration before them, not from a checkpoint"
             )
     starts = [i for i in epochs if i == epochs[0] or i - 1 in ckpt]
     chunks = [
@@ -220,10 +221,18 @@ def ranges(values: list[int]) -> str:
     return "iterations " + ", ".join(parts)
 
 
-def period(checkpointed: list[int]) -> int:
-    """The smallest gap between checkpointed iterations."""
-    gaps = [b - a for a, b in zip(checkpointed, checkpointed[1:])]
-    return min(gaps) if gaps else 1
+def checkpoint_spacing(checkpointed: list[int], loop: str) -> str:
+    """How the run's checkpoints are spaced, in words: 'every N' only of evenly spaced ones
+    (a run that checkpointed its last iteration alone, or as its budget allowed, has no
+    period)."""
+    if not checkpointed:
+        return "no checkpoint"
+    if len(checkpointed) == 1:
+        return f"one checkpoint, after {loop} {checkpointed[0]}"
+    gaps = {b - a for a, b in zip(checkpointed, checkpointed[1:])}
+    if len(gaps) == 1:
+        return f"checkpoints only every {gaps.pop()} iterations"
+    return f"checkpoints after {loop} {ranges(checkpointed).removeprefix('iterations ')}"
 
 
 # Below this share of the iterations done, the plan's estimate says more than the pace so far.
