@@ -26,7 +26,9 @@ epochs = flor.arg("epochs", 3)
 net = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(net.parameters(), lr=lr)
 x, y = torch.randn(32, 4), torch.randn(32, 1)
-flor.set_checkpoint_budget(0.1)
+# a share of the 0.2 s epoch a busy CI machine's fsync still fits in (0.1 skipped epoch 1
+# once under load); the policy's own arithmetic is tested below with given costs
+flor.set_checkpoint_budget(0.5)
 with flor.checkpointing(model=net, optimizer=opt):
     for epoch in flor.loop("epoch", range(epochs)):
         for step in flor.loop("step", range(4)):
