@@ -65,6 +65,17 @@ def florwb(project: Path, *args: str, check: bool = True, env=None):
     return proc
 
 
+def recorded_project(root: Path, script: str) -> Path:
+    """`root` made a git repository holding `script` as train.py, committed and recorded
+    once (for module-scoped fixtures that only read the run)."""
+    write(root / "train.py", script)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "init")
+    run_py(root, "train.py")
+    return root
+
+
 def repo_state(repo: Path) -> dict:
     """Everything about the user's repository florwb promises not to change."""
     return {

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import florwb, git, run_py, write
+from conftest import florwb, recorded_project, write
 
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.replay.facts import runs_where
@@ -30,13 +30,7 @@ for epoch in flor.loop("epoch", range(2)):
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("where")
-    write(root / "train.py", SCRIPT)
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "init")
-    run_py(root, "train.py")
-    return root
+    return recorded_project(tmp_path_factory.mktemp("where"), SCRIPT)
 
 
 def hostile(secret: Path) -> list[str]:

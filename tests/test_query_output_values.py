@@ -14,7 +14,7 @@ import io
 import json
 
 import pytest
-from conftest import florwb, git, run_py, write
+from conftest import florwb, recorded_project
 
 SCRIPT = """
 import florwb as flor
@@ -30,13 +30,7 @@ SQL = (
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("qout")
-    write(root / "train.py", SCRIPT)
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "init")
-    run_py(root, "train.py")
-    return root
+    return recorded_project(tmp_path_factory.mktemp("qout"), SCRIPT)
 
 
 def test_json_keeps_null_apart_from_nan(project):
