@@ -98,7 +98,7 @@ def judge(label: str, project: Path, first: str, second: str) -> None:
 
 def demo(scratch: Path) -> None:
     project = scratch / "demo"
-    subprocess.run([*FLORWB, "demo", str(project)], check=True, capture_output=True)
+    subprocess.run([*FLORWB, "demo", str(project), "--no-ui"], check=True, capture_output=True)
     judge_script = project / "train.py"
     judge_script.write_text(judge_script.read_text().replace(DEMO_ANCHOR, DEMO_NEW + DEMO_ANCHOR))
     # the demo's pending statement is weight_norm: the first replay fills it

@@ -140,10 +140,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     except DemoError as exc:
         raise CommandError(str(exc)) from None
     print(f"demo project ready in {folder}", file=sys.stderr)
-    if not args.no_ui:
-        from florwb.cli_app import open_workbench
+    from florwb.cli_app import has_terminal, open_workbench
 
+    if not args.no_ui and has_terminal():
         return open_workbench(folder)
+    if not args.no_ui:
+        print("florwb: no terminal to open the workbench in: its runs are", file=sys.stderr)
     from florwb_engine.store import Store
 
     runs = Store(folder).run_rows()

@@ -8,6 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def has_terminal() -> bool:
+    """Whether a person can see and type into the workbench: without a terminal on both
+    ends (a pipe, a script, cron, `nohup`), Textual reads an input that never blocks and
+    spins a core forever with nothing on screen."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def open_workbench(project: Path) -> int:
     """Run the workbench on the project containing `project`; returns the exit code."""
     return run_workbench(project)
@@ -28,6 +35,13 @@ def run_workbench(
         print(
             f"florwb: no recorded runs in {root} (run a training script that imports florwb, "
             "or try `florwb demo`)",
+            file=sys.stderr,
+        )
+        return 1
+    if not headless and not has_terminal():
+        print(
+            "florwb: the workbench needs a terminal (stdin and stdout are not one); "
+            "`florwb runs`, `florwb query` and `florwb dataframe` read the same runs",
             file=sys.stderr,
         )
         return 1

@@ -43,6 +43,23 @@ def test_python_dash_m_florwb_is_the_command(tmp_path):
     assert bogus.returncode == 2 and "unknown command 'bogus'" in bogus.stderr
 
 
+def test_the_workbench_without_a_terminal_says_so_instead_of_spinning(repo):
+    """`florwb` from a script, cron or a pipe: Textual there reads an input that never blocks
+    and spun a core forever with nothing on screen."""
+    write(repo / "train.py", 'import florwb as flor\nflor.log("x", 1)\n')
+    run_py(repo, "train.py")
+    proc = subprocess.run(
+        [sys.executable, "-m", "florwb", str(repo)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("florwb: the workbench needs a terminal"), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and proc.stdout == ""
+
+
 def test_replay_while_todays_script_does_not_parse_says_so_in_the_plan(repo):
     """A script half-edited (a statement being typed) is no traceback: every run is
     skipped with the parse error, and the exit status says nothing was replayed."""
