@@ -18,7 +18,7 @@ import duckdb
 from florwb_engine import project as projects
 from florwb_engine.store import Store
 from florwb_engine.store.history_values import CHOSEN
-from florwb_engine.store.queries import _session
+from florwb_engine.store.queries import read_session
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import RunRow, list_runs
 
@@ -86,7 +86,7 @@ MISSING = object()
 @again_if_rebuilt
 def compare_runs(project: Path, store: Store, first: str, second: str) -> RunComparison:
     """Compare run `first` with run `second` (second minus first in the deltas)."""
-    with _session(store) as con:
+    with read_session(store) as con:
         runs = {run.run_id: run for run in list_runs(con) if run.run_id in (first, second)}
         if first not in runs or second not in runs:
             missing = next(r for r in (first, second) if r not in runs)

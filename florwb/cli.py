@@ -37,13 +37,13 @@ def _project(args: argparse.Namespace) -> Path:
     return find_project(getattr(args, "project", None))
 
 
-def _store(args: argparse.Namespace) -> Store:
+def open_store(args: argparse.Namespace) -> Store:
     from florwb_engine.store import Store
 
     return Store(_project(args))
 
 
-def _say_ingest(store) -> None:
+def say_ingest(store) -> None:
     """What ingestion found this time (damage, odd values, unreadable chunks): said once,
     by the reader that found it; `florwb runs` keeps showing it per run."""
     report = store.last_ingest
@@ -54,9 +54,9 @@ def _say_ingest(store) -> None:
 def cmd_runs(args: argparse.Namespace) -> int:
     from florwb_engine.store.issues import summary, values_lost
 
-    store = _store(args)
+    store = open_store(args)
     runs = store.run_rows()
-    _say_ingest(store)
+    say_ingest(store)
     if args.json:
         json.dump(json_safe([r.to_json() for r in runs]), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -109,9 +109,9 @@ def cmd_query(args: argparse.Namespace) -> int:
     and JSON write chunk by chunk, so no result is held whole in memory."""
     from florwb_engine.store import user_sql
 
-    store = _store(args)
+    store = open_store(args)
     with user_sql.user_result(store, args.sql) as result:
-        _say_ingest(store)
+        say_ingest(store)
         if result is None:
             write_table([], [], sys.stdout)
             return 0
@@ -125,9 +125,9 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 def cmd_dataframe(args: argparse.Namespace) -> int:
     names = [n for arg in args.names for n in arg.split(",") if n]
-    store = _store(args)
+    store = open_store(args)
     frame = store.dataframe(*names)
-    _say_ingest(store)
+    say_ingest(store)
     write_frame(frame, args.format)
     return 0
 

@@ -33,19 +33,19 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_io(args: argparse.Namespace) -> int:
-    from florwb.cli import _say_ingest, _store
+    from florwb.cli import open_store, say_ingest
     from florwb.output import write_frame
 
     if args.dry_run and not args.extract:
         print("florwb: --dry-run goes with --extract", file=sys.stderr)
         return 2
-    store = _store(args)
+    store = open_store(args)
     if args.extract:
         return _extract(store, args)
     from florwb_engine.store.console import read_io
 
     frame = read_io(store, args.run, args.grep)
-    _say_ingest(store)
+    say_ingest(store)
     if args.format == "table":
         _write_lines(frame)
         return 0
@@ -72,7 +72,7 @@ def _write_lines(frame) -> None:
 
 
 def _extract(store, args: argparse.Namespace) -> int:
-    from florwb.cli import _say_ingest
+    from florwb.cli import say_ingest
     from florwb.output import write_table
     from florwb_engine.store.console import ExtractError, run_extraction
 
@@ -81,7 +81,7 @@ def _extract(store, args: argparse.Namespace) -> int:
     except ExtractError as exc:
         print(f"florwb: --extract: {exc}", file=sys.stderr)
         return 2
-    _say_ingest(store)
+    say_ingest(store)
     rows = [
         [" ".join(f"{c}={v}" for c, v in where.items()) or "-", name, value, line]
         for _ctx, name, value, line, where in found.found

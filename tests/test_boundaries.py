@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,46 @@ def test_import_contracts_hold():
     done = subprocess.run([lint], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:]
     assert f"Contracts: {len(contracts['contracts'])} kept, 0 broken." in done.stdout
+
+
+def _private_reaches(path: Path) -> list[str]:
+    """`from florwb_engine.x import _y` and `x._y` on a module imported from florwb: a module
+    that uses another's private helper is coupled to what that module may change freely."""
+    tree = ast.parse(path.read_text())
+    modules: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
+            "florwb",
+            "florwb_engine",
+        ):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{path.name}:{node.lineno} {node.module}.{alias.name}")
+                else:
+                    modules.add(alias.asname or alias.name)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"{path.name}:{node.lineno} {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_helpers():
+    """What several modules share has a public name (issue 10: plan.py imported a private
+    helper of the store; session 5's modules did the same eleven times)."""
+    reaches = [
+        reach
+        for folder in ("engine", "florwb")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for reach in _private_reaches(path)
+    ]
+    assert reaches == []
 
 
 def test_import_florwb_is_cheap():

@@ -520,7 +520,7 @@ def test_thousand_line_script_with_twenty_statements() -> None:
 
     new, old = _bench_module().make_sources()
     assert len(old.splitlines()) >= 1000
-    finder._analyze.cache_clear()
+    finder.analysis_of.cache_clear()
     start = time.perf_counter()
     result = propagate(new, old)
     elapsed = time.perf_counter() - start
@@ -582,9 +582,9 @@ def test_results_and_parsed_versions_are_reused_across_calls() -> None:
     assert propagate(NEW, OLD, names=["grad"]) is propagate(new, old, names=("grad",))
     assert finder.analyze(old) is finder.analyze(OLD)
     assert finder.analyze(OLD).bindings is finder.analyze(old).bindings
-    before = finder._analyze.cache_info().misses
+    before = finder.analysis_of.cache_info().misses
     propagate(NEW, OLD, names=["avg"])  # another statement into the same version
-    assert finder._analyze.cache_info().misses == before
+    assert finder.analysis_of.cache_info().misses == before
 
 
 def _one(new: str, old: str):

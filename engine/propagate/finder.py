@@ -409,7 +409,7 @@ def header(node: cst.CSTNode, code) -> str:
 
 
 @functools.lru_cache(maxsize=32)
-def _analyze(source: str) -> Analysis:
+def analysis_of(source: str) -> Analysis:
     return Analysis(source)
 
 
@@ -419,7 +419,7 @@ def analyze(source: str, label: str = "source") -> Analysis:
     `label` names the source in the one-line PropagationError raised when it does not parse.
     """
     try:
-        return _analyze(source)
+        return analysis_of(source)
     except PropagationError as exc:
         raise PropagationError(f"{label} {exc}") from None
 

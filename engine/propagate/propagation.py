@@ -56,7 +56,7 @@ from florwb_engine.propagate.effects import (
     may_change,
 )
 from florwb_engine.propagate.errors import PropagationError
-from florwb_engine.propagate.finder import Analysis, LogSite, _analyze, analyze
+from florwb_engine.propagate.finder import Analysis, LogSite, analysis_of, analyze
 from florwb_engine.propagate.flow import ends_flow
 from florwb_engine.propagate.matching import Matching
 from florwb_engine.propagate.model import (
@@ -160,7 +160,7 @@ def _propagate_cached(
 def clear_caches() -> None:
     """Forget cached results and parsed versions (benchmarks measure cold runs)."""
     _propagate_cached.cache_clear()
-    _analyze.cache_clear()
+    analysis_of.cache_clear()
 
 
 class _Propagation:

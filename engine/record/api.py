@@ -33,6 +33,16 @@ _CTX = 0
 _ENTRIES: dict[int, tuple[tuple[str, ...], tuple[int, ...]]] = {}
 
 
+def loop_position() -> tuple[int, tuple[str, ...], tuple[int, ...]] | None:
+    """Where the script is in its flor.loops: (the innermost iteration's context, loop
+    names outermost first, iterations of the outer loops); None outside every loop. For
+    code that runs beside the loops (the torch.save mirror), never on flor.log's path."""
+    if not _CTX:
+        return None
+    names, prefix = _ENTRIES.get(_CTX >> ENTRY_SHIFT, ((), ()))
+    return _CTX, names, prefix
+
+
 def _first_record(record: tuple) -> None:
     """Stands in for the buffer until a run exists: the first logged value starts it."""
     if _start() is not None:

@@ -184,12 +184,12 @@ def restore(objects: dict[str, Any], saved: dict, *, rng: bool = True) -> None:
         restore_rng(saved["rng"])
 
 
-def _safe(name: str) -> str:
+def safe_loop_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60] or "loop"
 
 
 def checkpoint_path(folder: Path, loop: str, iteration: int) -> Path:
-    return folder / f"{_safe(loop)}-{iteration:06d}.pt"
+    return folder / f"{safe_loop_name(loop)}-{iteration:06d}.pt"
 
 
 class Checkpointer:
@@ -215,7 +215,7 @@ class Checkpointer:
             total = 0
             for obj in self.objects.values():
                 getter = getattr(obj, "state_dict", None)
-                for t in _tensors(getter() if callable(getter) else obj):
+                for t in tensors_in(getter() if callable(getter) else obj):
                     total += t.numel() * t.element_size()
             self._state_bytes = total
         return 0.001 + self._state_bytes / _ASSUMED_BYTES_PER_S
@@ -284,7 +284,7 @@ class Checkpointer:
                     # what it costs a run end to end).
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
-                _sync_folder(path.parent)
+                sync_folder(path.parent)
                 self.policy.paid(snapshot_s + write_s)
                 if self.rng_only is not None:  # not a checkpoint of the run's state
                     continue
@@ -317,7 +317,7 @@ class Checkpointer:
             self._thread = None
 
 
-def _sync_folder(folder: Path) -> None:
+def sync_folder(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -325,12 +325,12 @@ def _sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _tensors(obj: Any):
+def tensors_in(obj: Any):
     if hasattr(obj, "numel") and hasattr(obj, "element_size"):
         yield obj
     elif isinstance(obj, dict):
         for v in obj.values():
-            yield from _tensors(v)
+            yield from tensors_in(v)
     elif isinstance(obj, (list, tuple)):
         for v in obj:
-            yield from _tensors(v)
+            yield from tensors_in(v)

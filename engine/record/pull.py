@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine import project as projects
-from florwb_engine.record.checkpoint import _safe as safe_loop_name
+from florwb_engine.record.checkpoint import safe_loop_name
 
 _FILE = re.compile(r"^(?P<loop>.+)-(?P<iteration>\d+)\.pt$")
 

@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
-from florwb_engine.record.checkpoint import _safe, _sync_folder, capture_rng
+from florwb_engine.journal import ITERATION_MASK
+from florwb_engine.record.checkpoint import capture_rng, safe_loop_name, sync_folder
 from florwb_engine.record.values import REPLACED
 
 MANIFEST_SUFFIX = ".saves.json"
@@ -47,7 +47,7 @@ _SAFE_LEAVES = (int, float, str, bool, type(None), bytes, complex)
 
 
 def manifest_name(loop: str, iteration: int) -> str:
-    return f"{_safe(loop)}-{iteration:06d}{MANIFEST_SUFFIX}"
+    return f"{safe_loop_name(loop)}-{iteration:06d}{MANIFEST_SUFFIX}"
 
 
 def is_manifest(name: str) -> bool:
@@ -74,10 +74,10 @@ class Mirror:
     def after(self, obj: Any, f: Any, caller: Any) -> None:
         from florwb_engine.record import api
 
-        ctx = api._CTX
-        if not ctx:
+        position = api.loop_position()
+        if position is None:
             return  # before or after the loops: not a checkpoint of an iteration
-        names, prefix = api._ENTRIES.get(ctx >> ENTRY_SHIFT, ((), ()))
+        ctx, names, prefix = position
         if not names:
             return
         if prefix:
@@ -101,7 +101,7 @@ class Mirror:
         else:
             manifest = dict(self.manifest or {}, saves=list((self.manifest or {})["saves"]))
         k = len(manifest["saves"])
-        stem = f"{_safe(loop)}-{iteration:06d}"
+        stem = f"{safe_loop_name(loop)}-{iteration:06d}"
         dest = self.folder / f"{stem}.save{k}.pt"
         how = "copy" if _weights_only_safe(obj) else "state_dict"
         size = _size(target) if how == "copy" else _state_bytes(obj)
@@ -136,7 +136,7 @@ class Mirror:
             name = manifest_name(loop, iteration)
             text = json.dumps(manifest).encode()
             _write_atomic(self.folder / name, lambda out: out.write(text))
-            _sync_folder(self.folder)
+            sync_folder(self.folder)
         except BaseException:
             for path in written:
                 path.unlink(missing_ok=True)
@@ -285,12 +285,12 @@ def _is_tensor(obj: Any) -> bool:
 
 
 def _state_bytes(obj: Any) -> int:
-    from florwb_engine.record.checkpoint import _tensors
+    from florwb_engine.record.checkpoint import tensors_in
 
     getter = getattr(obj, "state_dict", None)
     if callable(getter) and not isinstance(obj, dict):
         obj = getter()
-    return sum(t.numel() * t.element_size() for t in _tensors(obj))
+    return sum(t.numel() * t.element_size() for t in tensors_in(obj))
 
 
 def _size(path: str) -> int:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from florwb_engine.store.repair import again_if_rebuilt
-from florwb_engine.store.user_sql import _failure, read_only_connection
+from florwb_engine.store.user_sql import failure_of, read_only_connection
 
 if TYPE_CHECKING:
     from florwb_engine.store.catalog import Store
@@ -40,7 +40,7 @@ def outline(store: Store) -> list[Relation]:
         try:
             rows = con.execute(_OUTLINE_SQL).fetchall()
         except duckdb.Error as exc:
-            raise _failure(exc) from None
+            raise failure_of(exc) from None
     relations: dict[str, tuple[str, list[tuple[str, str]]]] = {}
     for table, kind, column, data_type in rows:
         entry = relations.setdefault(table, ("view" if kind == "VIEW" else "table", []))

@@ -46,7 +46,7 @@ def create_view(con: duckdb.DuckDBPyConnection, loop_columns: list[str]) -> None
 
 def insert(con: duckdb.DuckDBPyConnection, run_key: int, source_key: int, events: list) -> int:
     """Store the lines of a batch's `console` events; returns how many lines."""
-    from florwb_engine.store.ingest import _clean_text
+    from florwb_engine.store.ingest import clean_text
 
     seqs: list[int] = []
     ctxs: list[int] = []
@@ -58,8 +58,8 @@ def insert(con: duckdb.DuckDBPyConnection, run_key: int, source_key: int, events
         for seq, ctx, channel, text, n in event.get("lines", ()):
             seqs.append(int(seq))
             ctxs.append(int(ctx))
-            channels.append(_clean_text(channel))
-            texts.append(_clean_text(text))
+            channels.append(clean_text(channel))
+            texts.append(clean_text(text))
             counts.append(int(n))
         more.extend((int(s), int(k)) for s, k in event.get("more", ()))
     if seqs:
@@ -282,8 +282,8 @@ def _store_values(con: duckdb.DuckDBPyConnection, result: Extraction) -> None:
     from florwb_engine.store.db import fetch_one
 
     con.execute("BEGIN")
-    keys = ingest._Keys(result.run_id, EXTRACT_SOURCE)
-    ingest._resolve_keys(con, keys)
+    keys = ingest.RunKeys(result.run_id, EXTRACT_SOURCE)
+    ingest.resolve_keys(con, keys)
     key_of = dict(
         con.execute(
             "SELECT name, name_key FROM name_keys WHERE name IN (SELECT unnest(?))",
@@ -316,5 +316,5 @@ def _store_values(con: duckdb.DuckDBPyConnection, result: Extraction) -> None:
     for ctx, name, value, _line, _where in result.found:
         flat.extend((name, value, ctx))
     block = journal.pack_logs(flat)
-    ingest._insert_logs(con, keys, [block] if block else [], int(first))
+    ingest.insert_logs(con, keys, [block] if block else [], int(first))
     con.execute("COMMIT")

@@ -31,7 +31,7 @@ import numpy as np
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.store.catalog import Store
 from florwb_engine.store.history_values import CHOSEN
-from florwb_engine.store.queries import _session
+from florwb_engine.store.queries import read_session
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.schema import RECORDED, loop_column, loop_columns
 
@@ -80,7 +80,7 @@ def load_curves(
     with `version`, every run of that code version too (runs started since included)."""
     if axis not in AXES:
         raise ValueError(f"unknown x axis {axis!r}: one of {', '.join(AXES)}")
-    with _session(store) as con:
+    with read_session(store) as con:
         keys = dict(
             con.execute(
                 "SELECT run_key, run_id FROM runs WHERE run_id IN (SELECT unnest(?)) "

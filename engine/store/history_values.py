@@ -25,8 +25,8 @@ from florwb_engine.store.queries import (
     SERIES_POINTS,
     History,
     MetricInfo,
-    _session,
     default_metric,
+    read_session,
 )
 from florwb_engine.store.queries import (
     VersionRow as _VersionRow,
@@ -63,7 +63,7 @@ class HistoryValues(History):
 @again_if_rebuilt
 def load_history_values(store: Store, metric: str | None = None) -> HistoryValues:
     """Runs, versions (dated by their first run), names from every source, one series."""
-    with _session(store) as con:
+    with read_session(store) as con:
         runs = list_runs(con)
         versions = _versions(con)
         metrics = _metrics(con)
@@ -109,7 +109,7 @@ def _coverage(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], dict[str,
 @again_if_rebuilt
 def load_series_values(store: Store, metric: str) -> SeriesValues:
     """Sparkline points, exact last, min and max per run of one name (any source)."""
-    with _session(store) as con:
+    with read_session(store) as con:
         return _series(con, metric)
 
 

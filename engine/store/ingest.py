@@ -125,7 +125,7 @@ def _rollback(con: duckdb.DuckDBPyConnection) -> None:
 
 
 @dataclass
-class _Keys:
+class RunKeys:
     run_id: str | None
     source: str
     run_key: int = 0
@@ -203,7 +203,7 @@ def _apply(
     """One transaction: the chunks' rows and events, the damage skipped, the new offset."""
     batch = journal.merge(chunks, scan.end_offset)
     con.execute("BEGIN")
-    keys = _Keys(old.run_id, old.source, rank=old.rank)
+    keys = RunKeys(old.run_id, old.source, rank=old.rank)
     done = False
     entries = []
     lines = []  # printed and logged lines (store/console.py)
@@ -215,7 +215,7 @@ def _apply(
             continue
         event = _clean_event(event, keys.found)
         if kind not in KNOWN_EVENTS:  # a newer writer's event: skipped, but never silently
-            name = _clean_text(str(kind))[:40]
+            name = clean_text(str(kind))[:40]
             unknown[name] = unknown.get(name, 0) + 1
             continue
         if kind == "start":
@@ -232,10 +232,10 @@ def _apply(
             raise ValueError("journal has no start event")
         con.execute("COMMIT")  # nothing readable yet: the caller marks it unreadable
         return 0, old
-    _resolve_keys(con, keys)
+    resolve_keys(con, keys)
     shared = _insert_loop_entries(con, keys, entries)
     _insert_iterations(con, keys, batch.timings)
-    rows = _insert_logs(con, keys, batch.logs, run_ranks.first_seq(old.next_seq, keys.rank))
+    rows = insert_logs(con, keys, batch.logs, run_ranks.first_seq(old.next_seq, keys.rank))
     console.insert(con, keys.run_key, keys.source_key, lines)
     if dead and not done and keys.rank is not None:
         run_ranks.mark_killed(con, keys.run_id, keys.rank)
@@ -298,7 +298,7 @@ def _mark_unreadable(con, path: Path, state: _State, offset: int, reason: str, r
     source = state.source
     con.execute("BEGIN")
     if run_id is None:  # not even its start could be read: the run is known by its file
-        run_id = _clean_text(path.name[: -len(journal.SUFFIX)])
+        run_id = clean_text(path.name[: -len(journal.SUFFIX)])
         if not path.name.startswith("replay-"):
             con.execute(
                 "INSERT OR IGNORE INTO runs (run_id, run_key, status, message) "
@@ -323,11 +323,11 @@ def _add_issue(con, run_id: str, source: str, kind: str, detail: str, n: int) ->
     con.execute(
         "INSERT INTO run_issues VALUES (?, ?, ?, ?, ?) "
         "ON CONFLICT DO UPDATE SET n = n + excluded.n",
-        [run_id, source, kind, _clean_text(detail)[:500], int(n)],
+        [run_id, source, kind, clean_text(detail)[:500], int(n)],
     )
 
 
-def _clean_text(text: object) -> str:
+def clean_text(text: object) -> str:
     """A string DuckDB accepts (valid UTF-8): lone surrogates become escapes."""
     if type(text) is not str:
         text = _safe_str(text)
@@ -362,14 +362,14 @@ def _clean_event(event: dict, found: dict[str, int]) -> dict:
     clean = {}
     for key, value in event.items():
         if type(value) is str and not value.isascii():
-            text = _clean_text(value)
+            text = clean_text(value)
             if text != value:
                 why = f"{event.get('kind')} event text with lone surrogates"
                 found[why] = found.get(why, 0) + 1
             value = text
         elif key == "names" and isinstance(value, (list, tuple)):
-            value = tuple(_clean_text(v) for v in value)
-        clean[key if type(key) is str else _clean_text(key)] = value
+            value = tuple(clean_text(v) for v in value)
+        clean[key if type(key) is str else clean_text(key)] = value
     return clean
 
 
@@ -391,7 +391,7 @@ def _save_state(con, file: str, state: _State) -> None:
     )
 
 
-def _resolve_keys(con, keys: _Keys) -> None:
+def resolve_keys(con, keys: RunKeys) -> None:
     row = fetch_one(con, "SELECT run_key FROM runs WHERE run_id = ?", [keys.run_id])
     if row is None:
         raise ValueError(f"run {keys.run_id} is unknown")
@@ -411,7 +411,7 @@ def _ts(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds)
 
 
-def _apply_event(con, keys: _Keys, e: dict) -> bool:
+def _apply_event(con, keys: RunKeys, e: dict) -> bool:
     """Apply one run event; True when it ends the journal."""
     kind = e.get("kind")
     run_id = keys.run_id
@@ -457,11 +457,11 @@ def _apply_event(con, keys: _Keys, e: dict) -> bool:
         value, text, vtype = _arg_value(e.get("value"))
         con.execute(
             "INSERT OR REPLACE INTO args VALUES (?, ?, ?, ?, ?)",
-            [run_id, _clean_text(e["name"]), value, text, vtype],
+            [run_id, clean_text(e["name"]), value, text, vtype],
         )
     elif kind == "issues":  # what the recording process replaced, dropped or could not write
         for issue_kind, detail, n in e.get("counts", ()):
-            keys.issues.append((_clean_text(issue_kind), _clean_text(detail), int(n)))
+            keys.issues.append((clean_text(issue_kind), clean_text(detail), int(n)))
     elif kind == "checkpoint":
         con.execute(
             "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -508,14 +508,14 @@ def _arg_value(v) -> tuple[float | None, str | None, str]:
 
 def _one_value(v) -> tuple[float | None, str | None, str]:
     if type(v) is tuple and len(v) == 2 and v[0] in _VTYPE_CODE and type(v[1]) is str:
-        return None, _clean_text(v[1]), v[0]
+        return None, clean_text(v[1]), v[0]
     if type(v) in _NUMERIC:
         try:
             return float(v), None, VTYPES[_TYPE_CODE[type(v)]]
         except OverflowError:  # an int beyond float range keeps its digits
             return None, _int_text(v), "int"
     if type(v) is str:
-        return None, _clean_text(v), "str"
+        return None, clean_text(v), "str"
     if v is None:
         return None, None, "none"
     return None, _object_text(v), "object"
@@ -523,7 +523,7 @@ def _one_value(v) -> tuple[float | None, str | None, str]:
 
 def _object_text(v: object) -> str:
     """What a value of a type the store has no column for looks like, with its type."""
-    text = _clean_text(repr(v) if type(v) is not int else _int_text(v))
+    text = clean_text(repr(v) if type(v) is not int else _int_text(v))
     text = text if len(text) <= 1000 else text[:997] + "..."
     return f"{type(v).__name__}: {text}"
 
@@ -539,7 +539,7 @@ def _is_dead(con, run_id: str, rank: int | None = None, source: str = RECORDED) 
     return pid is not None and processes.is_gone(pid, ticks)
 
 
-def _insert_loop_entries(con, keys: _Keys, entries: list[dict]) -> dict[str, str]:
+def _insert_loop_entries(con, keys: RunKeys, entries: list[dict]) -> dict[str, str]:
     """One row per loop entry, holding the outer loops' coordinates for its iterations.
     Returns the loop paths whose loops share a column (`epoch` in `Epoch`), by column:
     their coordinates cannot be told apart, which the caller says."""
@@ -611,7 +611,7 @@ def _or_minus_one(total: int | None) -> int:
     return -1 if total is None else total
 
 
-def _insert_iterations(con, keys: _Keys, blocks: list) -> None:
+def _insert_iterations(con, keys: RunKeys, blocks: list) -> None:
     if not blocks:
         return
     frame = {
@@ -666,7 +666,7 @@ def split_values(
             continue
         if t is str:
             codes[i] = _TYPE_CODE[str]
-            clean = _clean_text(v)
+            clean = clean_text(v)
             if clean != v:
                 codes[i] = _VTYPE_CODE["object"]
                 clean = f"str: {clean}"
@@ -677,7 +677,7 @@ def split_values(
             codes[i] = _TYPE_CODE[t]
         elif t is tuple and len(v) == 2 and v[0] in _VTYPE_CODE and type(v[1]) is str:
             codes[i] = _VTYPE_CODE[v[0]]
-            text[i] = _clean_text(v[1])
+            text[i] = clean_text(v[1])
         else:
             codes[i] = _VTYPE_CODE["object"]
             text[i] = _object_text(v)
@@ -712,7 +712,7 @@ def _clean_names(names: list, found: dict[str, int]) -> list[str]:
         return names
     clean = []
     for name in names:
-        text = _clean_text(name)
+        text = clean_text(name)
         if text != name:
             why = f"log name of type {type(name).__name__}"
             if type(name) is str:
@@ -738,7 +738,7 @@ def _name_keys(con, names: set[str]) -> dict[str, int]:
     return found
 
 
-def _insert_logs(con, keys: _Keys, blocks: list, first_seq: int) -> int:
+def insert_logs(con, keys: RunKeys, blocks: list, first_seq: int) -> int:
     if not blocks:
         return 0
     unpacked = [journal.unpack_logs(b) for b in blocks]

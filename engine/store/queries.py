@@ -190,7 +190,7 @@ _OPENING = threading.Lock()
 
 
 @contextmanager
-def _session(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
+def read_session(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
     """`store.session()`, opened one thread at a time: on a catalog that does not exist yet,
     two threads creating the schema at once hit DuckDB's write-write conflict. Queries
     still run concurrently once the sessions are open. No progress bar (see below)."""
@@ -234,7 +234,7 @@ CONSOLE_TAIL = 40
 def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> RunDetail:
     """Args, metrics with sparklines (recorded and replayed), checkpoints, replays, the
     data wait per loop and the last lines the run printed."""
-    with _session(store) as con:
+    with read_session(store) as con:
         found = list_runs(con, run_id)
         if not found:
             raise StoreError(f"unknown run {run_id!r}")
@@ -361,7 +361,7 @@ def _json_object(text: str | None) -> dict[str, Any]:
 @again_if_rebuilt
 def load_replays(store: Store, limit: int = 50) -> list[ReplayRow]:
     """The latest replays with how many rows each produced."""
-    with _session(store) as con:
+    with read_session(store) as con:
         rows = con.execute(
             """
             SELECT p.replay_id, p.started, p.ended, p.status, p.names, p.detail,
@@ -379,7 +379,7 @@ def load_replays(store: Store, limit: int = 50) -> list[ReplayRow]:
 @again_if_rebuilt
 def replayed_names(store: Store) -> dict[str, set[str]]:
     """Per code version, the log names that replays filled in for its runs."""
-    with _session(store) as con:
+    with read_session(store) as con:
         rows = con.execute(
             "SELECT DISTINCT r.version, k.name FROM name_stats s "
             "JOIN runs r ON r.run_key = s.run_key JOIN name_keys k ON k.name_key = s.name_key "
@@ -394,7 +394,7 @@ def replayed_names(store: Store) -> dict[str, set[str]]:
 @again_if_rebuilt
 def load_live(store: Store) -> list[LiveRun]:
     """Runs still recording: iterations of their outer loop done, of its total."""
-    with _session(store) as con:
+    with read_session(store) as con:
         rows = con.execute(
             f"""
             SELECT r.run_id, e.loop, e.total, r.start_time,

@@ -26,9 +26,9 @@ from florwb_engine.store.user_sql import (
     READ_ONLY_CONFIG,
     READ_ONLY_HELD,
     QueryStopped,
-    _failure,
     check_read_only,
     count_result,
+    failure_of,
     hold,
     park_idle_holders,
 )
@@ -227,4 +227,4 @@ class ResultStream:
     def _failed(self, exc: duckdb.Error) -> StoreError:
         if self._stopped:
             return QueryStopped("stopped")
-        return _failure(exc)
+        return failure_of(exc)

@@ -19,8 +19,8 @@ from florwb_engine.store.db import StoreError, connect
 from florwb_engine.store.user_sql import (
     READ_ONLY_CONFIG,
     READ_ONLY_HELD,
-    _failure,
     check_read_only,
+    failure_of,
     park_idle_holders,
 )
 
@@ -80,5 +80,5 @@ def export_result(store: Store, sql: str, path: Path) -> int:
                 ).fetchall()
             except duckdb.Error as exc:
                 target.unlink(missing_ok=True)  # a half-written file is not a result
-                raise _failure(exc) from None
+                raise failure_of(exc) from None
     return int(row[0][0]) if row and row[0] else 0

@@ -98,7 +98,7 @@ class QueryStopped(StoreError):
     """The user stopped the query (`ResultStream.interrupt`)."""
 
 
-def _failure(exc: duckdb.Error) -> StoreError:
+def failure_of(exc: duckdb.Error) -> StoreError:
     if isinstance(exc, duckdb.InterruptException):
         return QueryStopped("stopped")
     return UserSqlError(first_line(exc), str(exc).strip())
@@ -112,7 +112,7 @@ def check_read_only(sql: str) -> list[str]:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
-        raise _failure(exc) from None
+        raise failure_of(exc) from None
     if not statements:
         raise StoreError("empty query")
     for statement in statements:
@@ -168,7 +168,7 @@ def _executed(store: Store, statements: list[str]) -> Iterator[duckdb.DuckDBPyCo
                 con.execute(statement).fetchall()
             result = con.execute(statements[-1])
         except duckdb.Error as exc:
-            raise _failure(exc) from None
+            raise failure_of(exc) from None
         yield result if result.description else None
 
 
@@ -180,7 +180,7 @@ def fetch_chunks(result: duckdb.DuckDBPyConnection) -> Iterator[pd.DataFrame]:
         try:
             chunk = result.fetch_df_chunk(CHUNK_VECTORS)
         except duckdb.Error as exc:
-            raise _failure(exc) from None
+            raise failure_of(exc) from None
         if chunk.empty and not first:
             return
         yield chunk
@@ -205,7 +205,7 @@ def fetch_rows(result: duckdb.DuckDBPyConnection, size: int = 2048) -> Iterator[
         try:
             rows = result.fetchmany(size)
         except duckdb.Error as exc:
-            raise _failure(exc) from None
+            raise failure_of(exc) from None
         if not rows:
             return
         yield rows
@@ -222,7 +222,7 @@ def query_frame(store: Store, sql: str) -> pd.DataFrame:
         try:
             return result.df()
         except duckdb.Error as exc:
-            raise _failure(exc) from None
+            raise failure_of(exc) from None
 
 
 @dataclass
@@ -247,7 +247,7 @@ def query_head(store: Store, sql: str, limit: int) -> Head:
         try:
             rows = result.fetchmany(limit + 1)
         except duckdb.Error as exc:
-            raise _failure(exc) from None
+            raise failure_of(exc) from None
     return Head(columns, types, rows[:limit], len(rows) > limit)
 
 
@@ -264,4 +264,4 @@ def count_result(store: Store, sql: str) -> int:
                 return 0
             return int(relation.aggregate("count(*)").fetchall()[0][0])
         except duckdb.Error as exc:
-            raise _failure(exc) from None
+            raise failure_of(exc) from None
