@@ -186,7 +186,7 @@ class WorkbenchApp(App[int]):
         top = self.screen
         if isinstance(top, ErrorScreen) and (top.title_text, top.message) == (title, text):
             return  # a poll failing again: one modal says it
-        self.push_screen(ErrorScreen(title, text))
+        self.push_screen(ErrorScreen(title, text, self.key_hints))
 
     @on(StoreWaiting)
     def _store_waiting(self, message: StoreWaiting) -> None:
@@ -415,7 +415,9 @@ class WorkbenchApp(App[int]):
         self.push_screen(
             ConfirmScreen(
                 "A replay is running",
-                "Quit and cancel it? y quits (the replay is cancelled), n goes on.",
+                f"Quit and cancel it? {self.key_hints('confirm.yes')} quits (the replay is "
+                f"cancelled), {self.key_hints('confirm.no')} goes on.",
+                self.key_hints,
             ),
             answered,
         )

@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for, wait_until
+from textual.widgets import Input
 
 from florwb.screens.chart import ChartScreen
+from florwb.screens.error import ErrorScreen
 from florwb.screens.help import help_renderable
 from florwb.screens.run_compare import RunCompareScreen
 from florwb.ui import keys
@@ -89,3 +91,33 @@ async def test_lines_that_name_a_key_follow_the_keymap(tmp_path: Path):
         await pilot.press("4")
         text = await wait_for(pilot, lambda t: "F10 schema" in t, what="the query key line")
         assert "F9 schema" not in text and "^⏎ run · esc stop/leave" in text
+
+
+async def test_help_error_and_diff_search_name_the_rebound_keys(tmp_path: Path):
+    """The help's title, the error's button and the diff search's placeholder named fixed
+    keys (`esc closes`, `OK (esc)`, `n/N`) whatever the keymap said."""
+    app = make_app(copy_demo(tmp_path), watch=False)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await loaded(pilot)
+        app.set_keymap(
+            {"help.close": "x", "error.close": "z", "diff.next": "f", "diff.previous": "F"}
+        )
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda t: "Keys (x closes" in t, what="the help's title")
+        assert "help.close" in _help_line(app, "help.close")
+        await pilot.press("escape")  # no longer bound: the help stays
+        await pilot.pause()
+        assert "Keys (x closes" in screen_text(app)
+        await pilot.press("x")
+        await wait_for(pilot, lambda t: "Keys (" not in t, what="the help closed")
+
+        app.show_error("Something failed", "the details")
+        await wait_for(pilot, lambda t: "OK (z)" in t, what="the error's button")
+        assert isinstance(app.screen, ErrorScreen)
+        await pilot.press("z")
+        await wait_until(pilot, lambda: not isinstance(app.screen, ErrorScreen), what="closed")
+
+        await pilot.press("2", "slash")  # the statements tab's search opens the diff's
+        search = app.query_one("#diff-search", Input)
+        await wait_until(pilot, lambda: search.has_focus, what="the diff's search")
+        assert search.placeholder == "search the diff (⏎ jumps, f/F next/previous)"

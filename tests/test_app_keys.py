@@ -17,7 +17,10 @@ from florwb.panes.query import QueryPane
 from florwb.panes.replay import PastReplaysTable, ReplayPane
 from florwb.panes.statements import StatementsPane
 from florwb.screens.chart import ChartScreen
+from florwb.screens.confirm import ConfirmScreen
+from florwb.screens.error import ErrorScreen
 from florwb.screens.export_result import ExportScreen
+from florwb.screens.help import HelpScreen
 from florwb.screens.query_history import QueryHistoryPicker
 from florwb.screens.replay_detail import ReplayDetailScreen
 from florwb.screens.replay_plan import PlanRunsTable, ReplayPlanScreen
@@ -51,6 +54,9 @@ BOUND = {
     "compare": RunCompareScreen,
     "replay_detail": ReplayDetailScreen,
     "query_history": QueryHistoryPicker,
+    "help": HelpScreen,
+    "confirm": ConfirmScreen,
+    "error": ErrorScreen,
 }
 
 

@@ -202,7 +202,9 @@ class HistoryPane(Vertical):
         from florwb.screens.run_compare import RunCompareScreen
 
         first, second = message.run_ids
-        self.app.push_screen(RunCompareScreen(self.store.project, self.store, first, second))
+        self.app.push_screen(
+            RunCompareScreen(self.store.project, self.store, first, second, self.hints)
+        )
 
     def refresh_summary(self, row: HistoryRow | None = None) -> None:
         history = self.history

@@ -124,7 +124,7 @@ class StatementsPane(Vertical, can_focus=False):
         yield table
         yield Static(id="cell-reason")
         yield Static(id="diff-title")
-        yield DiffView(id="diff-view")
+        yield DiffView(hints=self.hints, id="diff-view")
 
     # --- loading --------------------------------------------------------------------------
 

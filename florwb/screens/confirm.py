@@ -4,19 +4,17 @@ runs (issue 14, defect 5: `q` used to quit without asking)."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+
+from florwb.ui import keys
 
 
 class ConfirmScreen(ModalScreen[bool]):
     """Dismissed with True for y/⏎/Yes, False for n/esc/No."""
 
-    BINDINGS = [
-        Binding("y,enter", "answer(True)", "Yes", id="confirm.yes"),
-        Binding("n,escape,q", "answer(False)", "No", id="confirm.no"),
-    ]
+    BINDINGS = keys.bindings("confirm")
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
     ConfirmScreen > Vertical { width: 64; max-width: 95%; height: auto;
@@ -27,18 +25,21 @@ class ConfirmScreen(ModalScreen[bool]):
     ConfirmScreen Button { margin-left: 1; }
     """
 
-    def __init__(self, title: str, question: str) -> None:
+    def __init__(self, title: str, question: str, hints: keys.KeyHints | None = None) -> None:
         super().__init__()
         self.title_text = title
         self.question = question
+        self.hints = hints or keys.KeyHints()
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(self.title_text, id="confirm-title", markup=False)
             yield Static(self.question, id="confirm-text", markup=False)
             with Horizontal():
-                yield Button("Yes y", id="confirm-yes", variant="warning")
-                yield Button("No n", id="confirm-no")
+                yield Button(
+                    f"Yes {self.hints('confirm.yes')}", id="confirm-yes", variant="warning"
+                )
+                yield Button(f"No {self.hints('confirm.no')}", id="confirm-no")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "confirm-yes")

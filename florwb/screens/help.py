@@ -49,7 +49,7 @@ def help_renderable(app: App, keymap: Mapping[str, str]) -> Group:
 class HelpScreen(ModalScreen[None]):
     """Built with the keymap in force (binding id -> keys)."""
 
-    BINDINGS = [Binding("escape,question_mark,q", "close", "Close", id="help.close")]
+    BINDINGS = keys.bindings("help")
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > Vertical { width: 80; max-width: 100%; height: 100%; border: thick $primary;
@@ -64,7 +64,11 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static("Keys (esc closes; j/k or wheel scroll)", id="help-title")
+            hints = keys.KeyHints(lambda name: self.app.get_key_display(Binding(name, "")))
+            hints.keymap = self.keymap
+            yield Static(
+                f"Keys ({hints('help.close')} closes; j/k or wheel scroll)", id="help-title"
+            )
             with VerticalScroll(id="help-scroll"):
                 yield Static(help_renderable(self.app, self.keymap), id="help-body")
 

@@ -182,8 +182,16 @@ class RunCompareScreen(Screen[None]):
     RunCompareScreen DiffView { height: 1fr; min-height: 5; }
     """
 
-    def __init__(self, project: Path, store: Store, first: str, second: str) -> None:
+    def __init__(
+        self,
+        project: Path,
+        store: Store,
+        first: str,
+        second: str,
+        hints: keys.KeyHints | None = None,
+    ) -> None:
         super().__init__()
+        self.hints = hints or keys.KeyHints()
         self.project = project
         self.store = store
         self.run_ids = (first, second)
@@ -197,7 +205,7 @@ class RunCompareScreen(Screen[None]):
                 id="compare-summary",
             )
         yield Static(id="compare-diff-title")
-        yield DiffView(id="compare-diff")
+        yield DiffView(hints=self.hints, id="compare-diff")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:

@@ -51,6 +51,9 @@ SCOPES: dict[str, tuple[str, str, str | None]] = {
     "textview": ("Error / cell viewer", "TextViewScreen", None),
     "export": ("Export a result", "ExportScreen", None),
     "query_history": ("Query history (4, F8)", "QueryHistoryPicker", None),
+    "help": ("This help", "HelpScreen", None),
+    "confirm": ("A question (quit during a replay)", "ConfirmScreen", None),
+    "error": ("An error", "ErrorScreen", None),
 }
 
 # Scopes that live on a modal screen: offered by the palette only while it is open.
@@ -64,6 +67,9 @@ SCREEN_SCOPES = {
     "textview": "TextViewScreen",
     "export": "ExportScreen",
     "query_history": "QueryHistoryPicker",
+    "help": "HelpScreen",
+    "confirm": "ConfirmScreen",
+    "error": "ErrorScreen",
 }
 
 KEYS: dict[str, tuple[Key, ...]] = {
@@ -222,6 +228,12 @@ KEYS: dict[str, tuple[Key, ...]] = {
     "textview": (Key("textview.close", "escape,q", "close", "Close", True, label="close"),),
     "export": (Key("export.close", "escape", "close", "Cancel the export", True, label="cancel"),),
     "query_history": (Key("query_history.close", "escape", "dismiss(None)", "Close the history"),),
+    "help": (Key("help.close", "escape,question_mark,q", "close", "Close the help"),),
+    "confirm": (
+        Key("confirm.yes", "y,enter", "answer(True)", "Yes", palette=False),
+        Key("confirm.no", "n,escape,q", "answer(False)", "No", palette=False),
+    ),
+    "error": (Key("error.close", "escape,enter,q", "dismiss_error", "Close the error"),),
     "chart": (
         Key("chart.back", "escape,backspace", "back", "Back", True, label="back"),
         Key("chart.axis", "x", "next_axis", "x axis: steps / epochs / wall time", True, "axis"),

@@ -96,17 +96,16 @@ class DiffView(Vertical):
     DiffView #diff-found.-shown { display: block; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, *, hints: keys.KeyHints | None = None, id: str | None = None) -> None:
         super().__init__(id=id)
+        self.hints = hints or keys.KeyHints()
         self.text = Text()
         self.term = ""
         self.matches: list[tuple[int, int, int]] = []  # (line, start, end) in the plain text
         self.current = -1
 
     def compose(self) -> ComposeResult:
-        yield SearchLine(
-            placeholder="search the diff (⏎ jumps, n/N next/previous)", id="diff-search"
-        )
+        yield SearchLine(placeholder=self._search_hint(), id="diff-search")
         with ScrollableContainer(id="diff-scroll"):
             yield Static(id="diff")
         yield Static(id="diff-found")
@@ -122,8 +121,17 @@ class DiffView(Vertical):
 
     # --- search ---------------------------------------------------------------------------
 
+    def _search_hint(self) -> str:
+        """Named from the keymap in force when the search opens (it may have changed since
+        the diff was built)."""
+        return (
+            f"search the diff (⏎ jumps, {self.hints('diff.next')}/"
+            f"{self.hints('diff.previous')} next/previous)"
+        )
+
     def action_search(self) -> None:
         box = self.query_one("#diff-search", Input)
+        box.placeholder = self._search_hint()
         box.add_class("-shown")
         box.value = self.term
         box.focus()
