@@ -91,7 +91,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from florwb_engine.store.hints import data_wait_hint
 
     for r in runs:
-        if hint := data_wait_hint(r.data_wait_share):
+        if hint := data_wait_hint(r.data_wait_share, r.data_wait_s):
             print(f"hint: run {r.run_id} {hint}")
     for r in runs:
         if note := summary(r.issues):

@@ -14,6 +14,7 @@ import json
 from conftest import florwb, run_py, write
 
 from florwb_engine.store import Store
+from florwb_engine.store.hints import DATA_WAIT_HINT_MIN_S, data_wait_hint
 
 SCRIPT = """
 import time
@@ -76,3 +77,19 @@ def test_slow_input_is_flagged_and_fast_input_is_not(repo) -> None:
     listed = json.loads(florwb(repo, "runs", "--json").stdout)
     shares = {r["run_id"]: r["data_wait_share"] for r in listed}
     assert shares[slow["run_id"]] > 0.2 > shares[fast["run_id"]]
+
+
+def test_a_microsecond_loop_gets_no_data_loader_advice(repo) -> None:
+    """A toy loop over range(3) takes microseconds, a quarter of them in `next()`: it was
+    told to try more DataLoader workers. The advice needs a wait worth tuning."""
+    write(
+        repo / "train.py",
+        'import florwb as flor\nfor e in flor.loop("epoch", range(3)):\n    flor.log("x", e)\n',
+    )
+    run_py(repo, "train.py")
+    (run,) = Store(repo).runs()
+    assert run["data_wait_s"] < DATA_WAIT_HINT_MIN_S
+    assert not [line for line in florwb(repo, "runs").stdout.splitlines() if HINT in line]
+    assert data_wait_hint(0.26, 2e-6) is None
+    assert HINT in (data_wait_hint(0.26, 0.5) or "")
+    assert data_wait_hint(0.1, 5.0) is None

@@ -222,7 +222,7 @@ def _where_time_goes(detail: RunDetail) -> list:
                 w.path, fmt.duration(w.wait_s), fmt.percent(w.share), fmt.duration(w.loop_s)
             )
         parts.append(waits)
-    hint = data_wait_line(share)
+    hint = data_wait_line(share, run.data_wait_s)
     if hint:
         parts.append(Text(hint, "bold yellow"))
     return parts

@@ -22,8 +22,8 @@ from florwb_engine.store.queries import RunRow
 from florwb_engine.watch import PendingStatements
 
 
-def data_wait_line(share: float | None) -> str | None:
-    hint = data_wait_hint(share)
+def data_wait_line(share: float | None, wait_s: float | None) -> str | None:
+    hint = data_wait_hint(share, wait_s)
     return f"hint: {hint}" if hint else None
 
 
@@ -119,7 +119,7 @@ class RunSummary(Static):
                 f"replayed by {len(run.replays)} replay" + ("s" if len(run.replays) > 1 else "")
             )
         lines.append(Text(" · ".join(facts) + f"   {self.hints('history.open')} details", "dim"))
-        hint = data_wait_line(run.data_wait_share)
+        hint = data_wait_line(run.data_wait_share, run.data_wait_s)
         if hint:
             lines.append(Text(hint, "yellow"))
         return Group(*lines)
