@@ -242,6 +242,14 @@ def main(argv: list[str] | None = None) -> int:
         if len(argv) > 1:
             parser.error(f"unknown command {argv[0]!r}")
         path = Path(argv[0] if argv else ".")
+        if not path.exists() and os.sep not in argv[0] and "." not in argv[0]:
+            # a bare word is more likely a mistyped command than a missing folder
+            print(
+                f"florwb: {argv[0]!r} is neither a command nor a folder here "
+                f"(commands: {', '.join(sorted(commands))})",
+                file=sys.stderr,
+            )
+            return 2
         if not path.exists():
             print(f"florwb: {path}: no such file or folder", file=sys.stderr)
             return 1

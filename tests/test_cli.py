@@ -14,6 +14,10 @@ def test_usage_errors_and_missing_paths(tmp_path):
     assert missing.stderr.strip() == f"florwb: {tmp_path / 'nowhere'}: no such file or folder"
     bogus = florwb(tmp_path, "bogus", "extra", check=False)
     assert bogus.returncode == 2 and "unknown command 'bogus'" in bogus.stderr
+    word = florwb(tmp_path, "logs", check=False)  # a mistyped command, not a missing folder
+    assert word.returncode == 2
+    assert word.stderr.startswith("florwb: 'logs' is neither a command nor a folder here")
+    assert "runs" in word.stderr and len(word.stderr.splitlines()) == 1
     empty = florwb(tmp_path, str(tmp_path), check=False)  # a folder with no runs
     assert empty.returncode == 1 and "no recorded runs" in empty.stderr
     assert "Traceback" not in missing.stderr + bogus.stderr + empty.stderr
