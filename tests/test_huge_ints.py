@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-from conftest import florwb, git, run_py, write
+from conftest import florwb, recorded_project
 
 SCRIPT = """
 import florwb as flor
@@ -27,11 +27,7 @@ BIG = "1" + "0" * 5000
 
 
 def test_huge_ints_keep_their_digits(tmp_path):
-    write(tmp_path / "train.py", SCRIPT)
-    git(tmp_path, "init", "-q")
-    git(tmp_path, "add", "-A")
-    git(tmp_path, "commit", "-qm", "init")
-    run_py(tmp_path, "train.py")
+    recorded_project(tmp_path, SCRIPT)
     frame = json.loads(florwb(tmp_path, "dataframe", "big", "neg", "--format", "json").stdout)
     assert [row["big"] for row in frame] == [BIG, BIG[:-1] + "1"]
     assert [row["neg"] for row in frame] == ["-1" + "0" * 6000] * 2

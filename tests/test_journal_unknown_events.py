@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import florwb, git, run_py, write
+from conftest import florwb, recorded_project, run_py
 
 from florwb_engine.journal import JournalWriter
 
@@ -22,11 +22,7 @@ for epoch in flor.loop("epoch", range(3)):
 
 
 def test_unknown_event_kinds_are_counted_and_said(tmp_path):
-    write(tmp_path / "train.py", SCRIPT)
-    git(tmp_path, "init", "-q")
-    git(tmp_path, "add", "-A")
-    git(tmp_path, "commit", "-qm", "init")
-    run_py(tmp_path, "train.py")
+    recorded_project(tmp_path, SCRIPT)
     run_py(tmp_path, "train.py")
     first, second = sorted((tmp_path / ".florwb" / "journal").glob("*.journal"))
     writer = JournalWriter(first)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import florwb, git, run_py, write
+from conftest import florwb, recorded_project
 
 SCRIPT = """
 import florwb as flor
@@ -26,11 +26,7 @@ for e in flor.loop("epoch", range(2)):
 
 
 def test_odd_and_colliding_loop_names(tmp_path):
-    write(tmp_path / "train.py", SCRIPT)
-    git(tmp_path, "init", "-q")
-    git(tmp_path, "add", "-A")
-    git(tmp_path, "commit", "-qm", "init")
-    run_py(tmp_path, "train.py")
+    recorded_project(tmp_path, SCRIPT)
     listed = florwb(tmp_path, "runs", "--json")
     said = [line for line in listed.stderr.splitlines() if "share the column" in line]
     assert len(said) == 1 and "epoch/EPOCH" in said[0], listed.stderr
