@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from florwb_engine.record.atomic import sync_folder, temp_path
+
 DEFAULT_BUDGET = float(os.environ.get("FLORWB_CKPT_BUDGET", "0.02"))
 _ASSUMED_BYTES_PER_S = 1e9  # first-checkpoint estimate, before anything was measured
 
@@ -269,7 +271,7 @@ class Checkpointer:
                 return
             state, path, loop, iteration, ctx_id, snapshot_s = item
             t0 = time.perf_counter()
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp = temp_path(path)
             try:
                 buffer = io.BytesIO()  # one write of the whole file is faster than torch's many
                 torch.save(state, buffer)
@@ -315,14 +317,6 @@ class Checkpointer:
             self._queue.put(None)
             self._thread.join()
             self._thread = None
-
-
-def sync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def tensors_in(obj: Any):

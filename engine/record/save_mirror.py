@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine.journal import ITERATION_MASK
-from florwb_engine.record.checkpoint import capture_rng, safe_loop_name, sync_folder
+from florwb_engine.record.atomic import sync_folder, write_atomic
+from florwb_engine.record.checkpoint import capture_rng, safe_loop_name
 from florwb_engine.record.values import REPLACED
 
 MANIFEST_SUFFIX = ".saves.json"
@@ -113,14 +114,16 @@ class Mirror:
             if how == "copy":
                 _copy(target, dest)
             else:
-                _write_atomic(dest, lambda out: _ORIGINAL_SAVE(_safe_form(obj), out))
+                write_atomic(dest, lambda out: _ORIGINAL_SAVE(_safe_form(obj), out), durable=True)
             written.append(dest)
             if size:
                 self._copy_bytes_per_s = size / max(time.perf_counter() - t1, 1e-6)
             if first:
                 rng_name = f"{stem}.rng.pt"
-                _write_atomic(
-                    self.folder / rng_name, lambda out: _ORIGINAL_SAVE(capture_rng(), out)
+                write_atomic(
+                    self.folder / rng_name,
+                    lambda out: _ORIGINAL_SAVE(capture_rng(), out),
+                    durable=True,
                 )
                 written.append(self.folder / rng_name)
                 manifest["rng"] = rng_name
@@ -135,7 +138,7 @@ class Mirror:
             )
             name = manifest_name(loop, iteration)
             text = json.dumps(manifest).encode()
-            _write_atomic(self.folder / name, lambda out: out.write(text))
+            write_atomic(self.folder / name, lambda out: out.write(text), durable=True)
             sync_folder(self.folder)
         except BaseException:
             for path in written:
@@ -299,26 +302,10 @@ def _size(path: str) -> int:
     return 0
 
 
-def _write_atomic(dest: Path, write: Any) -> None:
-    """`write(file)` into a temp file named after this process (the next reader removes it
-    if the process dies first: store/repair.py), synced, then renamed over `dest`; on any
-    failure (a full disk) the temp file is removed, so nothing partial stays behind."""
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as out:
-            write(out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _copy(source: str, dest: Path) -> None:
     """Copy in the kernel (a reflink where the filesystem shares blocks), then rename."""
     with open(source, "rb") as src:
-        _write_atomic(dest, lambda out: _copy_into(src, out))
+        write_atomic(dest, lambda out: _copy_into(src, out), durable=True)
 
 
 def _copy_into(src: Any, out: Any) -> None:

@@ -32,6 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from florwb_engine.record.atomic import write_atomic
+
 FILE = "start-rng.json"
 AT_IMPORT = "at_import"  # the states when florwb was imported, inside the file's states
 _at_import: dict[str, Any] | None = None
@@ -98,9 +100,9 @@ def save(state: dict[str, Any], folder: Path) -> Path:
     """Write the states atomically into the run's checkpoint folder; OSError if it cannot."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / FILE
-    tmp = path.with_name(f".{FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(state))
-    os.replace(tmp, path)
+    text = json.dumps(state).encode()
+    # not synced: written at the run's first call, where a device sync would delay training
+    write_atomic(path, lambda out: out.write(text), durable=False)
     return path
 
 
