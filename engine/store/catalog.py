@@ -177,7 +177,7 @@ def _pivot(con: duckdb.DuckDBPyConnection, tokens: list[str]) -> pd.DataFrame:
         if not from_log[token]:
             continue
         key, _paths, n, n_numeric, n_int, once = logged[name]
-        value = "value" if n_numeric == n else "coalesce(text, CAST(value AS VARCHAR))"
+        value = "value" if n_numeric == n else TEXT_OF_VALUE
         # Logged more than once in an iteration: the last value counts. Once (the usual
         # case, known from ingestion): any aggregate gives it, and max is 1.5x faster.
         last = f"max({value})" if once else f"arg_max({value}, seq)"
@@ -202,6 +202,14 @@ def _pivot(con: duckdb.DuckDBPyConnection, tokens: list[str]) -> pd.DataFrame:
         ranks = ["rank"] if ranked else []
         frame = frame[["run_id", "version", "start_time", *ranks, *loops_used, *aliases.values()]]
     return frame
+
+
+# A column of mixed kinds (an int past 2**53 keeps its digits as text) is text: an int
+# beside it reads as its digits ("1", not "1.0"), so every int in it is exact.
+TEXT_OF_VALUE = (
+    "coalesce(text, CASE WHEN vtype = 1 AND isfinite(value) "
+    "THEN CAST(CAST(value AS HUGEINT) AS VARCHAR) ELSE CAST(value AS VARCHAR) END)"
+)
 
 
 def _aggregate(

@@ -29,6 +29,7 @@ from florwb_engine.store.console import ConsoleLine
 from florwb_engine.store.db import StoreError, no_progress_bar
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import RunRow, list_runs
+from florwb_engine.store.schema import LOCAL_SEQ
 
 if TYPE_CHECKING:  # duckdb.sqltypes is duckdb 2's home of the type; only annotations use it
     from duckdb.sqltypes import DuckDBPyType
@@ -285,8 +286,8 @@ def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> R
 def _run_metrics(con: duckdb.DuckDBPyConnection, run_key: int, points: int) -> list[MetricSeries]:
     rows = con.execute(
         f"""
-        WITH v AS (SELECT source_key, name_key, seq, value, text, vtype FROM log_rows
-                   WHERE run_key = ?),
+        WITH v AS (SELECT source_key, name_key, seq & {LOCAL_SEQ} AS seq, value,
+                          text, vtype FROM log_rows WHERE run_key = ?),
              b AS (SELECT source_key, name_key, min(seq) AS lo, max(seq) AS hi, count(*) AS n,
                           count(*) FILTER (WHERE vtype <= 2) AS n_num,
                           arg_max(value, seq) AS last, arg_max(text, seq) AS last_text,

@@ -22,6 +22,7 @@ SCHEMA_VERSION = 6
 # A log row's rank is in its seq's high bits (each rank journal numbers its rows from
 # rank << RANK_SHIFT): the rank costs no column on the hot rows (store/run_ranks.py).
 RANK_SHIFT = 40
+LOCAL_SEQ = (1 << RANK_SHIFT) - 1  # a row's place in its own rank's sequence: seq & LOCAL_SEQ
 RECORDED = "record"
 
 TABLES = {
