@@ -10,10 +10,14 @@ import warnings
 
 import pytest
 from conftest import florwb, git, run_py, write
+from conftest_app import loaded, make_app, run_lines, wait_for
 
 import florwb as flor
+from florwb.screens.run_detail import RunDetailScreen
+from florwb.ui.format import short_run
 from florwb_engine.replay import execute, plan_replay
 from florwb_engine.store import Store
+from florwb_engine.store.curves import load_curves
 
 # `seen` is an unregistered dict changed in place by a helper: no checkpoint holds it and
 # the planner cannot tell, so a segment that starts from a checkpoint at epoch 2 starts
@@ -193,3 +197,46 @@ def test_a_later_replay_retries_the_diverged_run(replayed, tmp_path):
     status = {r.run_id: (r.status, r.reason) for r in again.runs}
     assert status[clean] == ("done", "already has w")
     assert status[noisy][0] == "ready"
+    (retry,) = again.ready()
+    assert f"retries replay {replayed[1].replay_id}, which diverged on this run" in retry.notes
+
+
+def test_the_chart_leaves_diverged_values_out_with_the_note(replayed):
+    project, _plan, _result = replayed
+    clean, noisy = _runs(project)
+    curves = load_curves(Store(project), [clean, noisy], "w", "step")
+    assert {c.run_id for c in curves.curves} == {clean}
+    assert curves.withheld.values == 8 and curves.withheld.runs == {noisy}
+
+
+async def test_the_workbench_says_diverged_and_never_shows_a_check_beside_it(replayed):
+    project, plan, _result = replayed
+    clean, noisy = _runs(project)
+    app = make_app(project)
+    async with app.run_test(size=(140, 50)) as pilot:
+        text = await loaded(pilot)
+        noisy_line = next(line for line in run_lines(text) if short_run(noisy) in line)
+        clean_line = next(line for line in run_lines(text) if short_run(clean) in line)
+        assert noisy_line.split()[0] == "≠" and "diverged" in noisy_line.split(), text
+        assert clean_line.split()[0] == "↻" and "replayed" in clean_line.split(), text
+        app.push_screen(RunDetailScreen(app.store, noisy))
+        text = await wait_for(pilot, lambda t: "Replays (1)" in t, what="run detail")
+        assert "✓" not in text.split("Metrics")[1].split("Checkpoints")[0]
+        assert "16 values of 1 diverged replay left out; florwb dataframe NAME --diverged" in text
+        assert f"{plan.replay_id} diverged: unreproducible: noise at epoch=0" in text
+        rows = [line.split() for line in text.splitlines() if plan.replay_id in line]
+        assert [plan.replay_id, "diverged", "diverged", "w", "0", "(16", "withheld)"] in [
+            row[:7] for row in rows
+        ], text
+
+
+def test_a_catalog_rebuilt_from_the_journals_still_withholds(replayed, tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(replayed[0], project, symlinks=True)
+    clean, noisy = _runs(project)
+    (project / ".florwb" / "florwb.duckdb").unlink()  # what repair does with a damaged one
+    frame = Store(project).dataframe("w")
+    assert set(frame[frame.w.notna()].run_id) == {clean}
+    assert frame.attrs["withheld"].runs == {noisy} and frame.attrs["withheld"].values == 8
+    verdicts = {r.run_id: r.verdict for r in Store(project).run_rows()}
+    assert verdicts == {clean: "verified", noisy: "diverged"}

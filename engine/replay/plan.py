@@ -264,6 +264,8 @@ def _plan_run(
     plan.code = result.code
     if why:
         plan.notes.append(why)
+    if facts.diverged:
+        plan.notes.append(f"retries replay {facts.diverged}, which diverged on this run")
     plan.status = READY
     return plan
 

@@ -68,6 +68,8 @@ class Store:
             ensure_schema(con)
             clear_abandoned(con, self.project)
             self.last_ingest = ingest_pending(con, projects.journal_dir(self.project))
+            if self.last_ingest.journals:  # a rebuilt catalog: its verdicts back from files
+                verdicts.apply_sidecars(con, projects.journal_dir(self.project))
             if not self._cleaned:
                 self.leftovers = repair.remove_leftovers(self.dir, repair.running_replays(con))
                 self._cleaned = True

@@ -76,6 +76,7 @@ def remove_results(con: duckdb.DuckDBPyConnection, project: Path, replay_id: str
     """Everything a replay left: its journals (ingested or not), rows and work folder."""
     for path in journal_dir(project).glob(replay_journal_name(replay_id, "*")):
         path.unlink(missing_ok=True)
+    verdicts.sidecar_path(journal_dir(project), replay_id).unlink(missing_ok=True)
     delete_rows(con, replay_id)
     shutil.rmtree(store_dir(project) / "replays" / replay_id, ignore_errors=True)
 

@@ -18,9 +18,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
+
+from florwb_engine.record.atomic import write_atomic
 
 Verdict = Literal["verified", "unchecked", "diverged"]
 VERDICTS: tuple[Verdict, ...] = ("verified", "unchecked", "diverged")
@@ -196,6 +199,46 @@ def latest_verdict(verdicts: Sequence[dict[str, Any]]) -> Verdict | None:
     """The verdict a run reads as: its latest replay's (a later replay re-tries a diverged
     one, so an older divergence a newer replay verified no longer stands)."""
     return verdicts[-1]["verdict"] if verdicts else None
+
+
+# Beside a replay's journals: its verdicts, so a catalog rebuilt from the journals
+# (store/repair.py) withholds what diverged again instead of serving it.
+SIDECAR = ".verdicts.json"
+
+
+def sidecar_path(journal_dir: Path, replay_id: str) -> Path:
+    return journal_dir / f"replay-{replay_id}{SIDECAR}"
+
+
+def write_sidecar(journal_dir: Path, replay_id: str, verdicts: dict[str, dict[str, Any]]) -> None:
+    """`verdicts`: run id -> verdict, compared, rows, divergence, strict."""
+    data = json.dumps(verdicts).encode()
+    write_atomic(sidecar_path(journal_dir, replay_id), lambda f: f.write(data), durable=True)
+
+
+def apply_sidecars(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> None:
+    """Verdicts the catalog lacks (it was rebuilt from the journals) taken from the files
+    beside the journals; a diverged run's rows are withheld again."""
+    known = set(con.execute("SELECT replay_id || '/' || run_id FROM replay_runs").fetchall())
+    for path in journal_dir.glob(f"replay-*{SIDECAR}"):
+        replay_id = path.name[len("replay-") : -len(SIDECAR)]
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for run_id, v in found.items() if isinstance(found, dict) else ():
+            if (f"{replay_id}/{run_id}",) in known or not isinstance(v, dict):
+                continue
+            record(
+                con,
+                replay_id,
+                run_id,
+                v.get("verdict", "diverged"),
+                compared=int(v.get("compared") or 0),
+                rows=int(v.get("rows") or 0),
+                divergence=v.get("divergence"),
+                strict=bool(v.get("strict")),
+            )
 
 
 def withhold_recorded_divergences(con: duckdb.DuckDBPyConnection) -> None:
