@@ -8,6 +8,7 @@ import json
 import shutil
 import warnings
 
+import duckdb
 import pytest
 from conftest import florwb, git, run_py, write
 from conftest_app import loaded, make_app, run_lines, wait_for
@@ -164,6 +165,8 @@ def test_the_opt_in_shows_diverged_values_marked(replayed):
     epochs = frame[(frame.run_id == noisy) & frame.seen.notna() & frame.step.isna()]
     assert list(epochs.seen) == [1.0, 2.0, 3.0, 4.0] and epochs.diverged.isna().all()
     assert frame[frame.run_id == clean].diverged.isna().all()
+    args = Store(project).dataframe("arg:noise", diverged=True)
+    assert list(args["arg:noise"]) == [0, 1] and args.diverged.isna().all()
     cli = florwb(project, "dataframe", "w", "--diverged", "--format", "json")
     marked = [row for row in json.loads(cli.stdout) if row["diverged"]]
     assert len(marked) == 8 and {row["run_id"] for row in marked} == {noisy}
@@ -240,3 +243,30 @@ def test_a_catalog_rebuilt_from_the_journals_still_withholds(replayed, tmp_path)
     assert frame.attrs["withheld"].runs == {noisy} and frame.attrs["withheld"].values == 8
     verdicts = {r.run_id: r.verdict for r in Store(project).run_rows()}
     assert verdicts == {clean: "verified", noisy: "diverged"}
+
+
+def test_a_catalog_from_before_verdicts_withholds_what_its_replays_called_diverged(
+    replayed, tmp_path
+):
+    """Schema 6 had no verdicts: the rows of a replay whose own results said `diverged`
+    were served. Opening such a catalog moves them out and stores the verdict."""
+    project = tmp_path / "project"
+    shutil.copytree(replayed[0], project, symlinks=True)
+    _clean, noisy = _runs(project)
+    for sidecar in (project / ".florwb" / "journal").glob("*.verdicts.json"):
+        sidecar.unlink()  # older florwb wrote none
+    con = duckdb.connect(str(project / ".florwb" / "florwb.duckdb"))
+    con.execute("INSERT INTO log_rows SELECT * FROM withheld_rows")
+    con.execute("INSERT INTO name_stats SELECT * FROM withheld_name_stats")
+    for table in ("withheld_rows", "withheld_name_stats", "replay_runs"):
+        con.execute(f"DROP TABLE {table}")
+    con.execute("DROP VIEW logs_all")
+    con.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    assert con.execute("SELECT count(*) FROM log_rows").fetchall()[0][0] > 0
+    con.close()
+    store = Store(project)
+    frame = store.dataframe("w")
+    assert frame.attrs["withheld"].runs == {noisy} and frame.attrs["withheld"].values == 8
+    assert noisy not in set(frame[frame.w.notna()].run_id)
+    verdict = store.query(f"SELECT verdict FROM replay_runs WHERE run_id = '{noisy}'")
+    assert verdict.verdict.tolist() == ["diverged"]

@@ -218,6 +218,8 @@ def _pivot(
     keys = [int(v[0]) for v in logged.values()]
     ranked = run_ranks.any_ranked(con)  # a `rank` column once a multi-process run exists
     frame = _aggregate(con, keys, loops_used, aggregates, ranked, flags).astype(casts)
+    if diverged and "diverged" not in frame.columns:  # no value of these names diverged
+        frame["diverged"] = None
     arg_only = {t: wanted[t][0] for t in wanted if not from_log[t]}
     if arg_only:
         values: dict[tuple, object] = {
@@ -315,8 +317,6 @@ def _aggregate(
     con.execute("SET SESSION preserve_insertion_order = true")
     codes = frame.pop("position").to_numpy()
     frame = frame.rename(columns=values)
-    if flags and "diverged" not in frame.columns:
-        frame["diverged"] = None
     for i, column in enumerate(("run_id", "version")):
         per_run = pd.Categorical(runs[column].astype(object))  # codes, not 2.5M strings
         frame.insert(i, column, pd.Categorical.from_codes(per_run.codes[codes], per_run.categories))
