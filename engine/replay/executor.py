@@ -29,6 +29,7 @@ from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.record import start_rng
 from florwb_engine.replay import contain, ddp_launch
 from florwb_engine.replay.cores import thread_env, threads_per_worker
+from florwb_engine.replay.errors import PlanError
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
 from florwb_engine.replay.plan import Plan, RunPlan, Segment, plan_replay
@@ -173,7 +174,7 @@ def execute(
         result = _collect(plan, first, store, cancel.is_set())
         result.shipped = shipped
         if any(r.verdict == "diverged" for r in result.runs) and not cancel.is_set():
-            _retry_strict(plan, result, first, store, run)
+            _retry_strict(plan, result, first, store, run, cancel)
         _finish(plan, result, store)
     except BaseException:
         _remove_results(store, project, plan.replay_id)
@@ -575,11 +576,13 @@ def _retry_strict(
     tasks: list[SegmentTask],
     store: Store,
     run: Callable[[Plan], list[SegmentTask]],
+    cancel: threading.Event,
 ) -> None:
     """A divergence is retried before it is reported: each diverged run is planned again
     strictly (from its start, one segment, no checkpoint or own save restored) and
     replayed under the same replay id. The strict verdict replaces the first one; only a
-    run that diverges strictly too stays diverged, named unreproducible."""
+    run that diverges strictly too stays diverged, named unreproducible. Planning it
+    again reads today's script as the first plan did."""
     first = {r.run_id: r for r in result.runs if r.verdict == "diverged"}
     with store.session() as con:  # the diverged rows go; the strict re-run logs them again
         for run_id in first:
@@ -587,23 +590,27 @@ def _retry_strict(
                 plan.project, plan.replay_id, [t for t in tasks if t.plan.run_id == run_id]
             )
             delete_rows(con, plan.replay_id, run_id)
-    strict = plan_replay(
-        plan.project,
-        plan.names,
-        run_ids=list(first),
-        workers=min(plan.workers, len(first)),
-        executor=plan.executor,
-        strict=True,
-    )
-    strict.replay_id = plan.replay_id
-    offset = 1 + max((t.segment.index for t in tasks), default=-1)
-    for run_plan in strict.ready():
-        for segment in run_plan.segments:
-            segment.index += offset
     retried: dict[str, RunResult] = {}
-    if strict.ready():
+    try:
+        strict: Plan | str = plan_replay(
+            plan.project,
+            plan.names,
+            run_ids=list(first),
+            workers=min(plan.workers, len(first)),
+            executor=plan.executor,
+            strict=True,
+        )
+    except PlanError as exc:  # the first pass's other runs stand whatever this says
+        strict = str(exc)
+    if isinstance(strict, Plan) and strict.ready():
+        strict.replay_id = plan.replay_id
+        offset = 1 + max((t.segment.index for t in tasks), default=-1)
+        for run_plan in strict.ready():
+            for segment in run_plan.segments:
+                segment.index += offset
         second = run(strict)
-        retried = {r.run_id: r for r in _collect(strict, second, store, False, strict=True).runs}
+        collected = _collect(strict, second, store, cancel.is_set(), strict=True)
+        retried = {r.run_id: r for r in collected.runs}
     with store.session() as con:
         for run_id, before in first.items():
             after = retried.get(run_id)
@@ -631,7 +638,9 @@ def _retry_strict(
             result.runs[result.runs.index(before)] = after
 
 
-def _skip_reason(plan: Plan, run_id: str) -> str:
+def _skip_reason(plan: Plan | str, run_id: str) -> str:
+    if isinstance(plan, str):
+        return plan
     found = next((r for r in plan.runs if r.run_id == run_id), None)
     return (found.reason if found else None) or "not planned"
 
