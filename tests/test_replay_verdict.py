@@ -17,6 +17,7 @@ import florwb as flor
 from florwb.screens.run_detail import RunDetailScreen
 from florwb.ui.format import short_run
 from florwb_engine.replay import execute, plan_replay
+from florwb_engine.run_compare import compare_runs
 from florwb_engine.store import Store
 from florwb_engine.store.curves import load_curves
 
@@ -210,6 +211,14 @@ def test_the_chart_leaves_diverged_values_out_with_the_note(replayed):
     curves = load_curves(Store(project), [clean, noisy], "w", "step")
     assert {c.run_id for c in curves.curves} == {clean}
     assert curves.withheld.values == 8 and curves.withheld.runs == {noisy}
+
+
+def test_compare_leaves_diverged_values_out_with_the_note(replayed):
+    project, _plan, _result = replayed
+    clean, noisy = _runs(project)
+    comparison = compare_runs(project, Store(project), clean, noisy)
+    assert "w" in comparison.only_first and "w" not in comparison.only_second
+    assert comparison.withheld.values == 16 and comparison.withheld.runs == {noisy}
 
 
 async def test_the_workbench_says_diverged_and_never_shows_a_check_beside_it(replayed):
