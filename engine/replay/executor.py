@@ -544,17 +544,15 @@ def _overall(results: list[RunResult]) -> ReplayStatus:
 
 def _finish(plan: Plan, result: ReplayResult, store: Store) -> None:
     result.status = _overall(result.runs) if result.runs else result.status
-    verdicts.write_sidecar(
-        journal_dir(plan.project),
-        plan.replay_id,
-        {
-            r.run_id: {
-                k: getattr(r, k) for k in ("verdict", "compared", "rows", "divergence", "strict")
-            }
-            for r in result.runs
-            if r.verdict is not None
-        },
-    )
+    kept = {
+        r.run_id: {
+            k: getattr(r, k) for k in ("verdict", "compared", "rows", "divergence", "strict")
+        }
+        for r in result.runs
+        if r.verdict is not None
+    }
+    if kept:  # beside the journals, for a catalog rebuilt from them (store/verdicts.py)
+        verdicts.write_sidecar(journal_dir(plan.project), plan.replay_id, kept)
     detail = {**plan.to_json(), "results": [asdict(r) for r in result.runs]}
     with store.session() as con:
         finish_replay(con, plan.replay_id, result.status, detail)
