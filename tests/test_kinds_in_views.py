@@ -29,11 +29,12 @@ from florwb.screens.chart import ChartScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.screens.run_compare import RunCompareScreen
 from florwb.screens.run_detail import RunDetailScreen
+from florwb.ui.format import short_run
 from florwb_engine.project import journal_dir
 from florwb_engine.store import Store
 
 TRAIN = """
-import os, pathlib, signal, time
+import os, pathlib, random, signal, time
 import torch
 import florwb as flor
 from florwb_engine.record import runtime
@@ -54,6 +55,8 @@ with flor.checkpointing(model=net, optimizer=opt):
             flor.log("loss", loss.item())
         flor.log("acc", 1.0 - loss.item())
         print(f"epoch {epoch} loss {loss.item():.4f}")
+        if kind == "noisy":  # an unseeded generator: no replay reproduces it
+            flor.log("noise", random.Random().random())
         if kind == "odd":
             flor.log("odd", odd[epoch])
             flor.log("huge", 2**70 + epoch)
@@ -129,6 +132,7 @@ KINDS = (
     "own_save",
     "names",
     "replayed",
+    "diverged",
 )
 
 
@@ -169,6 +173,7 @@ def _by_kind(project: Path) -> dict[str, str]:
     for run_id, kind in zip(args["run_id"], args["text"], strict=True):
         found[kind.strip('"') if kind else "plain"] = run_id
     found["replayed"] = found.pop("plain")
+    found["diverged"] = found.pop("noisy")
     return found
 
 
@@ -192,7 +197,7 @@ def matrix(tmp_path_factory) -> Iterator[tuple[Path, dict[str, str]]]:
         text=True,
     )
     try:
-        for kind in ("plain", "odd", "names"):
+        for kind in ("plain", "odd", "names", "noisy"):
             run_py(root, "train.py", "--kwargs", f"kind={kind}", env=env)
         failed = run_py(root, "train.py", "--kwargs", "kind=fail", check=False, env=env)
         assert failed.returncode == 1
@@ -212,7 +217,7 @@ def matrix(tmp_path_factory) -> Iterator[tuple[Path, dict[str, str]]]:
         (root / "train.py").write_text(
             text.replace('        flor.log("acc"', HINDSIGHT + '        flor.log("acc"', 1)
         )
-        florwb(root, "replay", "wnorm", "--where", "kind = 'plain'", "--yes")
+        florwb(root, "replay", "wnorm", "--where", "kind IN ('plain', 'noisy')", "--yes")
         _wait_file(root / "holding", held)
         yield root, _by_kind(root)
     finally:
@@ -248,8 +253,15 @@ def test_runs_lists_every_kind_with_its_status(matrix):
     for kind, run_id in runs.items():
         row = listed.get(run_id)
         want = STATUS.get(kind, "finished")
+        verdict = {"replayed": "verified", "diverged": "diverged"}.get(kind)
         results[kind] = (
-            "not listed" if row is None else None if row["status"] == want else f"{row['status']}"
+            "not listed"
+            if row is None
+            else f"status {row['status']}"
+            if row["status"] != want
+            else f"verdict {row['verdict']}"
+            if row["verdict"] != verdict
+            else None
         )
     assert not _failures(results), _failures(results)
 
@@ -272,8 +284,12 @@ def test_odd_values_come_back_exactly_and_replayed_values_are_served(matrix):
     assert [int(r["huge"]) for r in mine] == [2**70 + e for e in range(3)]  # every digit
     texts = [str(r["odd"]).lower() for r in mine]
     assert texts[0] == "nan" and texts[1] in ("inf", "infinity") and texts[2] in ("-0.0", "-0")
-    wnorm = json.loads(florwb(project, "dataframe", "wnorm", "--format", "json").stdout)
+    served = florwb(project, "dataframe", "wnorm", "--format", "json")
+    wnorm = json.loads(served.stdout)
     assert {r["run_id"] for r in wnorm if r.get("wnorm") is not None} == {runs["replayed"]}
+    assert "diverged" in served.stderr  # the withheld values are said, in one line
+    marked = florwb(project, "dataframe", "wnorm", "--diverged", "--format", "json")
+    assert runs["diverged"] in {r["run_id"] for r in json.loads(marked.stdout) if r.get("wnorm")}
 
 
 def test_query_reads_every_kind(matrix):
@@ -322,12 +338,14 @@ async def test_history_shows_every_kind(matrix):
         await loaded(pilot)
         text = await wait_for(
             pilot,
-            lambda t: all(run_id[:8] in t for run_id in runs.values()) or "Error" in t,
+            lambda t: all(short_run(run_id) in t for run_id in runs.values()) or "Error" in t,
             timeout=60,
             what="every run in the history",
         )
-    results = {kind: None if run_id[:8] in text else "not shown" for kind, run_id in runs.items()}
+    results = {k: None if short_run(run_id) in text else "not shown" for k, run_id in runs.items()}
     assert not _failures(results), _failures(results) + "\n" + text
+    (line,) = [row for row in text.splitlines() if short_run(runs["diverged"]) in row]
+    assert "diverged" in line and "replayed" not in line, line
 
 
 async def test_run_detail_opens_for_every_kind(matrix):
@@ -383,7 +401,8 @@ async def test_compare_opens_every_kind_against_the_replayed_run(matrix):
                     pilot, lambda t: "Comparing" not in t or "Δ" in t, timeout=20, what=kind
                 )
                 text = screen_text(app)
-                results[kind] = None if run_id[:8] in text else "the second run is not named"
+                named = short_run(run_id) in text
+                results[kind] = None if named else "the second run is not named"
             except AssertionError as exc:
                 results[kind] = str(exc)[:400]
             app.pop_screen()
@@ -402,7 +421,7 @@ async def test_statements_tab_shows_every_script(matrix):
             ("own_save", "own_save.py"),
             ("odd", "train.py"),
         ):
-            await pilot.press("1", "escape", "slash", *runs[kind][:15], "enter", "g", "j")
+            await pilot.press("1", "escape", "slash", *short_run(runs[kind]), "enter", "g", "j")
             await pilot.press("2")
             try:
                 text = await wait_for(
@@ -458,13 +477,11 @@ async def test_query_tab_reads_every_kind(matrix):
         await pilot.press("ctrl+j")
         text = await wait_for(
             pilot,
-            lambda t: runs["names"][:8] in t or "rror" in t,
+            lambda t: runs["names"] in t or "rror" in t,
             timeout=60,
             what="query results",
         )
-    results = {
-        kind: None if run_id[:8] in text else "not in results" for kind, run_id in runs.items()
-    }
+    results = {kind: None if run_id in text else "not in results" for kind, run_id in runs.items()}
     assert not _failures(results), _failures(results) + "\n" + text
 
 
