@@ -97,15 +97,14 @@ def list_checkpoints(project: Path, run_id: str) -> list[CheckpointFile]:
                 mirrored[(m["loop"], int(m["iteration"]))] = (path, saves)
     out = []
     for key in sorted(set(own) | set(mirrored), key=lambda k: (k[0], k[1])):
-        manifest, saves = mirrored.get(key, (None, ()))
-        path = own.get(key) or manifest
-        assert path is not None
+        saves = mirrored[key][1] if key in mirrored else ()
+        found = own.get(key) or mirrored[key][0]
         out.append(
             CheckpointFile(
                 run_id=folder.name,
                 loop=key[0],
                 iteration=key[1],
-                path=path,
+                path=found,
                 bytes=sum(_size(p) for p in (own.get(key), *saves) if p is not None),
                 saves=saves,
             )

@@ -28,7 +28,12 @@ from florwb_engine import versions
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.record import start_rng
 from florwb_engine.replay import contain, ddp_launch
-from florwb_engine.replay.cores import thread_env, threads_per_worker
+from florwb_engine.replay.cores import (
+    recorded_thread_env,
+    recorded_threads,
+    thread_env,
+    threads_per_worker,
+)
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
 from florwb_engine.replay.plan import Plan, RunPlan, Segment
@@ -320,7 +325,8 @@ def _run_all(
 ) -> None:
     notify = on_progress or (lambda _p: None)
     waiting, active = list(tasks), list[SegmentTask]()  # changed in place: fill() sees them
-    # Workers share the cores: each gets cores // (workers running at once) threads.
+    # Workers share the cores: each gets cores // (workers running at once) threads, or the
+    # threads its run recorded (the planner ran fewer workers to make room: cores.py).
     threads = thread_env(threads_per_worker(min(max(1, workers), max(1, len(tasks)))))
     last_seen: dict[int, tuple] = {}
     stopping: dict[int, float] = {}  # request -> when its worker was asked to stop
@@ -330,7 +336,9 @@ def _run_all(
             waiting.clear()
         while waiting and len(active) < max(1, workers):
             task = waiting.pop(0)
-            env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project), **threads}
+            env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project)}
+            recorded = recorded_threads(task.plan.threads)  # the run's own, where recorded
+            env.update(recorded_thread_env(recorded) if recorded is not None else threads)
             env.update(ddp_launch.launch_env(task.plan.launch))  # a free port for mp.spawn
             task.request = server.start(task.argv, task.cwd, env, task.log_path, task.contain)
             active.append(task)

@@ -68,6 +68,8 @@ class RunFacts:
     # the script's own torch.save calls mirrored while it recorded (record/save_mirror.py):
     # iteration -> (manifest file, bytes); replay/saved_state.py decides which are usable
     mirrored: dict[int, tuple[str, int]] = field(default_factory=dict)
+    # the run_context row (record/context.py): its thread settings are replayed (cores.py)
+    context: dict | None = None
 
 
 def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[SelectedRun]:
@@ -192,6 +194,7 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
             for _loop, i, path, size in ckpt_rows
             if is_manifest(path)
         },
+        context=run_context.context_of(con, run_id),
     )
 
 

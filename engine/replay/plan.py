@@ -22,6 +22,7 @@ from typing import Final, Literal
 
 from florwb_engine.record.notebook import is_notebook_script
 from florwb_engine.replay import ddp_launch, run_inputs
+from florwb_engine.replay.cores import recorded_threads, workers_for_threads
 from florwb_engine.replay.cost import (
     CALIBRATION_BOUNDS,
     ExecutorName,
@@ -83,6 +84,7 @@ class RunPlan:
     inputs: dict[str, str] = field(default_factory=dict)  # left-out file -> the run's blob
     at_risk: list[str] = field(default_factory=list)  # changed left-out files, bytes gone
     from_start: bool = False  # statements read state no checkpoint holds (state_reads.py)
+    threads: dict | None = None  # the run's recorded thread settings (cores.RecordedThreads)
 
 
 @dataclass
@@ -97,6 +99,7 @@ class Plan:
     # the cost model's own estimate, before the project's past replays calibrated it
     estimate_raw_s: float = 0.0
     calibration: float = 1.0
+    notes: list[str] = field(default_factory=list)  # about the whole replay (fewer workers)
 
     def ready(self) -> list[RunPlan]:
         return [r for r in self.runs if r.status == READY]
@@ -110,6 +113,7 @@ class Plan:
             "estimate_s": self.estimate_s,
             "estimate_raw_s": self.estimate_raw_s,
             "calibration": self.calibration,
+            "notes": self.notes,
             "runs": [
                 {
                     key: value
@@ -189,6 +193,14 @@ def plan_replay(
                     *inputs.notes,
                 ]
         plans.append(plan)
+    notes: list[str] = []
+    ready = [p for p in plans if p.status == READY]
+    for plan in ready:
+        threads = recorded_threads(facts[plan.run_id].context)
+        plan.threads = threads.to_json() if threads is not None else None
+    if executor == "local":  # a Ray task's threads follow its CPUs (ray_executor.py)
+        workers, cut = workers_for_threads(workers, [recorded_threads(p.threads) for p in ready])
+        notes += [cut] if cut else []
     factor = 1.0 if ratio is None else min(max(ratio, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
     _assign_segments([p for p in plans if p.status == READY], work, workers, factor)
     raw = replay_estimate(
@@ -204,6 +216,7 @@ def plan_replay(
         executor=executor,
         estimate_raw_s=raw,
         calibration=factor,
+        notes=notes,
     )
 
 

@@ -18,7 +18,7 @@ import duckdb
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
 from florwb_engine.store import console, run_context
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # A log row's rank is in its seq's high bits (each rank journal numbers its rows from
 # rank << RANK_SHIFT): the rank costs no column on the hot rows (store/run_ranks.py).
 RANK_SHIFT = 40
@@ -159,6 +159,8 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("ALTER TABLE journals ADD COLUMN IF NOT EXISTS rank INTEGER")
         con.execute(f"CREATE TABLE IF NOT EXISTS run_ranks ({TABLES['run_ranks']})")
         create_views(con)
+    if version < 7:  # the thread settings each run recorded (store/run_context.py)
+        run_context.create(con)
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
 

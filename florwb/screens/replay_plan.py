@@ -186,6 +186,8 @@ class ReplayPlanScreen(ModalScreen[Any]):
         line.append(f" · {fmt.plural(segments, 'segment')}")
         if self.excluded:
             line.append(f" · {len(self.excluded)} excluded", "yellow")
+        for note in getattr(plan, "notes", ()):  # fewer workers for the recorded threads
+            line.append(f" · {note}", "yellow")
         line.append(f" · {self.hints('plan_runs.toggle')} include/exclude", "dim")
         self.query_one("#plan-estimate", Static).update(line)
         self.query_one("#plan-start", Button).disabled = not ready
