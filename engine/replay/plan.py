@@ -198,19 +198,22 @@ def plan_replay(
     for plan in ready:
         threads = recorded_threads(facts[plan.run_id].context)
         plan.threads = threads.to_json() if threads is not None else None
+    at_once = workers
     if executor == "local":  # a Ray task's threads follow its CPUs (ray_executor.py)
-        workers, cut = workers_for_threads(workers, [recorded_threads(p.threads) for p in ready])
+        at_once, cut = workers_for_threads(workers, [recorded_threads(p.threads) for p in ready])
         notes += [cut] if cut else []
     factor = 1.0 if ratio is None else min(max(ratio, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
-    _assign_segments([p for p in plans if p.status == READY], work, workers, factor)
+    # segments as many as `workers` asked for (each still starts from a checkpoint); at most
+    # `at_once` of them run side by side, each with its run's recorded threads
+    _assign_segments(ready, work, workers, factor)
     raw = replay_estimate(
-        [s.estimate_s / factor for p in plans for s in p.segments], workers, executor
+        [s.estimate_s / factor for p in plans for s in p.segments], at_once, executor
     )
     return Plan(
         replay_id=time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2),
         project=project,
         names=names,
-        workers=workers,
+        workers=at_once,
         runs=plans,
         estimate_s=raw * factor,
         executor=executor,
