@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
+from florwb_engine import versions
+from florwb_engine.project import store_dir
 from florwb_engine.record.notebook import is_notebook_script
 from florwb_engine.replay import ddp_launch, run_inputs
 from florwb_engine.replay.cores import recorded_threads, workers_for_threads
@@ -85,6 +87,7 @@ class RunPlan:
     at_risk: list[str] = field(default_factory=list)  # changed left-out files, bytes gone
     from_start: bool = False  # statements read state no checkpoint holds (state_reads.py)
     threads: dict | None = None  # the run's recorded thread settings (cores.RecordedThreads)
+    hide: list[str] = field(default_factory=list)  # files the run created: absent in replay
 
 
 @dataclass
@@ -153,9 +156,11 @@ def plan_replay(
         facts = {run.run_id: run_facts(con, run.run_id) for run in runs}
         ratio = past_ratio(con, executor)
         seen_inputs = {run.run_id: run_inputs.load(con, run.run_id) for run in runs}
+        seen_files = {run.run_id: run_inputs.load_files(con, run.run_id) for run in runs}
         launched = ddp_launch.launches(con, [run.run_id for run in runs])
     gpus = ddp_launch.gpus_here() if launched else 0
     placer = Placer(project, names)
+    listed: dict[str, frozenset[str]] = {}  # version -> its files
     plans = []
     work: dict[str, Work] = {}
     for run in runs:
@@ -184,8 +189,15 @@ def plan_replay(
                 plan.status, plan.reason = SKIP, found
             else:
                 work[run.run_id] = found
-                inputs = run_inputs.check(project, seen_inputs[run.run_id])
+                files = seen_files[run.run_id]
+                inputs = run_inputs.check(
+                    project,
+                    seen_inputs[run.run_id],
+                    files,
+                    _version_files(project, run.version, listed) if files else (),
+                )
                 plan.inputs, plan.at_risk = inputs.restore, inputs.at_risk
+                plan.hide = inputs.hide
                 plan.notes = [
                     *([found.summary] if found.summary else []),
                     *plan.notes,
@@ -221,6 +233,18 @@ def plan_replay(
         calibration=factor,
         notes=notes,
     )
+
+
+def _version_files(project: Path, version: str | None, cache: dict[str, frozenset[str]]):
+    """The paths a code version holds (the replay has them as the run did)."""
+    if not version:
+        return frozenset()
+    if version not in cache:
+        try:
+            cache[version] = frozenset(versions.list_files(store_dir(project), version))
+        except versions.VersionError:
+            cache[version] = frozenset()
+    return cache[version]
 
 
 def _plan_run(

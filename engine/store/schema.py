@@ -76,6 +76,11 @@ TABLES = {
     "run_inputs": """
         run_id VARCHAR, path VARCHAR, size BIGINT, mtime_ns BIGINT, blob VARCHAR,
         PRIMARY KEY (run_id, path)""",
+    # The project files a run touched, by their first access (record/file_access.py):
+    # 'read' (with size and mtime then) or 'written' (created or emptied: the run's own).
+    "run_files": """
+        run_id VARCHAR, path VARCHAR, access VARCHAR, size BIGINT, mtime_ns BIGINT,
+        PRIMARY KEY (run_id, path)""",
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
     "run_context": run_context.TABLE,
     "console_rows": console.TABLE,
@@ -159,8 +164,9 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("ALTER TABLE journals ADD COLUMN IF NOT EXISTS rank INTEGER")
         con.execute(f"CREATE TABLE IF NOT EXISTS run_ranks ({TABLES['run_ranks']})")
         create_views(con)
-    if version < 7:  # the thread settings each run recorded (store/run_context.py)
+    if version < 7:  # thread settings (store/run_context.py); files read or written
         run_context.create(con)
+        con.execute(f"CREATE TABLE IF NOT EXISTS run_files ({TABLES['run_files']})")
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
 
