@@ -9,7 +9,9 @@ import json
 import torch
 from conftest import git, run_py, write
 
+import florwb as flor
 from florwb_engine.project import checkpoint_dir
+from florwb_engine.record.pull import list_checkpoints
 from florwb_engine.replay import execute, plan_replay
 from florwb_engine.store import Store
 
@@ -149,6 +151,11 @@ def test_flor_checkpointing_and_own_saves_in_one_script(repo):
         paths = [p for (p,) in con.execute("SELECT path FROM checkpoints").fetchall()]
     assert sum(p.endswith(".saves.json") for p in paths) == 4
     assert sum(p.endswith(".pt") for p in paths) == 4
+    # pulled, both kinds are one checkpoint: flor.checkpointing's model, the save's optimizer
+    (first,) = [c for c in list_checkpoints(repo, run_id) if c.iteration == 0]
+    assert first.kind == "checkpointing+torch.save" and len(first.saves) == 1
+    states = flor.load(run_id, 0, project=repo)
+    assert set(states) == {"model", "optimizer"} and states["optimizer"]["state"]
 
     today = BOTH.replace(
         EPOCH_STATEMENT.replace("    ", "        ", 1),
