@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,7 @@ def test_first_accesses_tell_reads_from_writes(tmp_path: Path):
     (project / "data.txt").write_text("data")
     (project / "old.txt").write_text("old")
     (project / "log.txt").write_text("log")
+    (project / "mine.txt").write_text("florwb fingerprints it, the run never reads it")
     outside = tmp_path / "elsewhere.txt"
     file_access.install(project, [project / ".florwb"])
     try:
@@ -170,6 +172,9 @@ def test_first_accesses_tell_reads_from_writes(tmp_path: Path):
             open(outside, "w").close()
             open(".florwb/journal", "w").close()
             file_access.note_write(Path("saved.pt"))
+            snapshot = threading.Thread(target=lambda: open("mine.txt").read(), name="florwb-snap")
+            snapshot.start()
+            snapshot.join()
         finally:
             os.chdir(here)
         events: list = []

@@ -36,6 +36,7 @@ from typing import Any
 MAX_PATHS = 10_000
 EVENT = "files"
 READ, WRITTEN = "read", "written"
+OWN_THREADS = "florwb-"  # the recorder's threads (snapshot, flusher, checkpoint writer)
 
 # os.open flags that create or empty a file: what was there before is not read
 _FRESH = os.O_TRUNC | getattr(os, "O_EXCL", 0)
@@ -118,6 +119,8 @@ def _access(mode: Any, flags: Any) -> tuple[str, bool]:
 
 
 def _first_access(state: _State, raw: str, access: str, creates: bool = True) -> None:
+    if threading.current_thread().name.startswith(OWN_THREADS):
+        return  # florwb's own reading (the snapshot fingerprints left-out files): not the run's
     try:
         full = os.path.normpath(os.path.join(os.getcwd(), raw))
     except OSError:  # the working folder was removed
