@@ -398,6 +398,8 @@ def test_what_the_main_loop_updates_is_found_through_helpers_and_methods():
                     self._epoch()
                     sgd.step()
                     heavy.step()
+                    bar.update(1)  # a progress bar, not training state
+                    ema.update(self.net)
         """
     )
     tree = ast.parse(source)
@@ -408,7 +410,8 @@ def test_what_the_main_loop_updates_is_found_through_helpers_and_methods():
         "self.sched": "self.sched.step()",
         "sgd": "sgd.step()",
         "heavy": "heavy.step()",
+        "ema": "ema.update()",
     }
     # plain SGD keeps no state; what the saves or flor.checkpointing hold is covered
-    assert set(unheld_updates(tree, "epoch", {"self.opt"})) == {"amp", "self.sched", "heavy"}
-    assert set(unheld_updates(tree, "epoch", {"self", "amp", "heavy"})) == set()
+    assert set(unheld_updates(tree, "epoch", {"self.opt"})) == {"amp", "self.sched", "heavy", "ema"}
+    assert set(unheld_updates(tree, "epoch", {"self", "amp", "heavy", "ema"})) == set()

@@ -490,7 +490,7 @@ def _updates_in(
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
-            if isinstance(func, ast.Attribute) and func.attr in _UPDATING:
+            if isinstance(func, ast.Attribute) and _updates(func, node):
                 updated = [func.value]
                 if func.attr in _STEPS_ARGUMENT:
                     updated += [a for a in node.args if _reference(a)]
@@ -528,6 +528,17 @@ def _updates_in(
             if "self" in names:
                 inner["self"] = names["self"]
             _updates_in(callee.body, inner, functions, methods, found, seen | {callee.name})
+
+
+def _updates(func: ast.Attribute, call: ast.Call) -> bool:
+    """`opt.step()`, `sched.step()`, `scaler.step(opt)`, `scaler.update()`, `ema.update(net)`;
+    not `bar.update(1)` or `metrics.update({...})` (a progress bar, a dict of numbers)."""
+    if func.attr not in _UPDATING:
+        return False
+    if func.attr == "step" or not (call.args or call.keywords):
+        return True
+    receiver = ast.unparse(func.value).lower()
+    return "ema" in receiver or "average" in receiver or "swa" in receiver
 
 
 def _renamed(expr: ast.expr, names: dict[str, str]) -> str:
