@@ -13,8 +13,9 @@ object missing would give wrong values, so those iterations are re-executed inst
 
 A save is used only when it holds the whole state the main loop updates (FLOR's rule: a
 checkpoint restored with one object missing gives wrong values): the receivers of the
-`.step()` and `.update()` calls in the loop's body and in the script's functions and
-methods it calls (optimizers, schedulers, GradScalers, EMAs), with the arguments of
+`.step()` calls and the state-like `.update()` calls (`_updates`) in the loop's body and in
+the script's functions and methods it calls (optimizers, schedulers, GradScalers, EMAs),
+with the arguments of
 `scaler.step(opt)`, must each be saved or registered with flor.checkpointing. A plain SGD
 without momentum has no state to save. A model saved alone while Adam trains it makes the
 run re-execute from its first iteration instead, said in the plan (`loop_updates`,
