@@ -130,9 +130,10 @@ def load_into(
 ) -> Any:
     """Restore objects in place from a past run's checkpoint:
     `flor.load_into(run, model=net, optimizer=opt, epoch=3)`. Objects are matched by their
-    `flor.checkpointing` names; an int keyword names the outer loop and its iteration
-    (`iteration=3` works too); the latest checkpoint by default. `rng=True` also restores
-    the RNG states saved with it. Returns the checkpoint used (iteration, path, bytes)."""
+    `flor.checkpointing` names (or the keys and file names of the script's own torch.save);
+    an int keyword names the outer loop and its iteration (`iteration=3` works too); the
+    latest checkpoint by default. `rng=True` also restores the RNG states saved with it.
+    Returns the checkpoint used (iteration, path, bytes, kind)."""
     from florwb_engine.record import pull
 
     return pull.load_into(

@@ -1,7 +1,8 @@
 """`florwb checkpoints RUN [--json]`: the checkpoints a run wrote, to pull a past model.
 
 Reads the run's checkpoint folder only (no DuckDB, no torch): one line per checkpoint with
-its loop, iteration, size and path, then the call that loads the latest one. A run with no
+its loop, iteration, size, kind (flor.checkpointing's file, the script's own torch.save
+mirrored, or both) and files, then the call that loads the latest one. A run with no
 checkpoints is a one-line failure (exit 1). Wired into `florwb.cli` by `add_parser`.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 
 def add_parser(subparsers) -> None:
@@ -47,6 +49,8 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
                 "iteration": c.iteration,
                 "bytes": c.bytes,
                 "path": str(c.path),
+                "kind": c.kind,
+                "saves": [str(p) for p in c.saves],
             }
             for c in found
         ]
@@ -54,8 +58,8 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     write_table(
-        ["loop", "iteration", "bytes", "file"],
-        [[c.loop, c.iteration, c.bytes, c.path.name] for c in found],
+        ["loop", "iteration", "bytes", "kind", "file"],
+        [[c.loop, c.iteration, c.bytes, c.kind, _files(c)] for c in found],
         sys.stdout,
     )
     last = found[-1]
@@ -63,3 +67,10 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     where = f"{last.loop}=" if last.loop.isidentifier() else "iteration="
     print(f"load: flor.load_into({last.run_id!r}, model=..., {where}{last.iteration})")
     return 0
+
+
+def _files(c: Any) -> str:
+    """The file that loads first, and how many more the iteration has (mirrored saves)."""
+    first = c.path if c.kind != "torch.save" else c.saves[0]
+    more = len(c.saves) - (1 if c.kind == "torch.save" else 0)
+    return first.name + (f" (+{more})" if more else "")

@@ -157,18 +157,26 @@ def _replay(
         raise ReplayCommandError(str(exc)) from None
     segments = sum(len(run.segments) for run in plan.ready())
     if args.workers is None:  # planned for every core; use no more workers than segments
-        plan.workers = default_workers(segments, cores)
+        plan.workers = min(plan.workers, default_workers(segments, cores))
         where = "core(s)" if executor == "local" else "Ray task slot(s)"
         why = f"the default: {cores} {where}, {segments} independent segment(s)"
     else:
         why = "--workers" + (f", more than the {cores} core(s)" if args.workers > cores else "")
+    if plan.notes:  # the planner ran fewer workers: recorded threads fill the cores
+        why = plan.notes[0]
     threads = threads_per_worker(min(plan.workers, max(1, segments)), cores)
     sharing = {"workers_why": why, "threads_per_worker": threads}
+    recorded = [r.threads["torch"] for r in plan.ready() if r.threads]
+    each = f"{threads} thread(s) each"
+    if recorded and len(recorded) == len(plan.ready()):
+        each = f"threads as recorded ({', '.join(map(str, sorted(set(recorded))))})"
+    elif recorded:
+        each += ", runs that recorded theirs with those"
     if args.json and not args.yes:
         _dump({"plan": {**plan.to_json(), **sharing}, "result": None})
         return 0
     if not args.json:
-        _print_plan(plan, f"{why}; {threads} thread(s) each")
+        _print_plan(plan, f"{why}; {each}")
     ready = plan.ready()
     if not ready:
         if not args.json:

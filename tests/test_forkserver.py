@@ -225,7 +225,7 @@ def test_cancel_gives_up_on_a_worker_the_server_never_started(tmp_path, monkeypa
     server = ForkServer(tmp_path / "server.log")
     server.preload(["hangs_on_import"])
     task = SegmentTask(
-        plan=SimpleNamespace(run_id="r", launch=None),
+        plan=SimpleNamespace(run_id="r", launch=None, threads=None),
         segment=SimpleNamespace(index=0, first=0, last=0),
         spec_path=tmp_path / "spec.json",
         progress_path=tmp_path / "progress.json",

@@ -14,10 +14,14 @@ from conftest import git, repo_state, run_py, write
 
 from florwb_engine.replay import execute, plan_replay
 from florwb_engine.replay.cores import (
+    THREADS_ENV,
     available_cores,
     default_workers,
+    recorded_thread_env,
+    recorded_threads,
     thread_env,
     threads_per_worker,
+    workers_for_threads,
 )
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
 from florwb_engine.store import Store
@@ -69,6 +73,8 @@ def _values(project: Path, name: str) -> list:
 def test_each_replay_worker_gets_its_share_of_the_cores(repo):
     write(repo / "train.py", TRAIN)
     run_py(repo, "train.py")
+    with Store(repo).session() as con:  # as a run recorded before its threads were
+        con.execute("UPDATE run_context SET torch_threads = NULL, torch_interop_threads = NULL")
     today = TRAIN.replace(
         EPOCH_BODY,
         '        flor.log("threads", torch.get_num_threads())\n'
@@ -98,6 +104,67 @@ def test_each_replay_worker_gets_its_share_of_the_cores(repo):
     )
     assert out["plan"]["workers"] == 1 and out["result"]["status"] == "finished"
     assert _values(repo, "threads_alone") == [cores] * 4
+
+
+def test_runs_replay_with_the_threads_they_were_recorded_with(repo):
+    write(repo / "train.py", TRAIN)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    run_py(repo, "train.py", env={**env, "OMP_NUM_THREADS": "2"})
+    run_py(repo, "train.py", env={**env, "OMP_NUM_THREADS": "1"})
+    two, one = (r["run_id"] for r in Store(repo).runs())
+    context = Store(repo).query(
+        "SELECT run_id, torch_threads, omp_num_threads FROM run_context ORDER BY run_id"
+    )
+    assert sorted(zip(context.torch_threads, context.omp_num_threads)) == [(1, "1"), (2, "2")]
+    step_body = "            loss = ((net(data)"
+    today = TRAIN.replace(  # in the step loop: its losses are recomputed and compared
+        step_body,
+        '            flor.log("threads", torch.get_num_threads())\n'
+        '            flor.log("omp", int(os.environ.get("OMP_NUM_THREADS", "0")))\n' + step_body,
+    )
+    (repo / "train.py").write_text(today)
+    # the replaying shell has other settings: the recorded ones win
+    out = json.loads(
+        _cli(
+            repo, "replay", "threads,omp", "--yes", "--json", env={**env, "OMP_NUM_THREADS": "7"}
+        ).stdout
+    )
+    plan, result = out["plan"], out["result"]
+    cores = available_cores()
+    assert plan["workers"] == max(1, min(cores // 2, 4)), plan
+    if cores // 2 < min(cores, 4):  # fewer workers than cores: the plan says why
+        assert "recorded with (up to 2)" in plan["workers_why"], plan["workers_why"]
+    assert {r["run_id"]: r["threads"]["torch"] for r in plan["runs"]} == {two: 2, one: 1}
+    # values equal the recording: every recomputed loss is compared with the recorded one
+    assert result["status"] == "finished", result
+    assert all(r["status"] == "finished" and r["compared"] == 8 for r in result["runs"]), result
+    frame = Store(repo).dataframe("threads", "omp")
+    for run_id, threads in ((two, 2), (one, 1)):
+        mine = frame[(frame.run_id == run_id) & frame.threads.notna()]
+        assert list(mine.threads) == [threads] * 8, (run_id, list(mine.threads))
+        assert list(mine.omp) == [threads] * 8
+
+
+def test_workers_are_cut_so_recorded_threads_fit_the_cores():
+    two = recorded_threads(
+        {"torch_threads": 2, "torch_interop_threads": 2, "omp_num_threads": None}
+    )
+    assert two is not None and two.omp is None
+    assert workers_for_threads(4, [two, None], cores=4) == (
+        2,
+        "2 worker(s), not 4: runs replay with the threads they were recorded with (up to 2), "
+        "and 2 x 2 fits the 4 core(s)",
+    )
+    assert workers_for_threads(2, [two], cores=4) == (2, None)
+    assert workers_for_threads(4, [None], cores=2) == (4, None)  # older runs: as before
+    assert recorded_threads({"torch_threads": None}) is None
+    assert recorded_threads(two.to_json()) == two
+    env = recorded_thread_env(two)
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env[THREADS_ENV] == "2"
+    kept = recorded_threads({"torch_threads": 4, "omp_num_threads": "1", "mkl_num_threads": "3"})
+    assert kept is not None
+    assert recorded_thread_env(kept)["OMP_NUM_THREADS"] == "1"
+    assert recorded_thread_env(kept)["MKL_NUM_THREADS"] == "3"
 
 
 def test_thread_budget_is_cores_over_workers_and_keeps_a_lower_user_setting():

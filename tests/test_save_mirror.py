@@ -9,7 +9,9 @@ import json
 import torch
 from conftest import git, run_py, write
 
+import florwb as flor
 from florwb_engine.project import checkpoint_dir
+from florwb_engine.record.pull import list_checkpoints
 from florwb_engine.replay import execute, plan_replay
 from florwb_engine.store import Store
 
@@ -149,6 +151,11 @@ def test_flor_checkpointing_and_own_saves_in_one_script(repo):
         paths = [p for (p,) in con.execute("SELECT path FROM checkpoints").fetchall()]
     assert sum(p.endswith(".saves.json") for p in paths) == 4
     assert sum(p.endswith(".pt") for p in paths) == 4
+    # pulled, both kinds are one checkpoint: flor.checkpointing's model, the save's optimizer
+    (first,) = [c for c in list_checkpoints(repo, run_id) if c.iteration == 0]
+    assert first.kind == "checkpointing+torch.save" and len(first.saves) == 1
+    states = flor.load(run_id, 0, project=repo)
+    assert set(states) == {"model", "optimizer"} and states["optimizer"]["state"]
 
     today = BOTH.replace(
         EPOCH_STATEMENT.replace("    ", "        ", 1),
@@ -318,3 +325,93 @@ def test_mirroring_can_be_turned_off(repo):
     with Store(repo).session() as con:
         assert con.execute("SELECT count(*) FROM checkpoints").fetchone() == (0,)
     assert (repo / "ckpt.pth").exists()
+
+
+MODEL_ONLY = (
+    HEAD
+    + 'for epoch in flor.loop("epoch", range(4)):'
+    + STEPS
+    + """
+    torch.save(net.state_dict(), "model.pt")  # Adam's moments are not saved
+"""
+)
+
+
+def test_a_save_without_the_optimizer_the_loop_steps_is_not_restored_from(repo):
+    """Restarting a later epoch from the model alone gives Adam fresh moments: the plan
+    re-executes from the first epoch instead, says why, and the values equal a forward run."""
+    _commit(repo, MODEL_ONLY, "model-only save")
+    run_py(repo, "train.py")
+    run_id = Store(repo).runs()[0]["run_id"]
+    with Store(repo).session() as con:
+        assert con.execute("SELECT count(*) FROM checkpoints").fetchone() == (4,)
+    today = MODEL_ONLY.replace(
+        '    torch.save(net.state_dict(), "model.pt")',
+        '    torch.save(net.state_dict(), "model.pt")\n'
+        '    flor.log("wnorm", net[0].weight.norm().item())',
+    )
+    write(repo / "train.py", today)
+    plan = plan_replay(repo, ["wnorm"], workers=2)
+    (run,) = plan.runs
+    assert run.status == "ready" and run.from_start, run
+    assert len(run.segments) == 1 and run.segments[0].first == 0, run.segments
+    assert not any("restores from the script's own torch.save" in n for n in run.notes)
+    assert any(
+        "does not hold opt (opt.step()), which the epoch loop updates" in n
+        and "re-executed from its first iteration" in n
+        for n in run.notes
+    ), run.notes
+    result = execute(plan)
+    assert result.status == "finished" and result.runs[0].compared == 16, result
+    run_py(repo, "train.py")
+    forward = next(r["run_id"] for r in Store(repo).runs() if r["run_id"] != run_id)
+    assert _values(repo, run_id, "wnorm") == _values(repo, forward, "wnorm")
+
+
+def test_what_the_main_loop_updates_is_found_through_helpers_and_methods():
+    import ast
+    import textwrap
+
+    from florwb_engine.replay.saved_state import loop_updates, unheld_updates
+
+    source = textwrap.dedent(
+        """
+        import torch
+        import florwb as flor
+
+        sgd = torch.optim.SGD(params, lr=0.1)
+        heavy = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+        def train(model, optimizer, scaler):
+            loss = model(x)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+        class Trainer:
+            def _epoch(self):
+                self.sched.step()
+
+            def fit(self):
+                for epoch in flor.loop("epoch", range(3)):
+                    train(self.net, self.opt, amp)
+                    self._epoch()
+                    sgd.step()
+                    heavy.step()
+                    bar.update(1)  # a progress bar, not training state
+                    ema.update(self.net)
+        """
+    )
+    tree = ast.parse(source)
+    found = loop_updates(tree, "epoch")
+    assert found == {
+        "amp": "amp.step()",
+        "self.opt": "amp.step()",
+        "self.sched": "self.sched.step()",
+        "sgd": "sgd.step()",
+        "heavy": "heavy.step()",
+        "ema": "ema.update()",
+    }
+    # plain SGD keeps no state; what the saves or flor.checkpointing hold is covered
+    assert set(unheld_updates(tree, "epoch", {"self.opt"})) == {"amp", "self.sched", "heavy", "ema"}
+    assert set(unheld_updates(tree, "epoch", {"self", "amp", "heavy", "ema"})) == set()

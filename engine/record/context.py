@@ -1,4 +1,5 @@
-"""Where a run ran and what it needed: device, library versions, peak memory, energy.
+"""Where a run ran and what it needed: device, library versions, peak memory, energy,
+and the thread settings its numbers depend on.
 
 Placement on memory-limited devices and the energy a run cost are questions asked after
 the fact, so every run records them. Nothing here touches `flor.log`'s hot path: readings
@@ -11,6 +12,10 @@ Rules that keep recording cheap and harmless:
   script imported torch itself (`sys.modules`).
 - CUDA is never initialised: GPU figures from torch only once the script initialised CUDA;
   otherwise GPU names come from the driver's /proc files or NVML (if pynvml is installed).
+- The intra-op thread count changes how torch splits a reduction, so the same script gives
+  other float bits with other threads: torch's intra- and inter-op counts (from the torch
+  the script imported, read at the first florwb call that finds it) and the OMP/MKL
+  environment are recorded, and replays use them (replay/cores.py `recorded_threads`).
 - Linux RAPL package counters (`/sys/class/powercap/intel-rapl:N/energy_uj`) are often
   readable by root only; unreadable means energy None.
 """
@@ -158,6 +163,7 @@ class RunContext:
         self.rapl = rapl_counters()
         self.nvml: NvmlEnergy | None = None
         self._lock = threading.Lock()
+        self._threads: dict[str, Any] | None = None  # the first reading with torch imported
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
         self._nvml_ready = threading.Event()
@@ -190,7 +196,19 @@ class RunContext:
             "cpu_count": os.cpu_count(),
             "gpu_name": gpus[0] if gpus else None,
             "gpu_count": len(gpus) or None,
+            **self.threads(),
         }
+
+    def threads(self) -> dict[str, Any]:
+        """The run's thread settings, as first seen once the script had imported torch
+        (a later `torch.set_num_threads` in the script is the script's own: a replay runs
+        it too); before that only the environment."""
+        if self._threads is not None:
+            return self._threads
+        found = thread_facts()
+        if found["torch_threads"] is not None:
+            self._threads = found
+        return found
 
     def at_end_or_error(self) -> dict[str, Any]:
         """`at_end()`, or what failed in one line (kept with the run): the end of a run
@@ -231,6 +249,25 @@ class RunContext:
         parts = [j for j in (cpu_j, gpu_j) if j is not None]
         context["energy_j"] = sum(parts) if parts else None
         return context
+
+
+THREAD_ENVIRONMENT = {"omp_num_threads": "OMP_NUM_THREADS", "mkl_num_threads": "MKL_NUM_THREADS"}
+
+
+def thread_facts() -> dict[str, Any]:
+    """torch's intra- and inter-op thread counts (None when torch is not imported: importing
+    it here would cost the script seconds) and the OMP/MKL environment as set (None: unset)."""
+    torch = sys.modules.get("torch")
+    out: dict[str, Any] = {"torch_threads": None, "torch_interop_threads": None}
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        try:
+            out["torch_threads"] = int(torch.get_num_threads())
+            out["torch_interop_threads"] = int(torch.get_num_interop_threads())
+        except Exception:  # a torch half imported (the script's import failed): unknown
+            out["torch_threads"] = out["torch_interop_threads"] = None
+    for key, variable in THREAD_ENVIRONMENT.items():
+        out[key] = os.environ.get(variable)
+    return out
 
 
 def _may_have_nvml() -> bool:

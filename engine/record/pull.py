@@ -6,12 +6,20 @@ write (`.florwb/checkpoints/<run>/<loop>-<iteration>.pt`, see checkpoint.py) hol
 registered object's state_dict plus the RNG states, so this module only finds the right
 file and loads it with `torch.load(weights_only=True)`: nothing in a checkpoint can run code.
 
+The script's own `torch.save` files, mirrored per main-loop iteration (save_mirror.py:
+`<loop>-<n>.saveK.pt` listed by the manifest `<loop>-<n>.saves.json`), are checkpoints too:
+a saved dict of objects (`{"model": ..., "optimizer": ..., "epoch": 3}`) gives its keys as
+the names, and a single state_dict saved alone (`torch.save(net.state_dict(), "model.pt")`)
+is named after its file (`model`). Where an iteration has both kinds, the objects of
+`flor.checkpointing` win a name both hold.
+
 The files are read straight from the folder, not from the catalog: pulling a model needs no
 DuckDB and works while the run is still recording.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +27,10 @@ from typing import Any
 
 from florwb_engine import project as projects
 from florwb_engine.record.checkpoint import safe_loop_name
+from florwb_engine.record.save_mirror import MANIFEST_SUFFIX
 
 _FILE = re.compile(r"^(?P<loop>.+)-(?P<iteration>\d+)\.pt$")
+_MANIFEST = re.compile(r"^(?P<loop>.+)-(?P<iteration>\d+)" + re.escape(MANIFEST_SUFFIX) + "$")
 
 
 class CheckpointError(LookupError):
@@ -32,8 +42,17 @@ class CheckpointFile:
     run_id: str
     loop: str  # the loop name as written in the file name (see checkpoint._safe)
     iteration: int  # 0-based iteration of the run's outer loop
-    path: Path
+    path: Path  # flor.checkpointing's file, else the mirrored saves' manifest
     bytes: int
+    saves: tuple[Path, ...] = ()  # the script's own torch.save files of this iteration
+
+    @property
+    def kind(self) -> str:
+        """`checkpointing`, `torch.save` (mirrored saves only), or both."""
+        own = self.path.name.endswith(MANIFEST_SUFFIX)
+        if own:
+            return "torch.save"
+        return "checkpointing+torch.save" if self.saves else "checkpointing"
 
 
 def find_run_folder(project: Path, run_id: str) -> Path:
@@ -58,24 +77,56 @@ def find_run_folder(project: Path, run_id: str) -> Path:
 
 
 def list_checkpoints(project: Path, run_id: str) -> list[CheckpointFile]:
-    """Every finished checkpoint file of a run, by loop then iteration (temp files of
-    writes in progress or killed runs are not checkpoints)."""
+    """Every finished checkpoint of a run, by loop then iteration: flor.checkpointing's
+    files and the mirrored torch.save files, one entry per iteration (temp files of writes
+    in progress or killed runs are not checkpoints)."""
     folder = find_run_folder(project, run_id)
-    out = []
+    own: dict[tuple[str, int], Path] = {}
+    mirrored: dict[tuple[str, int], tuple[Path, tuple[Path, ...]]] = {}
     for path in folder.iterdir():
-        m = _FILE.match(path.name)
-        if m is None or path.name.startswith("."):
+        if path.name.startswith("."):
             continue
+        m = _FILE.match(path.name)
+        if m is not None:
+            own[(m["loop"], int(m["iteration"]))] = path
+            continue
+        m = _MANIFEST.match(path.name)
+        if m is not None:
+            saves = _manifest_saves(path)
+            if saves:
+                mirrored[(m["loop"], int(m["iteration"]))] = (path, saves)
+    out = []
+    for key in sorted(set(own) | set(mirrored), key=lambda k: (k[0], k[1])):
+        saves = mirrored[key][1] if key in mirrored else ()
+        found = own.get(key) or mirrored[key][0]
         out.append(
             CheckpointFile(
                 run_id=folder.name,
-                loop=m["loop"],
-                iteration=int(m["iteration"]),
-                path=path,
-                bytes=path.stat().st_size,
+                loop=key[0],
+                iteration=key[1],
+                path=found,
+                bytes=sum(_size(p) for p in (own.get(key), *saves) if p is not None),
+                saves=saves,
             )
         )
-    return sorted(out, key=lambda c: (c.loop, c.iteration))
+    return out
+
+
+def _manifest_saves(manifest: Path) -> tuple[Path, ...]:
+    """The mirrored files a manifest lists that exist (a manifest is written after them)."""
+    try:
+        listed = json.loads(manifest.read_text()).get("saves", ())
+    except (OSError, ValueError):
+        return ()
+    files = (manifest.parent / str(s.get("file")) for s in listed if isinstance(s, dict))
+    return tuple(p for p in files if p.is_file())
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def pick(
@@ -112,6 +163,74 @@ def load_checkpoint(path: Path, map_location: Any = None) -> dict:
     return torch.load(path, weights_only=True, map_location=map_location)
 
 
+def load_saved(chosen: CheckpointFile, map_location: Any = None) -> dict:
+    """A checkpoint's objects and RNG states, `{"objects": ..., "rng": ...}`, from
+    flor.checkpointing's file and the iteration's mirrored torch.save files together."""
+    import torch
+
+    if chosen.kind == "torch.save":
+        saved: dict = {"objects": {}, "rng": None}
+    else:
+        saved = load_checkpoint(chosen.path, map_location)
+        saved = {**saved, "objects": dict(saved["objects"])}
+    for save in chosen.saves:
+        state = torch.load(save, weights_only=True, map_location=map_location)
+        for name, part in _named_parts(state, _target_stem(chosen, save)).items():
+            saved["objects"].setdefault(name, part)
+    if saved.get("rng") is None and chosen.saves:
+        saved["rng"] = _manifest_rng(chosen, map_location)
+    return saved
+
+
+def _named_parts(state: Any, stem: str) -> dict[str, Any]:
+    """The objects one saved file holds by name: a dict of objects by its keys, a single
+    state_dict (or tensor) under the name of the file it was saved to."""
+    if isinstance(state, dict) and state and not _one_state_dict(state):
+        if all(isinstance(k, str) for k in state):
+            return dict(state)
+    return {stem: state}
+
+
+def _one_state_dict(state: dict) -> bool:
+    """A module's state_dict (names -> tensors) or an optimizer's (`state`, `param_groups`)."""
+    import torch
+
+    if {"state", "param_groups"} <= set(state):
+        return True
+    return all(isinstance(v, torch.Tensor) for v in state.values())
+
+
+def _target_stem(chosen: CheckpointFile, save: Path) -> str:
+    """The stem of the user's file a mirrored save copied (`model.pt` -> `model`)."""
+    try:
+        listed = json.loads(_manifest_of(chosen).read_text()).get("saves", ())
+    except (OSError, ValueError):
+        listed = ()
+    for entry in listed:
+        if isinstance(entry, dict) and entry.get("file") == save.name and entry.get("target"):
+            name = Path(str(entry["target"])).name
+            return name.split(".", 1)[0] or name
+    return save.name
+
+
+def _manifest_of(chosen: CheckpointFile) -> Path:
+    from florwb_engine.record.save_mirror import manifest_name
+
+    return chosen.path.parent / manifest_name(chosen.loop, chosen.iteration)
+
+
+def _manifest_rng(chosen: CheckpointFile, map_location: Any) -> Any:
+    """The RNG states captured with the iteration's first mirrored save, if written."""
+    try:
+        name = json.loads(_manifest_of(chosen).read_text()).get("rng")
+    except (OSError, ValueError):
+        return None
+    path = chosen.path.parent / str(name) if name else None
+    if path is None or not path.is_file():
+        return None
+    return load_checkpoint(path, map_location)
+
+
 def load(
     project: Path,
     run_id: str,
@@ -123,7 +242,7 @@ def load(
     """The registered objects' state_dicts (name -> state_dict) of `run_id` at `iteration`
     of its outer loop, the latest checkpointed one by default."""
     chosen = pick(list_checkpoints(project, run_id), iteration, loop)
-    return load_checkpoint(chosen.path, map_location)["objects"]
+    return load_saved(chosen, map_location)["objects"]
 
 
 def load_into(
@@ -137,24 +256,52 @@ def load_into(
     rng: bool = False,
 ) -> CheckpointFile:
     """Restore live objects (model=..., optimizer=...) in place from a past run's checkpoint,
-    matched by the names they were registered under in `flor.checkpointing`. With `rng`,
-    the RNG states saved at that moment are restored too, so continuing training draws
-    what the run drew. Returns the checkpoint used."""
+    matched by the names they were registered under in `flor.checkpointing` (or the keys
+    and file names of the script's own torch.save). With `rng`, the RNG states saved at
+    that moment are restored too, so continuing training draws what the run drew. A
+    model's state_dict saved from a DistributedDataParallel wrapper (`module.` names) loads
+    into the plain model, and the other way round. Returns the checkpoint used."""
     from florwb_engine.record.checkpoint import restore
 
     objects, iteration, loop = _loop_keyword(objects, iteration, loop)
     if not objects:
         raise CheckpointError("name the objects to restore, e.g. model=net, optimizer=opt")
     chosen = pick(list_checkpoints(project, run_id), iteration, loop)
-    saved = load_checkpoint(chosen.path, map_location)
+    saved = load_saved(chosen, map_location)
     missing = sorted(set(objects) - set(saved["objects"]))
     if missing:
         have = ", ".join(sorted(saved["objects"])) or "none"
         raise CheckpointError(
             f"checkpoint {chosen.path.name} holds no {', '.join(missing)}; it holds: {have}"
         )
-    restore(objects, saved, rng=rng)
+    if rng and saved.get("rng") is None:
+        raise CheckpointError(f"checkpoint {chosen.path.name} holds no RNG states")
+    fitted = {name: fit_module_prefix(obj, saved["objects"][name]) for name, obj in objects.items()}
+    restore(objects, {**saved, "objects": fitted}, rng=rng)
     return chosen
+
+
+def fit_module_prefix(obj: Any, state: Any) -> Any:
+    """`state` with its parameter names made to match `obj`'s: the `module.` a
+    DistributedDataParallel (or DataParallel) wrapper puts in front of every name is
+    added or removed when that is the only difference; anything else is left as saved,
+    so load_state_dict says what does not fit."""
+    getter = getattr(obj, "state_dict", None)
+    if not isinstance(state, dict) or not callable(getter) or not state:
+        return state
+    try:
+        wanted = set(getter().keys())
+    except Exception:  # an object whose state_dict needs arguments: loaded as saved
+        return state
+    names = set(state)
+    if names == wanted or not all(isinstance(k, str) for k in names):
+        return state
+    prefix = "module."
+    if {prefix + k for k in names} == wanted:
+        return type(state)((prefix + k, v) for k, v in state.items())
+    if all(k.startswith(prefix) for k in names) and {k[len(prefix) :] for k in names} == wanted:
+        return type(state)((k[len(prefix) :], v) for k, v in state.items())
+    return state
 
 
 def _loop_keyword(

@@ -33,7 +33,7 @@ from florwb_engine.journal import (
     replay_journal_name,
 )
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import capture, notebook, ranks, save_mirror, start_rng
+from florwb_engine.record import capture, file_access, notebook, ranks, save_mirror, start_rng
 from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
 from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
@@ -118,6 +118,8 @@ class Run:
             self._snapshotter.start()  # one code version per launch: rank 0 snapshots it
         if self.replayer is None:
             capture.install()  # printed and logged lines, teed (capture.py)
+            # which project files it reads and which it only writes (file_access.py)
+            file_access.install(self.project, [self.store, self.project / ".git"])
 
     def _save_start_rng(self, states: dict) -> None:
         """Written at once (tens of KiB) so a replay of a run killed early still has them.
@@ -186,6 +188,7 @@ class Run:
         the journal cannot be written (the packed chunks wait in memory for the next try)."""
         with self._flush_lock:
             capture.drain(EVENTS)
+            file_access.drain(EVENTS)
             # Pack straight from the buffers, then drop what was packed: the training thread
             # only appends, so the first n items stay put meanwhile.
             n_logs, n_timings, n_events = len(LOGS), len(TIMINGS), len(EVENTS)
@@ -292,6 +295,8 @@ class Run:
         with self._flush_lock:  # the last lines go before the end event
             capture.uninstall()
             capture.drain(EVENTS, final=True)
+            file_access.drain(EVENTS)
+            file_access.uninstall()
         EVENTS.append(
             {
                 "kind": "end",
@@ -538,5 +543,6 @@ def _disable_in_child() -> None:
     _current = None
     _disabled = True
     capture.disable_in_child()
+    file_access.disable_in_child()
     for buf in (LOGS, TIMINGS, EVENTS):
         buf.clear()

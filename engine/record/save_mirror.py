@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine.journal import ITERATION_MASK
+from florwb_engine.record import file_access
 from florwb_engine.record.atomic import sync_folder, write_atomic
 from florwb_engine.record.checkpoint import capture_rng, safe_loop_name
 from florwb_engine.record.values import REPLACED
@@ -190,6 +191,7 @@ WAITING = False  # a run records but torch was not imported yet when it started
 
 def _save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
     """torch.save while a run records: the user's save, then the mirror."""
+    file_access.note_write(f)  # written from C++: no audit event says so
     result = _ORIGINAL_SAVE(obj, f, *args, **kwargs)
     mirror = _ACTIVE
     if mirror is not None and isinstance(f, (str, os.PathLike)):

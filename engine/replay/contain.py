@@ -20,6 +20,11 @@ A hook on Python's `open` cannot catch it (torch.save writes from C++), so the k
   before it starts, saying which files are too large. Paths outside the project are read
   in place in this mode; `..` links of the mirror (mirror.py) reach the real folders.
 
+Files the recorded run created (replay/run_inputs.py) are hidden: links or copies of them
+in the replay's folder are removed before the worker starts, and, in namespace mode, a file
+reached through a link to the user's folder is removed inside the worker's overlay
+(`hide`), so the old script finds what the run found at its start.
+
 `FLORWB_REPLAY_CONTAIN=copy` forces the copy mode (and `namespace` insists on the other).
 """
 
@@ -194,6 +199,21 @@ def enter(request: dict) -> None:
         _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
     for fd, _path in nested + keep:
         os.close(fd)
+    hide(request.get("hide", ()), lowers, [p for _fd, p in keep])
+
+
+def hide(paths, lowers: list[str], keep: list[str]) -> None:
+    """Remove, inside this worker's overlay only, the files the run created (reached
+    through the replay folder's links to the user's folders): the replay starts without
+    them, as the run did, and the user's files stay as they are. A path that does not
+    resolve into an overlaid folder (or resolves into the store, bound back as it is) is
+    left alone."""
+    for path in paths:
+        real = os.path.realpath(path)
+        inside = any(real.startswith(lower.rstrip("/") + "/") for lower in lowers)
+        kept = any(real == k or real.startswith(k.rstrip("/") + "/") for k in keep)
+        if inside and not kept and os.path.lexists(real) and not os.path.isdir(real):
+            os.unlink(real)  # a whiteout in the overlay's upper folder
 
 
 def _mount(libc, source, target, fstype, flags: int, options: str | None = None) -> None:

@@ -8,15 +8,24 @@ itself (a worker forked from the warm fork server has torch imported already, so
 environment alone would come too late) and OMP/MKL/OPENBLAS_NUM_THREADS in its
 environment for torch imported later and for the processes the old script starts. A
 lower thread count the user set in OMP_NUM_THREADS is kept.
+
+That budget is only the default of runs recorded before their thread settings were: a run
+that recorded them (record/context.py) replays with the threads it ran with, because the
+intra-op thread count changes how torch splits a reduction and so the float bits of what
+it logs (a run with 2 threads replayed with 1 was 1% off). The planner then runs fewer
+workers, so that threads x workers stays within the cores (`workers_for_threads`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 THREADS_ENV = "FLORWB_REPLAY_THREADS"  # the worker's budget, read by the fork server's child
+INTEROP_ENV = "FLORWB_REPLAY_INTEROP_THREADS"  # the recorded inter-op count, where known
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -51,12 +60,84 @@ def thread_env(threads: int) -> dict[str, str]:
     return {THREADS_ENV: str(threads), **dict.fromkeys(THREAD_VARIABLES, str(threads))}
 
 
+@dataclass(frozen=True)
+class RecordedThreads:
+    """The thread settings a run recorded at its start (record/context.py)."""
+
+    torch: int  # torch.get_num_threads()
+    interop: int | None  # torch.get_num_interop_threads()
+    omp: str | None  # OMP_NUM_THREADS as set (None: unset)
+    mkl: str | None  # MKL_NUM_THREADS as set
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def recorded_threads(facts: Mapping[str, Any] | None) -> RecordedThreads | None:
+    """The thread settings of a run from its run_context row (store/run_context.py
+    `context_of`) or a RecordedThreads' `to_json`; None for a run recorded before they
+    were, or without torch, which replays with `threads_per_worker`'s budget."""
+    if not facts:
+        return None
+    count = facts.get("torch_threads", facts.get("torch"))
+    if not isinstance(count, int) or count < 1:
+        return None
+    interop = facts.get("torch_interop_threads", facts.get("interop"))
+    return RecordedThreads(
+        torch=count,
+        interop=interop if isinstance(interop, int) and interop >= 1 else None,
+        omp=facts.get("omp_num_threads", facts.get("omp")),
+        mkl=facts.get("mkl_num_threads", facts.get("mkl")),
+    )
+
+
+def recorded_thread_env(threads: RecordedThreads) -> dict[str, str]:
+    """A worker's environment for a run replayed with its recorded threads: torch's count
+    (set in the worker by `limit_threads`), the OMP/MKL variables as the run had them
+    (else torch's count, for torch imported later and processes the script starts)."""
+    count = str(threads.torch)
+    env = thread_env(threads.torch)
+    env["OMP_NUM_THREADS"] = threads.omp or count
+    env["MKL_NUM_THREADS"] = threads.mkl or count
+    if threads.interop is not None:
+        env[INTEROP_ENV] = str(threads.interop)
+    return env
+
+
+def workers_for_threads(
+    workers: int, threads: Sequence[RecordedThreads | None], cores: int | None = None
+) -> tuple[int, str | None]:
+    """At most as many workers as keep threads x workers within the cores, for the most
+    threads any run replays with; and the plan's note when that cuts `workers`."""
+    counts = [t.torch for t in threads if t is not None]
+    if not counts:
+        return workers, None
+    cores = cores or available_cores()
+    most = max(counts)
+    fits = max(1, cores // most)
+    if workers <= fits:
+        return workers, None
+    return fits, (
+        f"{fits} worker(s), not {workers}: runs replay with the threads they were recorded "
+        f"with (up to {most}), and {fits} x {most} fits the {cores} core(s)"
+    )
+
+
 def limit_threads() -> None:
-    """In a worker, before the old script runs: apply the budget to a torch already
-    imported (the fork server preloads it); a later import reads the environment."""
+    """In a worker, before the old script runs: apply the budget (or the run's recorded
+    threads) to a torch already imported (the fork server preloads it); a later import
+    reads the environment. The inter-op count can only be set before torch's inter-op
+    pool has started: a fork server that started it leaves the worker with its count."""
     value = os.environ.get(THREADS_ENV, "")
     if not value.isdigit() or int(value) < 1:
         return
     torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(int(value))
+    if torch is None:
+        return
+    torch.set_num_threads(int(value))
+    interop = os.environ.get(INTEROP_ENV, "")
+    if interop.isdigit() and int(interop) >= 1 and torch.get_num_interop_threads() != int(interop):
+        try:
+            torch.set_num_interop_threads(int(interop))
+        except RuntimeError:  # the pool ran already; inter-op threads do not split reductions
+            pass

@@ -28,7 +28,12 @@ from florwb_engine import versions
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.record import start_rng
 from florwb_engine.replay import contain, ddp_launch
-from florwb_engine.replay.cores import thread_env, threads_per_worker
+from florwb_engine.replay.cores import (
+    recorded_thread_env,
+    recorded_threads,
+    thread_env,
+    threads_per_worker,
+)
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
@@ -215,29 +220,26 @@ def _prepare(
     Ray replay) the files the snapshot left out are not placed here: each task copies
     them on its node (ray_executor.py)."""
     project = plan.project
-    code_dirs: dict[str, Path] = {}
+    code_dirs: dict[str, tuple[Path, Path]] = {}  # -> (code folder, its mirror)
     tasks = []
     for run in plan.ready():
         assert run.version and run.script and run.code is not None and run.mode is not None
         key = f"{run.version}:{sorted(run.inputs.items())}"  # the run's bytes of left-out files
-        mirror = workdir / "code" / f"{run.version[:12]}-{len(code_dirs)}"
-        if key not in code_dirs:
-            code_dir = mirrored_project(mirror, project)  # `..` reaches the project's parent
-            versions.materialize(store_dir(project), run.version, code_dir)
-            (code_dir / run.script).write_text(run.code)
-            _restore_inputs(project, code_dir, run.inputs)
-            if containment is not None and containment.mode == "namespace":
-                _link_missing(project, code_dir)  # writes through them land in the overlay
-            elif containment is not None:
-                contain.copy_missing(project, code_dir, SKIP_LINKS)
-            code_dirs[key] = code_dir
-        code_dir = code_dirs[key]
-        if server is not None:
-            server.preload(
-                script_imports(run.code), [project, code_dir, (code_dir / run.script).parent]
-            )
-        cwd = _mapped_cwd(project, code_dir, run.cwd, mirror)
         for segment in run.segments:
+            # A run that created files gets a folder per segment: what one segment writes
+            # where the run did (its `snapshot.pt`) must not be found by the next one.
+            at = f"{key}:{segment.index}" if run.hide else key
+            if at not in code_dirs:
+                mirror = workdir / "code" / f"{run.version[:12]}-{len(code_dirs)}"
+                code_dirs[at] = (_code_folder(project, run, mirror, containment), mirror)
+                if server is not None:
+                    code_dir = code_dirs[at][0]
+                    server.preload(
+                        script_imports(run.code),
+                        [project, code_dir, (code_dir / run.script).parent],
+                    )
+            code_dir, mirror = code_dirs[at]
+            cwd = _mapped_cwd(project, code_dir, run.cwd, mirror)
             stem = f"{segment.index:03d}"
             checkpoint_dir = store_dir(project) / "checkpoints" / run.run_id
             start_states = checkpoint_dir / start_rng.FILE
@@ -273,16 +275,65 @@ def _prepare(
                     argv,
                     cwd,
                     project,
-                    containment.request(
-                        Path(tempfile.gettempdir()) / f"florwb-{plan.replay_id}-{stem}"
-                    )
-                    if containment is not None
-                    else None,
+                    _contain_request(
+                        containment,
+                        Path(tempfile.gettempdir()) / f"florwb-{plan.replay_id}-{stem}",
+                        _hidden_behind_links(code_dir, run.hide),
+                    ),
                     code_dir,
                     mirror,
                 )
             )
     return tasks
+
+
+def _code_folder(
+    project: Path, run: RunPlan, mirror: Path, containment: contain.Containment | None
+) -> Path:
+    """The run's version materialised in `mirror`, with the run's bytes of changed inputs,
+    the left-out files linked (namespace) or copied, and the files the run created hidden."""
+    assert run.version and run.script and run.code is not None
+    code_dir = mirrored_project(mirror, project)  # `..` reaches the project's parent
+    versions.materialize(store_dir(project), run.version, code_dir)
+    (code_dir / run.script).write_text(run.code)
+    _restore_inputs(project, code_dir, run.inputs)
+    if containment is not None and containment.mode == "namespace":
+        _link_missing(project, code_dir)  # writes through them land in the overlay
+    elif containment is not None:
+        contain.copy_missing(project, code_dir, SKIP_LINKS)
+    for path in run.hide:  # a link or copy of the user's file, in the replay's own folder
+        target = code_dir / path
+        if not _behind_link(code_dir, path) and (target.is_symlink() or target.is_file()):
+            target.unlink()
+    return code_dir
+
+
+def _behind_link(code_dir: Path, path: str) -> bool:
+    """Whether a folder on the way to `path` is a link out of `code_dir` (to the user's
+    folder): the file can only be hidden inside the worker's overlay."""
+    folder = code_dir
+    for part in Path(path).parts[:-1]:
+        folder = folder / part
+        if folder.is_symlink():
+            return True
+    return False
+
+
+def _hidden_behind_links(code_dir: Path, hide: list[str]) -> list[str]:
+    return [str(code_dir / path) for path in hide if _behind_link(code_dir, path)]
+
+
+def _contain_request(
+    containment: contain.Containment | None, scratch: Path, hide: list[str]
+) -> dict | None:
+    """The worker's containment request, with the created files it must hide in its
+    overlay; in copy mode left-out folders are copies, so nothing is behind a link."""
+    if containment is None:
+        return None
+    request = containment.request(scratch)
+    if request is not None and hide:
+        request["hide"] = hide
+    return request
 
 
 def _restore_inputs(project: Path, code_dir: Path, inputs: dict[str, str]) -> None:
@@ -335,7 +386,8 @@ def _run_all(
 ) -> None:
     notify = on_progress or (lambda _p: None)
     waiting, active = list(tasks), list[SegmentTask]()  # changed in place: fill() sees them
-    # Workers share the cores: each gets cores // (workers running at once) threads.
+    # Workers share the cores: each gets cores // (workers running at once) threads, or the
+    # threads its run recorded (the planner ran fewer workers to make room: cores.py).
     threads = thread_env(threads_per_worker(min(max(1, workers), max(1, len(tasks)))))
     last_seen: dict[int, tuple] = {}
     stopping: dict[int, float] = {}  # request -> when its worker was asked to stop
@@ -345,7 +397,9 @@ def _run_all(
             waiting.clear()
         while waiting and len(active) < max(1, workers):
             task = waiting.pop(0)
-            env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project), **threads}
+            env = {ENV: str(task.spec_path), "FLORWB_PROJECT": str(task.project)}
+            recorded = recorded_threads(task.plan.threads)  # the run's own, where recorded
+            env.update(recorded_thread_env(recorded) if recorded is not None else threads)
             env.update(ddp_launch.launch_env(task.plan.launch))  # a free port for mp.spawn
             task.request = server.start(task.argv, task.cwd, env, task.log_path, task.contain)
             active.append(task)

@@ -72,6 +72,8 @@ class RunFacts:
     # the replay whose verdict on this run is diverged (its rows withheld, so the names
     # it logged are not `present` and a replay of them re-tries the run)
     diverged: str | None = None
+    # the run_context row (record/context.py): its thread settings are replayed (cores.py)
+    context: dict | None = None
 
 
 def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[SelectedRun]:
@@ -198,6 +200,7 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
             for _loop, i, path, size in ckpt_rows
             if is_manifest(path)
         },
+        context=run_context.context_of(con, run_id),
     )
 
 

@@ -20,8 +20,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
+from florwb_engine import versions
+from florwb_engine.project import store_dir
 from florwb_engine.record.notebook import is_notebook_script
 from florwb_engine.replay import ddp_launch, run_inputs
+from florwb_engine.replay.cores import recorded_threads, workers_for_threads
 from florwb_engine.replay.cost import (
     CALIBRATION_BOUNDS,
     ExecutorName,
@@ -83,6 +86,8 @@ class RunPlan:
     inputs: dict[str, str] = field(default_factory=dict)  # left-out file -> the run's blob
     at_risk: list[str] = field(default_factory=list)  # changed left-out files, bytes gone
     from_start: bool = False  # statements read state no checkpoint holds (state_reads.py)
+    threads: dict | None = None  # the run's recorded thread settings (cores.RecordedThreads)
+    hide: list[str] = field(default_factory=list)  # files the run created: absent in replay
 
 
 @dataclass
@@ -97,6 +102,7 @@ class Plan:
     # the cost model's own estimate, before the project's past replays calibrated it
     estimate_raw_s: float = 0.0
     calibration: float = 1.0
+    notes: list[str] = field(default_factory=list)  # about the whole replay (fewer workers)
 
     def ready(self) -> list[RunPlan]:
         return [r for r in self.runs if r.status == READY]
@@ -110,6 +116,7 @@ class Plan:
             "estimate_s": self.estimate_s,
             "estimate_raw_s": self.estimate_raw_s,
             "calibration": self.calibration,
+            "notes": self.notes,
             "runs": [
                 {
                     key: value
@@ -152,9 +159,11 @@ def plan_replay(
         facts = {run.run_id: run_facts(con, run.run_id) for run in runs}
         ratio = past_ratio(con, executor)
         seen_inputs = {run.run_id: run_inputs.load(con, run.run_id) for run in runs}
+        seen_files = {run.run_id: run_inputs.load_files(con, run.run_id) for run in runs}
         launched = ddp_launch.launches(con, [run.run_id for run in runs])
     gpus = ddp_launch.gpus_here() if launched else 0
     placer = Placer(project, names)
+    listed: dict[str, frozenset[str]] = {}  # version -> its files
     plans = []
     work: dict[str, Work] = {}
     for run in runs:
@@ -183,8 +192,15 @@ def plan_replay(
                 plan.status, plan.reason = SKIP, found
             else:
                 work[run.run_id] = found
-                inputs = run_inputs.check(project, seen_inputs[run.run_id])
+                files = seen_files[run.run_id]
+                inputs = run_inputs.check(
+                    project,
+                    seen_inputs[run.run_id],
+                    files,
+                    _version_files(project, run.version, listed) if files else (),
+                )
                 plan.inputs, plan.at_risk = inputs.restore, inputs.at_risk
+                plan.hide = inputs.hide
                 plan.notes = [
                     *([found.summary] if found.summary else []),
                     *plan.notes,
@@ -192,22 +208,46 @@ def plan_replay(
                     *inputs.notes,
                 ]
         plans.append(plan)
+    notes: list[str] = []
+    ready = [p for p in plans if p.status == READY]
+    for plan in ready:
+        threads = recorded_threads(facts[plan.run_id].context)
+        plan.threads = threads.to_json() if threads is not None else None
+    at_once = workers
+    if executor == "local":  # a Ray task's threads follow its CPUs (ray_executor.py)
+        at_once, cut = workers_for_threads(workers, [recorded_threads(p.threads) for p in ready])
+        notes += [cut] if cut else []
     factor = 1.0 if ratio is None else min(max(ratio, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
-    _assign_segments([p for p in plans if p.status == READY], work, workers, factor)
+    # segments as many as `workers` asked for (each still starts from a checkpoint); at most
+    # `at_once` of them run side by side, each with its run's recorded threads
+    _assign_segments(ready, work, workers, factor)
     raw = replay_estimate(
-        [s.estimate_s / factor for p in plans for s in p.segments], workers, executor
+        [s.estimate_s / factor for p in plans for s in p.segments], at_once, executor
     )
     return Plan(
         replay_id=time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2),
         project=project,
         names=names,
-        workers=workers,
+        workers=at_once,
         runs=plans,
         estimate_s=raw * factor,
         executor=executor,
         estimate_raw_s=raw,
         calibration=factor,
+        notes=notes,
     )
+
+
+def _version_files(project: Path, version: str | None, cache: dict[str, frozenset[str]]):
+    """The paths a code version holds (the replay has them as the run did)."""
+    if not version:
+        return frozenset()
+    if version not in cache:
+        try:
+            cache[version] = frozenset(versions.list_files(store_dir(project), version))
+        except versions.VersionError:
+            cache[version] = frozenset()
+    return cache[version]
 
 
 def _plan_run(

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
-from florwb_engine.replay.cores import thread_env
+from florwb_engine.replay.cores import recorded_thread_env, recorded_threads, thread_env
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker
 from florwb_engine.replay.spec import ENV, ReplaySpec
 from florwb_engine.store import Store
@@ -218,6 +218,7 @@ def _submit(tasks, remote, options, pending, shipped, notify, cancel) -> None:
             "argv": task.argv[1:],
             "cwd": _relative_cwd(task),
             "threads": max(1, int(cpus)),
+            "recorded_threads": task.plan.threads,  # the run's own, where it recorded them
         }
         ref = remote.options(num_cpus=cpus, num_gpus=gpus).remote(job, blobs[task.code_dir], files)
         pending[ref] = task
@@ -345,7 +346,7 @@ def run_segment(job: dict, code: bytes, files: dict[str, Any]) -> dict:
             **os.environ,
             ENV: str(spec_path),
             "FLORWB_PROJECT": str(home),
-            **thread_env(int(job["threads"])),
+            **_threads_env(job),
         }
         log_path = base / "stderr.log"
         script = code_dir / job["script"]
@@ -413,3 +414,9 @@ def _stop_worker(server: ForkServer, pid: int) -> None:
         while pid not in server.exited and time.monotonic() < deadline:
             server.poll(POLL_S)
     server.exited.pop(pid, None)
+
+
+def _threads_env(job: dict) -> dict[str, str]:
+    """The task's threads: the run's recorded settings, else one per CPU it was given."""
+    recorded = recorded_threads(job.get("recorded_threads"))
+    return recorded_thread_env(recorded) if recorded is not None else thread_env(job["threads"])

@@ -11,6 +11,16 @@ place (`make_state(net)`, `**extra`, a save outside the main loop's body) makes 
 unusable, and the plan says which, before the replay starts: a checkpoint restored with one
 object missing would give wrong values, so those iterations are re-executed instead.
 
+A save is used only when it holds the whole state the main loop updates (FLOR's rule: a
+checkpoint restored with one object missing gives wrong values): the receivers of the
+`.step()` calls and the state-like `.update()` calls (`_updates`) in the loop's body and in
+the script's functions and methods it calls (optimizers, schedulers, GradScalers, EMAs),
+with the arguments of
+`scaler.step(opt)`, must each be saved or registered with flor.checkpointing. A plain SGD
+without momentum has no state to save. A model saved alone while Adam trains it makes the
+run re-execute from its first iteration instead, said in the plan (`loop_updates`,
+`unheld_updates`).
+
 Where the save sits in the main loop's body tells which state it holds: after the inner
 loops (or at the end of a body without any) it is the iteration's end state, like
 flor.checkpointing's; before them it is the state the iteration starts from, i.e. the end
@@ -81,6 +91,9 @@ class SavedState:
     saved_map: dict[str, list[list]] = field(default_factory=dict)  # site_key -> targets
     sizes: dict[int, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # objects the main loop updates that neither the saves nor flor.checkpointing hold:
+    # expression -> the call that updates it (`opt` -> `opt.step()`)
+    unheld: dict[str, str] = field(default_factory=dict)
 
 
 def site_key(script: str | None, line: int | None) -> str:
@@ -151,6 +164,10 @@ def plan_saved_state(
     if len(positions) > 1:  # saves at the start and the end of the body: use the end ones
         usable = {line: m for line, m in usable.items() if m.position == END}
     if not usable:
+        return out
+    held = {target[1] for m in usable.values() for target in m.targets}
+    out.unheld = unheld_updates(tree, main_loop, held | registered_objects(tree))
+    if out.unheld:
         return out
     shift = -1 if next(iter(usable.values())).position == START else 0
     out.saved_map = {site_key(script, line): m.targets for line, m in usable.items()}
@@ -424,6 +441,158 @@ def _name_of(func: ast.expr) -> str | None:
     return None
 
 
+# methods whose receiver is training state that a step changes (optimizer, scheduler,
+# GradScaler, EMA); `scaler.step(opt)` steps its argument too
+_UPDATING = frozenset({"step", "update"})
+_STEPS_ARGUMENT = frozenset({"step"})
+
+
+def loop_updates(tree: ast.Module, main_loop: str) -> dict[str, str]:
+    """Objects the main loop updates, as expressions of the scope the loop runs in, each
+    with the call that does it. Calls to the script's functions (`train_one_epoch(net,
+    opt)`) and to methods of the class holding the loop (`self._run_epoch()`) are followed,
+    their parameters replaced by the arguments of the call."""
+    imports = imports_from_ast(tree)
+    loop = next(
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.For) and iterates_loop(n, imports, main_loop)
+        ),
+        None,
+    )
+    if loop is None:
+        return {}
+    functions = {
+        n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    methods = {
+        f.name: f
+        for c in ast.walk(tree)
+        if isinstance(c, ast.ClassDef) and any(n is loop for n in ast.walk(c))
+        for f in c.body
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    found: dict[str, str] = {}
+    _updates_in(loop.body, {}, functions, methods, found, set())
+    return found
+
+
+def _updates_in(
+    body: list[ast.stmt],
+    names: dict[str, str],
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef],
+    methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef],
+    found: dict[str, str],
+    seen: set[str],
+) -> None:
+    for statement in body:
+        for node in ast.walk(statement):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Attribute) and _updates(func, node):
+                updated = [func.value]
+                if func.attr in _STEPS_ARGUMENT:
+                    updated += [a for a in node.args if _reference(a)]
+                call = f"{_renamed(func.value, names)}.{func.attr}()"
+                for expr in updated:
+                    if _reference(expr):
+                        found.setdefault(_renamed(expr, names), call)
+            callee = None
+            if isinstance(func, ast.Name) and func.id in functions:
+                callee = functions[func.id]
+            elif (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "self"
+                and func.attr in methods
+            ):
+                callee = methods[func.attr]
+            if callee is None or callee.name in seen:
+                continue
+            params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
+            if callee in methods.values() and params[:1] == ["self"]:
+                params = params[1:]
+            inner = {
+                param: _renamed(arg, names)
+                for param, arg in zip(params, node.args)
+                if _reference(arg)
+            }
+            inner.update(
+                {
+                    k.arg: _renamed(k.value, names)
+                    for k in node.keywords
+                    if k.arg and _reference(k.value)
+                }
+            )
+            if "self" in names:
+                inner["self"] = names["self"]
+            _updates_in(callee.body, inner, functions, methods, found, seen | {callee.name})
+
+
+def _updates(func: ast.Attribute, call: ast.Call) -> bool:
+    """`opt.step()`, `sched.step()`, `scaler.step(opt)`, `scaler.update()`, `ema.update(net)`;
+    not `bar.update(1)` or `metrics.update({...})` (a progress bar, a dict of numbers)."""
+    if func.attr not in _UPDATING:
+        return False
+    if func.attr == "step" or not (call.args or call.keywords):
+        return True
+    receiver = ast.unparse(func.value).lower()
+    return "ema" in receiver or "average" in receiver or "swa" in receiver
+
+
+def _renamed(expr: ast.expr, names: dict[str, str]) -> str:
+    """`expr` as text, a followed function's parameter replaced by the call's argument
+    (`optimizer` in `train(net, opt)` -> `opt`)."""
+    text = ast.unparse(expr)
+    root = _root(text)
+    if root is not None and root in names:
+        return names[root] + text[len(root) :]
+    return text
+
+
+def registered_objects(tree: ast.Module) -> set[str]:
+    """The expressions given to `flor.checkpointing(...)`: their state is checkpointed."""
+    imports = imports_from_ast(tree)
+    return {
+        ast.unparse(k.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and imports.api_of_ast(node.func) == "checkpointing"
+        for k in node.keywords
+        if k.arg and _reference(k.value)
+    }
+
+
+def unheld_updates(tree: ast.Module, main_loop: str, held: set[str]) -> dict[str, str]:
+    """What the main loop updates that no held expression covers (`self.opt` is covered
+    by `self.opt` or by `self`), stateless optimizers (plain SGD) aside."""
+    out = {}
+    for updated, call in loop_updates(tree, main_loop).items():
+        if any(updated == h or updated.startswith(h + ".") for h in held):
+            continue
+        if _stateless_optimizer(tree, updated):
+            continue
+        out[updated] = call
+    return out
+
+
+def _stateless_optimizer(tree: ast.Module, expression: str) -> bool:
+    """`opt = torch.optim.SGD(params, lr=...)` without momentum: stepping it keeps no state."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        if ast.unparse(node.targets[0]) != expression or not isinstance(node.value, ast.Call):
+            continue
+        call = node.value
+        if _name_of(call.func) != "SGD":
+            return False
+        keywords = {k.arg: k.value for k in call.keywords if k.arg}
+        momentum = keywords.get("momentum", call.args[2] if len(call.args) > 2 else None)
+        return momentum is None or (isinstance(momentum, ast.Constant) and not momentum.value)
+    return False
+
+
 def use_saved_state(project: Path, plan, facts) -> None:
     """Add a ready run's usable own-save checkpoints to its plan (`RunPlan`) and to the
     checkpoints its cost model sees (`RunFacts`), with the plan's notes on what cannot be
@@ -433,6 +602,9 @@ def use_saved_state(project: Path, plan, facts) -> None:
         project, plan.run_id, plan.version, plan.script, plan.main_loop, facts.mirrored
     )
     plan.notes.extend(found.notes)
+    if found.unheld:
+        _re_execute(plan, facts, found.unheld)
+        return
     if not found.mirrored:
         return
     plan.mirrored = found.mirrored
@@ -459,3 +631,22 @@ def _describe(target: list) -> str:
     keys, expression, required = target
     text = f"{'/'.join(map(str, keys))} -> {expression}" if keys else expression
     return text if required else text + " (if it has state)"
+
+
+def _re_execute(plan, facts, unheld: dict[str, str]) -> None:
+    """Replay the run from its first iteration, in one segment: its own saves leave out
+    state the loop updates, and a segment restored from them would start with that state
+    fresh (Adam's moments, a scheduler's step count). flor.checkpointing's files of such a
+    run do not hold it either, or it would be held."""
+    from florwb_engine.replay.spec import INNER
+
+    loop = plan.main_loop or "main"
+    what = ", ".join(f"{expr} ({call})" for expr, call in sorted(unheld.items()))
+    plan.notes.append(
+        f"the script's own torch.save does not hold {what}, which the {loop} loop updates: "
+        f"not restored from it; the {loop} loop is re-executed from its first iteration, "
+        "in one segment"
+    )
+    plan.from_start = True
+    plan.mode = INNER
+    facts.checkpoints = {}

@@ -80,7 +80,7 @@ class _State:
 
 # What a run's journal holds; anything else (a newer florwb's event) is counted and skipped.
 KNOWN_EVENTS = frozenset(
-    {"start", "version", "version_error", "arg", "issues", "checkpoint", "end", "loop"}
+    {"start", "version", "version_error", "arg", "issues", "checkpoint", "end", "loop", "files"}
 )
 
 
@@ -462,6 +462,14 @@ def _apply_event(con, keys: RunKeys, e: dict) -> bool:
     elif kind == "issues":  # what the recording process replaced, dropped or could not write
         for issue_kind, detail, n in e.get("counts", ()):
             keys.issues.append((clean_text(issue_kind), clean_text(detail), int(n)))
+    elif kind == "files":  # first accesses of project files (record/file_access.py)
+        for path, access, size, mtime_ns in e.get("paths", ()):
+            con.execute(
+                "INSERT OR IGNORE INTO run_files VALUES (?, ?, ?, ?, ?)",
+                [run_id, clean_text(path), access, size, mtime_ns],
+            )
+        if e.get("dropped"):
+            keys.issues.append(("files", "project files past the first 10,000 not noted", 1))
     elif kind == "checkpoint":
         con.execute(
             "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -30,7 +30,14 @@ COLUMNS = {
     "energy_cpu_j": "DOUBLE",  # Linux RAPL packages
     "energy_gpu_j": "DOUBLE",  # NVML
     "error": "VARCHAR",  # why the end-of-run readings are missing
+    # thread settings (record/context.py): torch's counts, the OMP/MKL environment as set
+    "torch_threads": "INTEGER",
+    "torch_interop_threads": "INTEGER",
+    "omp_num_threads": "VARCHAR",
+    "mkl_num_threads": "VARCHAR",
 }
+# columns added after the table first shipped: ALTERed into older stores
+ADDED = ("torch_threads", "torch_interop_threads", "omp_num_threads", "mkl_num_threads")
 TABLE = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
 _FIELDS = [c for c in COLUMNS if c != "run_id"]
 
@@ -38,6 +45,8 @@ _FIELDS = [c for c in COLUMNS if c != "run_id"]
 def create(con: duckdb.DuckDBPyConnection) -> None:
     """Additive migration: stores written before run contexts existed get the table."""
     con.execute(f"CREATE TABLE IF NOT EXISTS run_context ({TABLE})")
+    for name in ADDED:
+        con.execute(f"ALTER TABLE run_context ADD COLUMN IF NOT EXISTS {name} {COLUMNS[name]}")
 
 
 def apply(con: duckdb.DuckDBPyConnection, run_id: str | None, context: Any) -> None:
@@ -71,3 +80,11 @@ def contexts(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
     """run_id -> its context (column -> value) for every run that has one."""
     rows = con.execute(f"SELECT {', '.join(COLUMNS)} FROM run_context").fetchall()
     return {r[0]: dict(zip(_FIELDS, r[1:])) for r in rows}
+
+
+def context_of(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
+    """One run's context (column -> value), None when it has none."""
+    rows = con.execute(
+        f"SELECT {', '.join(_FIELDS)} FROM run_context WHERE run_id = ?", [run_id]
+    ).fetchall()
+    return dict(zip(_FIELDS, rows[0])) if rows else None

@@ -92,6 +92,11 @@ TABLES = {
         run_key INTEGER, source_key INTEGER, name_key INTEGER, path VARCHAR, n BIGINT,
         n_numeric BIGINT, n_int BIGINT, n_repeat BIGINT, last_ctx BIGINT,
         PRIMARY KEY (run_key, source_key, name_key, path)""",
+    # The project files a run touched, by their first access (record/file_access.py):
+    # 'read' (with size and mtime then) or 'written' (created or emptied: the run's own).
+    "run_files": """
+        run_id VARCHAR, path VARCHAR, access VARCHAR, size BIGINT, mtime_ns BIGINT,
+        PRIMARY KEY (run_id, path)""",
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
     "run_context": run_context.TABLE,
     "console_rows": console.TABLE,
@@ -176,8 +181,9 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("ALTER TABLE journals ADD COLUMN IF NOT EXISTS rank INTEGER")
         con.execute(f"CREATE TABLE IF NOT EXISTS run_ranks ({TABLES['run_ranks']})")
         create_views(con)
-    if version < 7:  # replay verdicts; a diverged replay's rows withheld from every reader
-        for table in ("replay_runs", "withheld_rows", "withheld_name_stats"):
+    if version < 7:  # verdicts (a diverged replay's rows withheld), threads, files touched
+        run_context.create(con)
+        for table in ("replay_runs", "withheld_rows", "withheld_name_stats", "run_files"):
             con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({TABLES[table]})")
         verdicts.withhold_recorded_divergences(con)
         create_views(con)

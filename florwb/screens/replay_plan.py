@@ -179,13 +179,15 @@ class ReplayPlanScreen(ModalScreen[Any]):
         line.append(f"estimate {fmt.duration(plan.estimate_s)}", "bold")
         more, fewer = self.hints("plan.more"), self.hints("plan.fewer")
         line.append(
-            f" with {plan.workers} worker{'s' if plan.workers != 1 else ''} ({more}/{fewer})"
+            f" with {self.n_workers} worker{'s' if self.n_workers != 1 else ''} ({more}/{fewer})"
         )
         line.append(f" · {len(ready)} of {len(plan.runs)} runs to replay")
         segments = sum(len(r.segments) for r in ready)
         line.append(f" · {fmt.plural(segments, 'segment')}")
         if self.excluded:
             line.append(f" · {len(self.excluded)} excluded", "yellow")
+        for note in getattr(plan, "notes", ()):  # fewer at once for the recorded threads
+            line.append(f" · {note}", "yellow")
         line.append(f" · {self.hints('plan_runs.toggle')} include/exclude", "dim")
         self.query_one("#plan-estimate", Static).update(line)
         self.query_one("#plan-start", Button).disabled = not ready
