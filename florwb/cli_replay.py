@@ -253,6 +253,8 @@ def _print_result(result: ReplayResult) -> None:
     rows = []
     for r in result.runs:
         detail = f"{r.rows} values, {r.compared} checked against the run"
+        if r.missing:
+            detail += f", missing: {r.missing}"
         rows.append([r.run_id, r.status, detail if r.status == "finished" else "see below"])
     write_table(["run", "replay", "detail"], rows, sys.stdout)
     for r in result.runs:
@@ -260,6 +262,8 @@ def _print_result(result: ReplayResult) -> None:
             print(f"{r.run_id} diverged: {r.divergence}")
         if r.error:
             print(f"{r.run_id} failed, {r.error}")
+        if r.missing:
+            print(f"{r.run_id} missing: {r.missing} (recorded, not replayed)")
         if r.at_risk:
             print(f"{r.run_id} values at risk: {', '.join(r.at_risk)} changed since the run")
     print(f"replay {result.replay_id} {result.status} in {result.elapsed_s:.1f} s")

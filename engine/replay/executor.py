@@ -31,8 +31,10 @@ from florwb_engine.replay import contain, ddp_launch
 from florwb_engine.replay.cores import thread_env, threads_per_worker
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
+from florwb_engine.replay.cost import ranges
+from florwb_engine.replay.facts import main_iterations
 from florwb_engine.replay.plan import Plan, RunPlan, Segment
-from florwb_engine.replay.spec import ENV, ReplaySpec
+from florwb_engine.replay.spec import ENV, PREFIX, ReplaySpec
 from florwb_engine.store import Store, StoreBusy
 from florwb_engine.store.replays import (
     ReplayStatus,
@@ -77,6 +79,7 @@ class RunResult:
     compared: int = 0
     rows: int = 0
     at_risk: list[str] = field(default_factory=list)  # changed left-out files it read
+    missing: str | None = None  # recorded main-loop iterations it did not replay: "iter 30"
 
 
 @dataclass
@@ -488,6 +491,7 @@ def _collect(plan: Plan, tasks: list[SegmentTask], store: Store, cancelled: bool
             results.append(
                 RunResult(run.run_id, status, None, mismatch, compared, int(rows), run.at_risk)
             )
+            results[-1].missing = not_replayed(con, plan.replay_id, run)
             for path in run.at_risk:  # said where the run's other issues are said
                 con.execute(
                     "INSERT OR REPLACE INTO run_issues VALUES (?, ?, 'input changed', ?, 1)",
@@ -507,6 +511,19 @@ def _collect(plan: Plan, tasks: list[SegmentTask], store: Store, cancelled: bool
         detail = {**plan.to_json(), "results": [asdict(r) for r in results]}
         finish_replay(con, plan.replay_id, overall, detail)
     return ReplayResult(plan.replay_id, overall, results)
+
+
+def not_replayed(con: duckdb.DuckDBPyConnection, replay_id: str, run: RunPlan) -> str | None:
+    """The main-loop iterations the run recorded and the replay did not execute, named
+    (`iter 30`); None when it executed them all or needed none (statements before the
+    main loop)."""
+    if run.mode == PREFIX or run.main_loop is None:
+        return None
+    recorded = main_iterations(con, run.run_id, run.main_loop)
+    missing = sorted(recorded - main_iterations(con, run.run_id, run.main_loop, replay_id))
+    if not missing:
+        return None
+    return f"{run.main_loop} {ranges(missing).removeprefix('iterations ')}"
 
 
 def _remove_results(store: Store, project: Path, replay_id: str) -> None:
