@@ -102,10 +102,14 @@ def test_outer_replay_steps_the_scheduler_once_per_epoch(project, forward, worke
     for name in ("lr", "lr_start", "wnorm"):
         assert list(replayed[name]) == pytest.approx(list(forward[name])), name
     assert list(replayed["lr"]) == pytest.approx([0.06, 0.06, 0.03, 0.03, 0.015, 0.015])
-    steps = Store(project).query(
-        f"SELECT count(*) AS n FROM iterations WHERE source = '{plan.replay_id}' "
-        "AND loop = 'step'"
-    ).n[0]
+    steps = (
+        Store(project)
+        .query(
+            f"SELECT count(*) AS n FROM iterations WHERE source = '{plan.replay_id}' "
+            "AND loop = 'step'"
+        )
+        .n[0]
+    )
     assert steps == 0  # every step loop was skipped
 
 
@@ -125,8 +129,7 @@ def test_a_later_segment_replays_the_tail_of_the_epoch_before_it(project, forwar
     )
     assert list(counts.n) == [1] * 6
     timings = store.query(
-        f"SELECT count(*) AS n FROM iterations WHERE source = '{plan.replay_id}' "
-        "AND loop = 'epoch'"
+        f"SELECT count(*) AS n FROM iterations WHERE source = '{plan.replay_id}' AND loop = 'epoch'"
     ).n[0]
     assert timings == 6
     replayed = store.dataframe("lr_start")

@@ -176,6 +176,15 @@ def holds_grads(path: Path) -> bool:
     return isinstance(saved, dict) and GRADS in saved
 
 
+def taken_after_inner(path: Path) -> bool:
+    """Whether a checkpoint file notes the moment it was taken (AFTER_INNER): written by a
+    florwb that copies the state at the end of the inner loops (memory-mapped: cheap)."""
+    import torch
+
+    saved = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    return isinstance(saved, dict) and AFTER_INNER in saved
+
+
 def load(path: Path) -> dict:
     import torch
 

@@ -135,26 +135,16 @@ class Replayer:
         return keep
 
     def loop_left(self, frame: FrameType | None) -> None:
-        """The old script left the main loop inside an iteration (`break`, `return`, an
-        exception). Code after the loop must not run: the process ends at the next line
-        `frame` (the loop's) executes or when it returns. An exception passing through
-        runs no line there and ends the worker as it would have ended the run."""
+        """The old script left the main loop inside an iteration. Left through `break` or
+        `return` (the loop's frame `frame` is popping the loop's iterator), the replay ends
+        here: code after the loop must not run. An exception passing through goes on and
+        ends the worker as it ended the run, loudly."""
         if self.current is not None and not self.silent:
             self.done += 1
             self._progress(self._total)
         self.current = None
-        if frame is None:
+        if frame is not None and _leaving_loop(frame):
             self.finish()
-            return
-
-        def local(_frame: FrameType, event: str, _arg: Any) -> Any:
-            if event == "line" or (event == "return" and _returns(_frame)):
-                self.finish()
-            return local
-
-        frame.f_trace_lines = True
-        frame.f_trace = local
-        sys.settrace(lambda _frame, _event, _arg: None)
 
     def _restores_inside(self, iteration: int) -> bool:
         """Whether `iteration`'s checkpoint holds the state at its inner loops' end (so
@@ -244,10 +234,12 @@ class Replayer:
         os._exit(0)
 
 
-_RETURNS = {dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap}
+_POP_TOP = dis.opmap["POP_TOP"]
 
 
-def _returns(frame: FrameType) -> bool:
-    """Whether a frame's 'return' trace event is a return (not an exception passing)."""
+def _leaving_loop(frame: FrameType) -> bool:
+    """Whether `frame` closes a for loop's iterator by leaving the loop (`break` and
+    `return` pop it: POP_TOP), not by an exception unwinding the frame (whose current
+    instruction is the one that raised)."""
     code = frame.f_code.co_code
-    return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] in _RETURNS
+    return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _POP_TOP

@@ -29,10 +29,10 @@ from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.record import start_rng
 from florwb_engine.replay import contain, ddp_launch
 from florwb_engine.replay.cores import thread_env, threads_per_worker
-from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
-from florwb_engine.replay.mirror import mirrored_path, mirrored_project
 from florwb_engine.replay.cost import ranges
 from florwb_engine.replay.facts import main_iterations
+from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
+from florwb_engine.replay.mirror import mirrored_path, mirrored_project
 from florwb_engine.replay.plan import Plan, RunPlan, Segment
 from florwb_engine.replay.spec import ENV, PREFIX, ReplaySpec
 from florwb_engine.store import Store, StoreBusy
