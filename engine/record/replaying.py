@@ -163,7 +163,10 @@ class Replayer:
         after = saved.get(AFTER_INNER)
         if after == 0:
             return 0
-        self._apply(iteration, saved)
+        # with the script's own torch.save, whose objects flor.checkpointing may not hold
+        # (taken where the script saves: objects it holds alone that the rest of the body
+        # changes before that save would be changed twice)
+        self._restore(iteration)
         return math.inf if after is None else after
 
     def _load(self, iteration: int) -> dict | None:
