@@ -21,6 +21,7 @@ from florwb_engine.store.history_values import CHOSEN
 from florwb_engine.store.queries import read_session
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import RunRow, list_runs
+from florwb_engine.store.verdicts import Withheld, withheld
 
 # Names whose higher values are better (accuracy, F1, reward...); the rest (losses,
 # errors, norms) are best low.
@@ -78,6 +79,7 @@ class RunComparison:
     files: list[FileDiff] = field(default_factory=list)
     more_files: int = 0  # differing files beyond MAX_FILES
     note: str | None = None  # what could not be read, in one line
+    withheld: Withheld = field(default_factory=Withheld)  # values of diverged replays
 
 
 MISSING = object()
@@ -92,6 +94,7 @@ def compare_runs(project: Path, store: Store, first: str, second: str) -> RunCom
             missing = next(r for r in (first, second) if r not in runs)
             raise KeyError(f"no recorded run {missing}")
         stats = {run_id: _final_and_range(con, run_id) for run_id in (first, second)}
+        held = withheld(con, run_ids=[first, second])
     a, b = runs[first], runs[second]
     names = sorted(set(a.args) | set(b.args))
     differ = [
@@ -120,6 +123,7 @@ def compare_runs(project: Path, store: Store, first: str, second: str) -> RunCom
         metrics,
         sorted(set(stats[first]) - set(stats[second])),
         sorted(set(stats[second]) - set(stats[first])),
+        withheld=held,
     )
     _code(project, comparison)
     return comparison

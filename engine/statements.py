@@ -61,19 +61,22 @@ def choose_script_and_versions(
     version_order: Sequence[str],
     wanted: str | None = None,
     max_versions: int = MAX_VERSIONS,
+    wanted_script: str | None = None,
 ) -> tuple[str, list[str], dict[str, int]] | None:
     """Which script to show and which of its versions: `runs` are (script, version) pairs,
-    oldest first. The script is the one `wanted` (a version) was recorded with, else the
-    newest run's; versions follow `version_order`, the newest `max_versions`, keeping
+    oldest first. The script is `wanted_script` when a run recorded it (several scripts can
+    share a version), else the one `wanted` (a version) was recorded with, else the newest
+    run's; versions follow `version_order`, the newest `max_versions`, keeping
     `wanted`. Returns (script, versions, runs per version), or None without scripts."""
     # notebook runs have no script to propagate statements into (record/notebook.py)
     listed = [(s, v) for s, v in runs if not is_notebook_script(s)]
     scripts = [script for script, _version in reversed(listed) if script]
     if not scripts:
         return None
-    script = next(
-        (s for s, v in reversed(listed) if v == wanted and s),
-        scripts[0],
+    script = (
+        wanted_script
+        if wanted_script in scripts
+        else next((s for s, v in reversed(listed) if v == wanted and s), scripts[0])
     )
     counts: dict[str, int] = {}
     for run_script, version in listed:

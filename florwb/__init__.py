@@ -39,9 +39,18 @@ def _store() -> Any:
     return Store(project.find_project())
 
 
-def dataframe(*names: str) -> Any:
-    """pandas DataFrame: one row per run x loop coordinates, one column per name."""
-    return _store().dataframe(*names)
+def dataframe(*names: str, diverged: bool = False) -> Any:
+    """pandas DataFrame: one row per run x loop coordinates, one column per name.
+
+    Values of diverged replays are left out with a warning saying how many;
+    `diverged=True` puts them in, named in a `diverged` column."""
+    frame = _store().dataframe(*names, diverged=diverged)
+    withheld = frame.attrs.get("withheld")
+    if withheld:
+        import warnings
+
+        warnings.warn(withheld.note("diverged=True"), stacklevel=2)
+    return frame
 
 
 def query(sql: str) -> Any:

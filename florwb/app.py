@@ -266,7 +266,7 @@ class WorkbenchApp(App[int]):
 
     @on(VersionSelected)
     def _version_selected(self, message: VersionSelected) -> None:
-        self._statements.select_version(message.version)
+        self._statements.select_version(message.version, message.script)
 
     @on(HistoryList.Opened)
     def _opened(self, message: HistoryList.Opened) -> None:

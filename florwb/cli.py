@@ -78,11 +78,23 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 r.script,
                 f"{r.duration_s:.1f}s" if r.duration_s is not None else "",
                 f"{r.n_logs}+{r.n_replayed}" if r.n_replayed else r.n_logs,
+                r.verdict or "",
                 f"{stall:.0%}" if stall is not None else "",
                 _args_text(r.args, first),
             ]
         )
-    columns = ["run", "started", "status", "version", "script", "time", "logs", "stall", "args"]
+    columns = [
+        "run",
+        "started",
+        "status",
+        "version",
+        "script",
+        "time",
+        "logs",
+        "replay",
+        "stall",
+        "args",
+    ]
     if any(r.world_size > 1 for r in runs):  # multi-process launches: how many ranks
         columns.insert(3, "procs")
         for row, r in zip(rows, runs):
@@ -96,6 +108,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in runs:
         if note := summary(r.issues):
             print(f"! run {r.run_id}: {note}")
+    for r in runs:
+        if r.verdict == "diverged":
+            why = r.verdicts[-1]["divergence"]
+            print(f"! run {r.run_id}: its replay diverged, values withheld: {why}")
     return 0
 
 
@@ -120,14 +136,18 @@ def cmd_query(args: argparse.Namespace) -> int:
             write_rows(columns, user_sql.fetch_rows(result), args.format, sys.stdout)
         else:
             write_chunks(user_sql.fetch_chunks(result), args.format)
+    if withheld := user_sql.withheld_from(store, args.sql):
+        print(f"florwb: {withheld.note('logs_all')} (with their verdict)", file=sys.stderr)
     return 0
 
 
 def cmd_dataframe(args: argparse.Namespace) -> int:
     names = [n for arg in args.names for n in arg.split(",") if n]
     store = open_store(args)
-    frame = store.dataframe(*names)
+    frame = store.dataframe(*names, diverged=args.diverged)
     say_ingest(store)
+    if withheld := frame.attrs.get("withheld"):
+        print(f"florwb: {withheld.note('--diverged')}", file=sys.stderr)
     write_frame(frame, args.format)
     return 0
 
@@ -217,6 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("dataframe", help="logs pivoted by run and loop coordinates")
     p.add_argument("names", nargs="+", metavar="NAME")
     p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument(
+        "--diverged",
+        action="store_true",
+        help="include values of diverged replays, named in a `diverged` column",
+    )
     p.set_defaults(func=cmd_dataframe)
 
     p = sub.add_parser("doctor", help="check the store; rebuild a damaged catalog from journals")

@@ -253,13 +253,16 @@ def _print_result(result: ReplayResult) -> None:
     rows = []
     for r in result.runs:
         detail = f"{r.rows} values, {r.compared} checked against the run"
+        if r.strict:
+            detail += ", after a strict re-run"
         if r.missing:
             detail += f", missing: {r.missing}"
-        rows.append([r.run_id, r.status, detail if r.status == "finished" else "see below"])
-    write_table(["run", "replay", "detail"], rows, sys.stdout)
+        shown = detail if r.status == "finished" else "see below"
+        rows.append([r.run_id, r.status, r.verdict or "", shown])
+    write_table(["run", "replay", "verdict", "detail"], rows, sys.stdout)
     for r in result.runs:
         if r.divergence:
-            print(f"{r.run_id} diverged: {r.divergence}")
+            print(f"{r.run_id} diverged, its values withheld: {r.divergence}")
         if r.error:
             print(f"{r.run_id} failed, {r.error}")
         if r.missing:

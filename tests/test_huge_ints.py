@@ -47,3 +47,23 @@ def test_huge_ints_keep_their_digits(tmp_path):
         timeout=120,
     )
     assert proc.stdout.strip() == "True", proc.stderr
+
+
+ROUNDED = """
+import florwb as flor
+for epoch in flor.loop("epoch", range(3)):
+    flor.log("tokens", 2**53 + 1 + epoch)
+    flor.log("mixed", [1, 2**62 + 1, -(2**70)][epoch])
+    flor.log("step", epoch)
+"""
+
+
+def test_ints_a_float_would_round_keep_every_digit(tmp_path):
+    """2**53 + 1 is 9007199254740993; a float says ...992. Ints past 2**53 (token counts,
+    seeds, hashes) come back digit for digit, and an int beside them as its digits."""
+    recorded_project(tmp_path, ROUNDED)
+    out = florwb(tmp_path, "dataframe", "tokens", "mixed", "step", "--format", "json").stdout
+    frame = json.loads(out)
+    assert [int(row["tokens"]) for row in frame] == [2**53 + 1, 2**53 + 2, 2**53 + 3]
+    assert [row["mixed"] for row in frame] == ["1", str(2**62 + 1), str(-(2**70))]
+    assert [row["step"] for row in frame] == [0, 1, 2]  # small ints stay ints

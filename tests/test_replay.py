@@ -385,7 +385,7 @@ def test_argv_data_files_and_divergence_without_torch(repo):
     (repo / "argp.py").write_text(today)
     result = execute(plan_replay(repo, ["e"]))
     assert result.status == "diverged"
-    assert result.runs[0].divergence.startswith("total at epoch=0: recorded ")
+    assert result.runs[0].divergence.startswith("unreproducible: total at epoch=0: recorded ")
     assert repo_state(repo) == before
     assert Store(repo).query("SELECT status FROM replays ORDER BY started").status.tolist() == [
         "finished",

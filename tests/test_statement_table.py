@@ -30,6 +30,19 @@ def test_script_and_versions_follow_the_wanted_version_and_keep_it_when_trimming
     assert choose_script_and_versions([(None, "v0")], ["v0"]) is None
 
 
+def test_two_scripts_of_one_version_each_get_their_table():
+    """Scripts committed together share a version: the run under the cursor decides."""
+    runs = [("prep.py", "v0"), ("train.py", "v0")]
+    assert choose_script_and_versions(runs, ["v0"], "v0")[0] == "train.py"
+    assert choose_script_and_versions(runs, ["v0"], "v0", wanted_script="prep.py") == (
+        "prep.py",
+        ["v0"],
+        {"v0": 1},
+    )
+    # a script no run recorded (a notebook, a stale name) does not win
+    assert choose_script_and_versions(runs, ["v0"], "v0", wanted_script="gone.py")[0] == "train.py"
+
+
 def test_table_of_the_demo_says_recorded_propagatable_and_in_tree(demo: Path):
     store = Store(demo)
     runs = store.runs()

@@ -145,7 +145,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     )
     ckpt = run.checkpointer
     replayer = run.replayer
-    time_extend = _TIME_EXTEND
+    time_extend: Callable[[tuple], None] = _TIME_EXTEND
     if replayer is None:
         items: Iterator[tuple[int, T]] = enumerate(iterable)
         if ckpt.objects and ckpt.loop_depth is None:

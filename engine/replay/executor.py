@@ -30,12 +30,13 @@ from florwb_engine.record import start_rng
 from florwb_engine.replay import contain, ddp_launch
 from florwb_engine.replay.cores import thread_env, threads_per_worker
 from florwb_engine.replay.cost import ranges
+from florwb_engine.replay.errors import PlanError
 from florwb_engine.replay.facts import main_iterations
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
-from florwb_engine.replay.plan import Plan, RunPlan, Segment
+from florwb_engine.replay.plan import Plan, RunPlan, Segment, plan_replay
 from florwb_engine.replay.spec import ENV, PREFIX, ReplaySpec
-from florwb_engine.store import Store, StoreBusy
+from florwb_engine.store import Store, StoreBusy, verdicts
 from florwb_engine.store.replays import (
     ReplayStatus,
     compare_with_recorded,
@@ -44,6 +45,7 @@ from florwb_engine.store.replays import (
     record_replay,
     remove_results,
 )
+from florwb_engine.store.verdicts import Verdict
 from florwb_engine.versions.inputs import run_bytes
 
 if TYPE_CHECKING:
@@ -79,6 +81,8 @@ class RunResult:
     compared: int = 0
     rows: int = 0
     at_risk: list[str] = field(default_factory=list)  # changed left-out files it read
+    verdict: Verdict | None = None  # store/verdicts.py; None when it failed or was cancelled
+    strict: bool = False  # the verdict is the strict re-run's (from the start, one segment)
     missing: str | None = None  # recorded main-loop iterations it did not replay: "iter 30"
 
 
@@ -151,19 +155,30 @@ def execute(
             record_replay(con, plan.replay_id, plan.names, plan.to_json())
         # after its row: a work folder without a running replay is a leftover readers remove
         workdir.mkdir(parents=True, exist_ok=True)
-        tasks = _prepare(plan, workdir, server, containment)
-        if remote is None:
-            assert server is not None
-            _run_all(tasks, plan.workers, server, store, on_progress, cancel)
-        else:
-            from florwb_engine.replay import ray_executor
 
-            result.shipped = ray_executor.run_all(
-                tasks, store, on_progress, cancel, remote, _ingest_early
-            )
+        def run(plan: Plan) -> list[SegmentTask]:
+            prepared = _prepare(plan, workdir, server, containment)
+            tasks.extend(prepared)
+            if remote is None:
+                assert server is not None
+                _run_all(prepared, plan.workers, server, store, on_progress, cancel)
+            else:
+                from florwb_engine.replay import ray_executor
+
+                result.shipped.update(
+                    ray_executor.run_all(
+                        prepared, store, on_progress, cancel, remote, _ingest_early
+                    )
+                )
+            return prepared
+
+        first = run(plan)
         shipped = result.shipped
-        result = _collect(plan, tasks, store, cancel.is_set())
+        result = _collect(plan, first, store, cancel.is_set())
         result.shipped = shipped
+        if any(r.verdict == "diverged" for r in result.runs) and not cancel.is_set():
+            _retry_strict(plan, result, first, store, run, cancel)
+        _finish(plan, result, store)
     except BaseException:
         _remove_results(store, project, plan.replay_id)
         with store.session() as con:
@@ -439,7 +454,12 @@ def _report(tasks: list[SegmentTask], seen: dict[int, tuple], notify, cancelled:
             notify(Progress(task.plan.run_id, task.segment.index, done, total, state))
 
 
-def _collect(plan: Plan, tasks: list[SegmentTask], store: Store, cancelled: bool) -> ReplayResult:
+def _collect(
+    plan: Plan, tasks: list[SegmentTask], store: Store, cancelled: bool, *, strict: bool = False
+) -> ReplayResult:
+    """Ingest the replay journals, check each run against what it recorded and store its
+    verdict (a diverged run's rows withheld: store/verdicts.py). `strict`: the runs of a
+    strict re-run; the rest of the replay is not touched even when it was cancelled."""
     project = plan.project
     by_run: dict[str, list[SegmentTask]] = {}
     for task in tasks:
@@ -449,11 +469,9 @@ def _collect(plan: Plan, tasks: list[SegmentTask], store: Store, cancelled: bool
     complete = {
         run_id for run_id, run_tasks in by_run.items() if all(t.returncode == 0 for t in run_tasks)
     }
-    if cancelled and not complete:
+    if cancelled and not complete and not strict:
         _remove_results(store, project, plan.replay_id)
         runs = [RunResult(r.run_id, "cancelled") for r in plan.ready()]
-        with store.session() as con:
-            finish_replay(con, plan.replay_id, "cancelled", plan.to_json())
         return ReplayResult(plan.replay_id, "cancelled", runs)
     failed: dict[str, str] = {}
     stopped: set[str] = set()
@@ -465,11 +483,7 @@ def _collect(plan: Plan, tasks: list[SegmentTask], store: Store, cancelled: bool
         else:
             bad = next(t for t in run_tasks if t.returncode != 0)
             failed[run_id] = _stderr_tail(bad.log_path, bad.returncode)
-        for task in run_tasks:  # one journal per segment, or per rank (ddp_launch.py)
-            for journal in ddp_launch.segment_journals(
-                journal_dir(project), plan.replay_id, task.segment.index
-            ):
-                journal.unlink(missing_ok=True)
+        _unlink_journals(project, plan.replay_id, run_tasks)
     results = []
     with store.session() as con:  # ingests the replay journals
         for run in plan.ready():
@@ -488,8 +502,29 @@ def _collect(plan: Plan, tasks: list[SegmentTask], store: Store, cancelled: bool
                 [plan.replay_id, run.run_id],
             ).fetchall()[0][0]
             status: RunReplayStatus = "diverged" if mismatch else "finished"
+            verdict = verdicts.verdict_of(compared, mismatch)
             results.append(
-                RunResult(run.run_id, status, None, mismatch, compared, int(rows), run.at_risk)
+                RunResult(
+                    run.run_id,
+                    status,
+                    None,
+                    mismatch,
+                    compared,
+                    int(rows),
+                    run.at_risk,
+                    verdict=verdict,
+                    strict=strict,
+                )
+            )
+            verdicts.record(
+                con,
+                plan.replay_id,
+                run.run_id,
+                verdict,
+                compared=compared,
+                rows=int(rows),
+                divergence=mismatch,
+                strict=strict,
             )
             results[-1].missing = not_replayed(con, plan.replay_id, run)
             for path in run.at_risk:  # said where the run's other issues are said
@@ -497,20 +532,119 @@ def _collect(plan: Plan, tasks: list[SegmentTask], store: Store, cancelled: bool
                     "INSERT OR REPLACE INTO run_issues VALUES (?, ?, 'input changed', ?, 1)",
                     [run.run_id, plan.replay_id, f"{path} changed since the run"],
                 )
-        overall: ReplayStatus = (
-            "cancelled"
-            if stopped
-            else "failed"
-            if results and all(r.status == "failed" for r in results)
-            else "diverged"
-            if any(r.status == "diverged" for r in results)
-            else "partial"
-            if any(r.status == "failed" for r in results)
-            else "finished"
+    return ReplayResult(plan.replay_id, _overall(results), results)
+
+
+def _overall(results: list[RunResult]) -> ReplayStatus:
+    statuses = {r.status for r in results}
+    if "cancelled" in statuses:
+        return "cancelled"
+    if statuses == {"failed"}:
+        return "failed"
+    if "diverged" in statuses:
+        return "diverged"
+    return "partial" if "failed" in statuses else "finished"
+
+
+def _finish(plan: Plan, result: ReplayResult, store: Store) -> None:
+    result.status = _overall(result.runs) if result.runs else result.status
+    kept = {
+        r.run_id: {
+            k: getattr(r, k) for k in ("verdict", "compared", "rows", "divergence", "strict")
+        }
+        for r in result.runs
+        if r.verdict is not None
+    }
+    if kept:  # beside the journals, for a catalog rebuilt from them (store/verdicts.py)
+        verdicts.write_sidecar(journal_dir(plan.project), plan.replay_id, kept)
+    detail = {**plan.to_json(), "results": [asdict(r) for r in result.runs]}
+    with store.session() as con:
+        finish_replay(con, plan.replay_id, result.status, detail)
+
+
+def _unlink_journals(project: Path, replay_id: str, tasks: list[SegmentTask]) -> None:
+    """The segments' journals, ingested or not: rows about to be removed must not come
+    back with the next ingestion."""
+    for task in tasks:  # one journal per segment, or per rank (ddp_launch.py)
+        for journal in ddp_launch.segment_journals(
+            journal_dir(project), replay_id, task.segment.index
+        ):
+            journal.unlink(missing_ok=True)
+
+
+def _retry_strict(
+    plan: Plan,
+    result: ReplayResult,
+    tasks: list[SegmentTask],
+    store: Store,
+    run: Callable[[Plan], list[SegmentTask]],
+    cancel: threading.Event,
+) -> None:
+    """A divergence is retried before it is reported: each diverged run is planned again
+    strictly (from its start, one segment, no checkpoint or own save restored) and
+    replayed under the same replay id. The strict verdict replaces the first one; only a
+    run that diverges strictly too stays diverged, named unreproducible. Planning it
+    again reads today's script as the first plan did."""
+    first = {r.run_id: r for r in result.runs if r.verdict == "diverged"}
+    with store.session() as con:  # the diverged rows go; the strict re-run logs them again
+        for run_id in first:
+            _unlink_journals(
+                plan.project, plan.replay_id, [t for t in tasks if t.plan.run_id == run_id]
+            )
+            delete_rows(con, plan.replay_id, run_id)
+    retried: dict[str, RunResult] = {}
+    try:
+        strict: Plan | str = plan_replay(
+            plan.project,
+            plan.names,
+            run_ids=list(first),
+            workers=min(plan.workers, len(first)),
+            executor=plan.executor,
+            strict=True,
         )
-        detail = {**plan.to_json(), "results": [asdict(r) for r in results]}
-        finish_replay(con, plan.replay_id, overall, detail)
-    return ReplayResult(plan.replay_id, overall, results)
+    except PlanError as exc:  # the first pass's other runs stand whatever this says
+        strict = str(exc)
+    if isinstance(strict, Plan) and strict.ready():
+        strict.replay_id = plan.replay_id
+        offset = 1 + max((t.segment.index for t in tasks), default=-1)
+        for run_plan in strict.ready():
+            for segment in run_plan.segments:
+                segment.index += offset
+        second = run(strict)
+        collected = _collect(strict, second, store, cancel.is_set(), strict=True)
+        retried = {r.run_id: r for r in collected.runs}
+    with store.session() as con:
+        for run_id, before in first.items():
+            after = retried.get(run_id)
+            if after is None or after.status == "failed":
+                # no strict verdict: the first one stands, with nothing left to serve
+                why = after.error if after else _skip_reason(strict, run_id)
+                before.divergence = f"{before.divergence} (the strict re-run could not run: {why})"
+                before.rows = 0
+                verdicts.record(
+                    con,
+                    plan.replay_id,
+                    run_id,
+                    "diverged",
+                    compared=before.compared,
+                    divergence=before.divergence,
+                    strict=True,
+                )
+                after = before
+            elif after.verdict == "diverged":
+                after.divergence = f"unreproducible: {after.divergence}"
+                con.execute(
+                    "UPDATE replay_runs SET divergence = ? WHERE replay_id = ? AND run_id = ?",
+                    [after.divergence, plan.replay_id, run_id],
+                )
+            result.runs[result.runs.index(before)] = after
+
+
+def _skip_reason(plan: Plan | str, run_id: str) -> str:
+    if isinstance(plan, str):
+        return plan
+    found = next((r for r in plan.runs if r.run_id == run_id), None)
+    return (found.reason if found else None) or "not planned"
 
 
 def not_replayed(con: duckdb.DuckDBPyConnection, replay_id: str, run: RunPlan) -> str | None:

@@ -22,6 +22,7 @@ from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.schema import TABLES, literal, loop_column, loop_columns, quote
 from florwb_engine.store.user_condition import matching_keys
 from florwb_engine.store.values import decode_value
+from florwb_engine.store.verdicts import latest_verdict, run_verdicts
 
 if TYPE_CHECKING:
     from florwb_engine.store.runs import RunStatus
@@ -62,12 +63,15 @@ class RunFacts:
     epoch_s: dict[int, float]  # main-loop iteration -> seconds (robust: see _robust_times)
     inner_s: dict[int, float]  # main-loop iteration -> seconds spent in nested loops (robust)
     wall_s: float
-    present: set[str]  # names the run already has values for (recorded or replayed)
+    present: set[str]  # names the run already has values served (recorded or replayed)
     status: RunStatus | None = None  # the run's: 'running' while it still records
     prefix_s: float = 0.0  # seconds from the run's start to its main loop (estimated)
     # the script's own torch.save calls mirrored while it recorded (record/save_mirror.py):
     # iteration -> (manifest file, bytes); replay/saved_state.py decides which are usable
     mirrored: dict[int, tuple[str, int]] = field(default_factory=dict)
+    # the replay whose verdict on this run is diverged (its rows withheld, so the names
+    # it logged are not `present` and a replay of them re-tries the run)
+    diverged: str | None = None
 
 
 def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[SelectedRun]:
@@ -174,7 +178,9 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
             [run_id],
         ).fetchall()
     }
+    latest = run_verdicts(con, run_id).get(run_id, [])
     return RunFacts(
+        diverged=latest[-1]["replay_id"] if latest_verdict(latest) == "diverged" else None,
         args=args,
         main_loop=main,
         checkpoints={

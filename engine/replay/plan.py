@@ -36,7 +36,7 @@ from florwb_engine.replay.mode import replay_mode
 from florwb_engine.replay.placing import Placer, placed_statements
 from florwb_engine.replay.saved_state import use_saved_state
 from florwb_engine.replay.skipblock import moment_decision
-from florwb_engine.replay.spec import INNER, ReplayMode
+from florwb_engine.replay.spec import INNER, PREFIX, ReplayMode
 from florwb_engine.replay.state_decision import state_decision
 from florwb_engine.store import Store
 from florwb_engine.store.repair import again_if_rebuilt
@@ -132,10 +132,13 @@ def plan_replay(
     run_ids: Sequence[str] | None = None,
     workers: int = 1,
     executor: ExecutorName = "local",
+    strict: bool = False,
 ) -> Plan:
     """Plan replaying `names` for the runs matching `where` (SQL over runs and args) and,
     when given, only the runs in `run_ids` (the workbench's marked runs). `executor` is
-    where the segments will run: its start and transfer costs enter the estimate."""
+    where the segments will run: its start and transfer costs enter the estimate.
+    `strict`: every run re-executes its main loop from the start in one segment and
+    restores nothing (the executor's retry of a diverged run)."""
     names = list(dict.fromkeys(n.strip() for n in names if n.strip()))
     if not names:
         raise PlanError("name at least one log statement to replay")
@@ -156,10 +159,10 @@ def plan_replay(
     plans = []
     work: dict[str, Work] = {}
     for run in runs:
-        plan = _plan_run(project, placer, names, run, facts[run.run_id])
+        plan = _plan_run(project, placer, names, run, facts[run.run_id], strict)
         if plan.status == READY:
             ddp_launch.settle(plan, launched.get(run.run_id), gpus)
-        if plan.status == READY:
+        if plan.status == READY and not strict:
             use_saved_state(project, plan, facts[run.run_id])
         if plan.status == READY and executor != "local" and (plan.launch or plan.mirrored):
             plan.status = SKIP  # ray_executor.py ships flor.checkpointing's files, one process
@@ -209,7 +212,12 @@ def plan_replay(
 
 
 def _plan_run(
-    project: Path, placer: Placer, names: list[str], run: SelectedRun, facts: RunFacts
+    project: Path,
+    placer: Placer,
+    names: list[str],
+    run: SelectedRun,
+    facts: RunFacts,
+    strict: bool = False,
 ) -> RunPlan:
     plan = RunPlan(run_id=run.run_id, version=run.version, script=run.script, status=SKIP)
     plan.argv = run.argv
@@ -242,6 +250,12 @@ def _plan_run(
     if isinstance(state, str):
         plan.reason = state
         return plan
+    if strict and mode != PREFIX and not state.from_start:
+        state.from_start = True
+        state.notes.append(
+            f"strict: the {facts.main_loop or 'main'} loop is re-executed from its first "
+            "iteration, in one segment, restoring no checkpoint"
+        )
     if state.from_start:
         mode = INNER
     moment = moment_decision(project, run.run_id, facts, result.loops, mode)
@@ -254,6 +268,8 @@ def _plan_run(
     plan.code = result.code
     if why:
         plan.notes.append(why)
+    if facts.diverged:
+        plan.notes.append(f"retries replay {facts.diverged}, which diverged on this run")
     plan.status = READY
     return plan
 

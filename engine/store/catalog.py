@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from florwb_engine import project as projects
-from florwb_engine.store import repair, run_ranks, user_sql
+from florwb_engine.store import repair, run_ranks, user_sql, verdicts
 from florwb_engine.store.db import StoreError
 from florwb_engine.store.ingest import IngestReport, ingest_pending
 from florwb_engine.store.replays import clear_abandoned
@@ -33,6 +33,7 @@ from florwb_engine.store.schema import (
     coordinates_sql,
     ensure_schema,
     entry_join,
+    literal,
     loop_column,
     loop_columns,
     quote,
@@ -67,6 +68,8 @@ class Store:
             ensure_schema(con)
             clear_abandoned(con, self.project)
             self.last_ingest = ingest_pending(con, projects.journal_dir(self.project))
+            if self.last_ingest.journals:  # a rebuilt catalog: its verdicts back from files
+                verdicts.apply_sidecars(con, projects.journal_dir(self.project))
             if not self._cleaned:
                 self.leftovers = repair.remove_leftovers(self.dir, repair.running_replays(con))
                 self._cleaned = True
@@ -98,15 +101,19 @@ class Store:
             return _logged_names(con)
 
     @repair.again_if_rebuilt
-    def dataframe(self, *names: str) -> pd.DataFrame:
+    def dataframe(self, *names: str, diverged: bool = False) -> pd.DataFrame:
         """One row per run x loop coordinates, one column per name (logs or args).
 
         A name both logged and passed as an arg (`lr` and a logged `lr` schedule) is the
-        log; `arg:lr` and `log:lr` pick one, and the column is named as asked."""
+        log; `arg:lr` and `log:lr` pick one, and the column is named as asked.
+
+        Values of diverged replays are left out, counted in `frame.attrs["withheld"]`
+        (a `verdicts.Withheld`); `diverged=True` puts them in, with a `diverged` column
+        naming the row's values that come from a diverged replay."""
         if not names:
             raise StoreError("dataframe needs at least one log name")
         with self.session() as con:
-            return _pivot(con, list(dict.fromkeys(names)))
+            return _pivot(con, list(dict.fromkeys(names)), diverged)
 
 
 def _logged_names(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -127,16 +134,27 @@ def _requested(token: str) -> tuple[str, str | None]:
     return token, None
 
 
-def _pivot(con: duckdb.DuckDBPyConnection, tokens: list[str]) -> pd.DataFrame:
+# With `diverged=True` the dataframe reads the withheld rows of diverged replays too,
+# flagged (store/verdicts.py).
+_ALL_STATS = "(SELECT * FROM name_stats UNION ALL SELECT * FROM withheld_name_stats)"
+_ALL_ROWS = (
+    "(SELECT *, false AS withheld FROM log_rows UNION ALL SELECT *, true FROM withheld_rows)"
+)
+
+
+def _pivot(
+    con: duckdb.DuckDBPyConnection, tokens: list[str], diverged: bool = False
+) -> pd.DataFrame:
     """Conditional aggregation over integer name keys: one pass over the selected rows."""
     wanted = {token: _requested(token) for token in tokens}
     log_names = [n for n, kind in wanted.values() if kind != "arg"]
+    stats = _ALL_STATS if diverged else "name_stats"
     logged = {
         r[0]: r[1:]
         for r in con.execute(
             "SELECT k.name, k.name_key, string_agg(DISTINCT s.path, '|'), sum(s.n), "
             "sum(s.n_numeric), sum(s.n_int), coalesce(sum(s.n_repeat) = 0, false) "
-            "FROM name_stats s JOIN name_keys k USING (name_key) "
+            f"FROM {stats} s JOIN name_keys k USING (name_key) "
             "WHERE k.name IN (SELECT unnest(?)) GROUP BY ALL",
             [log_names],
         ).fetchall()
@@ -153,6 +171,14 @@ def _pivot(con: duckdb.DuckDBPyConnection, tokens: list[str]) -> pd.DataFrame:
         if missing:
             raise StoreError(f"no {kind} named {', '.join(map(repr, missing))}")
     unknown = [n for n, k in wanted.values() if k is None and n not in logged.keys() | arg_names]
+    held = verdicts.withheld(con, log_names)
+    if unknown and held and not diverged:
+        only = [n for n in unknown if n in verdicts.withheld_names(con, unknown)]
+        if only:
+            raise StoreError(
+                f"{', '.join(map(repr, only))} has only values of diverged replays "
+                "(left out; --diverged or diverged=True shows them)"
+            )
     if unknown:
         known = _logged_names(con)
         hint = (", ".join(known[:20]) + (" ..." if len(known) > 20 else "")) or "none yet"
@@ -167,8 +193,11 @@ def _pivot(con: duckdb.DuckDBPyConnection, tokens: list[str]) -> pd.DataFrame:
                 if column and column not in loops_used:
                     loops_used.append(column)
     taken = {"run_id", "version", "start_time", *(c.lower() for c in loops_used)}
+    if diverged:
+        taken.add("diverged")
     aliases: dict[str, str] = {}
     aggregates: dict[str, str] = {}  # output column -> aggregate over log_rows
+    flags: dict[str, str] = {}  # output column -> whether its value is withheld
     casts = {}
     for token, (name, _kind) in wanted.items():
         alias = token if token.lower() not in taken else f"{token}_value"
@@ -177,16 +206,20 @@ def _pivot(con: duckdb.DuckDBPyConnection, tokens: list[str]) -> pd.DataFrame:
         if not from_log[token]:
             continue
         key, _paths, n, n_numeric, n_int, once = logged[name]
-        value = "value" if n_numeric == n else "coalesce(text, CAST(value AS VARCHAR))"
+        value = "value" if n_numeric == n else TEXT_OF_VALUE
         # Logged more than once in an iteration: the last value counts. Once (the usual
         # case, known from ingestion): any aggregate gives it, and max is 1.5x faster.
         last = f"max({value})" if once else f"arg_max({value}, seq)"
         aggregates[alias] = f"{last} FILTER (WHERE name_key = {int(key)})"
+        if diverged:
+            flags[alias] = f"bool_or(withheld) FILTER (WHERE name_key = {int(key)})"
         if n_numeric == n and n_int == n:
             casts[alias] = "Int64"
     keys = [int(v[0]) for v in logged.values()]
     ranked = run_ranks.any_ranked(con)  # a `rank` column once a multi-process run exists
-    frame = _aggregate(con, keys, loops_used, aggregates, ranked).astype(casts)
+    frame = _aggregate(con, keys, loops_used, aggregates, ranked, flags).astype(casts)
+    if diverged and "diverged" not in frame.columns:  # no value of these names diverged
+        frame["diverged"] = None
     arg_only = {t: wanted[t][0] for t in wanted if not from_log[t]}
     if arg_only:
         values: dict[tuple, object] = {
@@ -200,8 +233,20 @@ def _pivot(con: duckdb.DuckDBPyConnection, tokens: list[str]) -> pd.DataFrame:
         for token, name in arg_only.items():
             frame[aliases[token]] = [values.get((r, name)) for r in frame["run_id"]]
         ranks = ["rank"] if ranked else []
-        frame = frame[["run_id", "version", "start_time", *ranks, *loops_used, *aliases.values()]]
+        marks = ["diverged"] if diverged else []
+        frame = frame[
+            ["run_id", "version", "start_time", *ranks, *loops_used, *aliases.values(), *marks]
+        ]
+    frame.attrs["withheld"] = verdicts.Withheld() if diverged else held
     return frame
+
+
+# A column of mixed kinds (an int past 2**53 keeps its digits as text) is text: an int
+# beside it reads as its digits ("1", not "1.0"), so every int in it is exact.
+TEXT_OF_VALUE = (
+    "coalesce(text, CASE WHEN vtype = 1 AND isfinite(value) "
+    "THEN CAST(CAST(value AS HUGEINT) AS VARCHAR) ELSE CAST(value AS VARCHAR) END)"
+)
 
 
 def _aggregate(
@@ -210,12 +255,18 @@ def _aggregate(
     loops: list[str],
     aggregates: dict[str, str],
     ranked: bool = False,
+    flags: dict[str, str] | None = None,
 ) -> pd.DataFrame:
     """Pivot in two steps: group by integer (run, source, ctx_id), cheap on tens of millions
     of rows; then derive coordinates from the few loop entries. Only when replayed values
     exist is a second grouping by coordinates needed, where recorded values win. Run ids
-    and versions are attached afterwards as categoricals instead of per-row strings."""
+    and versions are attached afterwards as categoricals instead of per-row strings.
+    `flags` (with diverged replays' rows read too): per column, whether its value is
+    withheld; they become one `diverged` column naming those columns."""
     import pandas as pd
+
+    flags = flags or {}
+    rows_table, stats_table = (_ALL_ROWS, _ALL_STATS) if flags else ("log_rows", "name_stats")
 
     runs = con.execute(
         "SELECT run_key, run_id, version, start_time FROM runs ORDER BY start_time, run_key"
@@ -228,25 +279,37 @@ def _aggregate(
         a_rank = ", a.rank"
     if keys:
         values = {f"v{i}": alias for i, alias in enumerate(aggregates)}
+        marks = {f"w{i}": alias for i, alias in enumerate(aggregates) if alias in flags}
         inner = "".join(f", {agg} AS v{i}" for i, agg in enumerate(aggregates.values()))
+        inner += "".join(f", {flags[alias]} AS {w}" for w, alias in marks.items())
         coord_cols = "".join(f", {quote(c)}" for c in loops)
         value_cols = "".join(f", {v}" for v in values)
+        mark_cols = "".join(f", {w}" for w in marks)
         key_list = ", ".join(map(str, keys))
         select = (
             f"SELECT a.run_key, a.source_key{a_rank}{coordinates_sql(loops, rows='a')}"
-            f"{value_cols} FROM (SELECT run_key, source_key, ctx_id{rank_expr}{inner} "
-            "FROM log_rows "
+            f"{value_cols}{mark_cols} FROM (SELECT run_key, source_key, ctx_id{rank_expr}{inner} "
+            f"FROM {rows_table} "
             f"WHERE name_key IN ({key_list}) GROUP BY ALL) a {entry_join('a', 'e')}"
         )
         replayed = con.execute(
-            f"SELECT count(*) FROM name_stats WHERE source_key != 0 AND name_key IN ({key_list})"
+            f"SELECT count(*) FROM {stats_table} WHERE source_key != 0 AND name_key IN ({key_list})"
         ).fetchall()[0][0]
         if replayed:
             merged = "".join(
                 f", arg_max({v}, source_key = 0) FILTER (WHERE {v} IS NOT NULL) AS {v}"
                 for v in values
             )
+            merged += "".join(
+                f", arg_max({w}, source_key = 0) FILTER (WHERE v{w[1:]} IS NOT NULL) AS {w}"
+                for w in marks
+            )
             select = f"SELECT run_key{rank_col}{coord_cols}{merged} FROM ({select}) GROUP BY ALL"
+        if marks:  # one column naming the row's diverged values
+            named = ", ".join(
+                f"CASE WHEN {w} THEN {literal(alias)} END" for w, alias in marks.items()
+            )
+            value_cols += ", nullif(concat_ws(',', " + named + "), '') AS diverged"
     else:
         values, coord_cols, value_cols = {}, "", ""
         select = f"SELECT run_key{', 0 AS rank' if ranked else ''} FROM runs"

@@ -34,6 +34,7 @@ from florwb_engine.store.history_values import CHOSEN
 from florwb_engine.store.queries import read_session
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.schema import RECORDED, loop_column, loop_columns
+from florwb_engine.store.verdicts import Withheld, withheld
 
 AXES = ("step", "epoch", "wall")
 AXIS_LABELS = {"step": "steps done", "epoch": "epochs done", "wall": "seconds of training"}
@@ -62,6 +63,7 @@ class Curves:
     curves: list[Curve] = field(default_factory=list)
     metrics: list[str] = field(default_factory=list)  # numeric names these runs have
     outside_loops: int = 0  # values logged outside any flor.loop: no x, not drawn
+    withheld: Withheld = field(default_factory=Withheld)  # of diverged replays: not drawn
 
     @property
     def points(self) -> int:
@@ -116,7 +118,8 @@ def load_curves(
             [list(keys)],
         ).fetchnumpy()
         sources = dict(con.execute("SELECT source_key, source FROM sources").fetchall())
-    out = Curves(chosen, axis, metrics=metrics)
+        held = withheld(con, [chosen], list(keys.values()))
+    out = Curves(chosen, axis, metrics=metrics, withheld=held)
     run_col, source_col, entry_col, iter_col, value_col = (values[k] for k in values)
     t_run, t_entry, t_iter, t_dur = (timings[k] for k in timings)
     for run_key in sorted(keys, key=lambda k: keys[k]):

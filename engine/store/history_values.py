@@ -33,6 +33,7 @@ from florwb_engine.store.queries import (
 )
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import list_runs
+from florwb_engine.store.schema import LOCAL_SEQ
 
 # Per run and name, the one source the history reads: recorded (source_key 0) first.
 CHOSEN = "SELECT run_key, name_key, min(source_key) AS source_key FROM name_stats GROUP BY ALL"
@@ -148,7 +149,10 @@ def _series(con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POIN
         f"""
         SELECT c.run_key, c.source_key,
                (SELECT sum(n) FROM name_stats a
-                WHERE a.run_key = c.run_key AND a.source_key = c.source_key),
+                WHERE a.run_key = c.run_key AND a.source_key = c.source_key)
+               -- each rank numbers its own rows (schema.LOCAL_SEQ): a rank's share
+               // greatest((SELECT coalesce(max(world_size), 1) FROM runs r
+                           WHERE r.run_key = c.run_key), 1),
                (SELECT sum(n) FROM name_stats a WHERE a.run_key = c.run_key
                 AND a.source_key = c.source_key AND a.name_key = c.name_key)
         FROM ({CHOSEN}) c WHERE c.name_key = ?
@@ -174,7 +178,9 @@ def _series(con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POIN
         sample = f" AND (t.keep_all OR hash(l.seq) % {modulus} = 0)" if modulus > 1 else ""
         rows = con.execute(
             f"""
-            SELECT l.run_key, CAST(l.seq * {int(points)} // t.total AS INTEGER) AS bucket,
+            SELECT l.run_key,
+                   least((l.seq & {LOCAL_SEQ}) * {int(points)} // t.total, {int(points) - 1})
+                   AS bucket,
                    avg(l.value) FILTER (WHERE isfinite(l.value))
             FROM log_rows l JOIN florwb_chosen t
                  ON t.run_key = l.run_key AND t.source_key = l.source_key

@@ -497,7 +497,7 @@ def _apply_event(con, keys: RunKeys, e: dict) -> bool:
 def _arg_value(v) -> tuple[float | None, str | None, str]:
     """An arg as stored: an int a float cannot hold exactly (10**100) keeps its digits as
     text beside the nearest float (None beyond float range); readers decode the text."""
-    if type(v) is int and abs(v) > 2**53:
+    if type(v) is int and abs(v) > FLOAT_EXACT:
         try:
             approx: float | None = float(v)
         except OverflowError:
@@ -628,13 +628,18 @@ def _insert_iterations(con, keys: RunKeys, blocks: list) -> None:
     con.unregister("florwb_iterations")
 
 
+# Every int up to 2**53 is a float exactly; a larger one (a step counter, a token count, a
+# seed, a hash) keeps its digits as text, or it would come back rounded.
+FLOAT_EXACT = 2**53
+
+
 def split_values(
     values: list, found: dict[str, int] | None = None
 ) -> tuple[np.ndarray, list | None, np.ndarray]:
     """(numbers, texts or None, vtype codes) for one block of logged values.
 
     All-float blocks (the usual case) convert in C; strings, None and JSON need a pass in
-    Python. Ints beyond float range keep their exact digits as text. A value the store
+    Python. Ints a float would round (past 2**53) keep their exact digits as text. A value the store
     cannot hold exactly (a string with lone surrogates, a complex number, anything a
     journal from elsewhere holds) is stored as text with its type, and counted in `found`
     by reason: one odd value never keeps the others out.
@@ -645,6 +650,8 @@ def split_values(
     if types <= _NUMBERS:
         with contextlib.suppress(OverflowError):  # ints beyond float: the pass below keeps digits
             number = np.array(values, dtype=np.float64)
+            if int in types and (np.abs(number) > FLOAT_EXACT).any():
+                raise OverflowError  # an int there may have been rounded: the pass below
             codes = np.fromiter(map(_TYPE_CODE.__getitem__, map(type, values)), np.uint8)
             return number, None, codes
     found = {} if found is None else found
@@ -661,8 +668,8 @@ def split_values(
             except OverflowError:  # an int beyond float range: its exact digits as text
                 text[i] = _int_text(v)
                 continue
-            if t is int and not -(2**63) <= v < 2**63:
-                text[i] = _int_text(v)
+            if t is int and not -FLOAT_EXACT <= v <= FLOAT_EXACT:
+                text[i] = _int_text(v)  # a float would round it: its digits are the value
             continue
         if t is str:
             codes[i] = _TYPE_CODE[str]

@@ -29,6 +29,8 @@ from florwb_engine.store.console import ConsoleLine
 from florwb_engine.store.db import StoreError, no_progress_bar
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import RunRow, list_runs
+from florwb_engine.store.schema import LOCAL_SEQ
+from florwb_engine.store.verdicts import Withheld, withheld
 
 if TYPE_CHECKING:  # duckdb.sqltypes is duckdb 2's home of the type; only annotations use it
     from duckdb.sqltypes import DuckDBPyType
@@ -124,6 +126,11 @@ class ReplayRow:
     names: str | None
     detail: dict[str, Any]
     rows: int = 0
+    # for one run (the run detail): its verdict in this replay (store/verdicts.py), the
+    # first differing value, and how many values were withheld
+    verdict: str | None = None
+    divergence: str | None = None
+    withheld: int = 0
 
 
 @dataclass
@@ -151,6 +158,7 @@ class RunDetail:
     loop_waits: list[LoopWait] = field(default_factory=list)
     console: list[ConsoleLine] = field(default_factory=list)  # the last lines printed
     console_total: int = 0
+    withheld: Withheld = field(default_factory=Withheld)  # values of diverged replays
 
 
 @dataclass
@@ -242,7 +250,7 @@ def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> R
         run_key = con.execute("SELECT run_key FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][
             0
         ]
-        metrics = _run_metrics(con, run_key, points)
+        metrics = _run_metrics(con, run_key, points, run.verdicts)
         checkpoints = [
             CheckpointRow(*row)
             for row in con.execute(
@@ -252,6 +260,7 @@ def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> R
             ).fetchall()
         ]
         replays = _run_replays(con, run_key)
+        withheld_values = withheld(con, run_ids=[run_id])
         loop = con.execute(
             f"""
             SELECT e.loop, e.total,
@@ -278,15 +287,27 @@ def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> R
         tail, n_lines = console_lines.tail(con, run_id, CONSOLE_TAIL)
     name, total, done = loop[0] if loop else (None, None, 0)
     return RunDetail(
-        run, metrics, checkpoints, replays, total, int(done), name, waits, tail, n_lines
+        run,
+        metrics,
+        checkpoints,
+        replays,
+        total,
+        int(done),
+        name,
+        waits,
+        tail,
+        n_lines,
+        withheld_values,
     )
 
 
-def _run_metrics(con: duckdb.DuckDBPyConnection, run_key: int, points: int) -> list[MetricSeries]:
+def _run_metrics(
+    con: duckdb.DuckDBPyConnection, run_key: int, points: int, verdicts: list[dict[str, Any]]
+) -> list[MetricSeries]:
     rows = con.execute(
         f"""
-        WITH v AS (SELECT source_key, name_key, seq, value, text, vtype FROM log_rows
-                   WHERE run_key = ?),
+        WITH v AS (SELECT source_key, name_key, seq & {LOCAL_SEQ} AS seq, value,
+                          text, vtype FROM log_rows WHERE run_key = ?),
              b AS (SELECT source_key, name_key, min(seq) AS lo, max(seq) AS hi, count(*) AS n,
                           count(*) FILTER (WHERE vtype <= 2) AS n_num,
                           arg_max(value, seq) AS last, arg_max(text, seq) AS last_text,
@@ -308,11 +329,17 @@ def _run_metrics(con: duckdb.DuckDBPyConnection, run_key: int, points: int) -> l
         [run_key],
     ).fetchall()
     # Each name once: recorded values when the run has them, else the first replay's (as
-    # the history reads them, history_values.CHOSEN); other sources only re-checked it.
+    # the history reads them, history_values.CHOSEN); other sources only re-checked it,
+    # and a check counts (✓) only where its replay verified the run (older replays kept
+    # no verdict; a diverged one's rows are withheld and never reach this table).
+    verdict_of = {v["replay_id"]: v["verdict"] for v in verdicts}
     chosen: dict[str, MetricSeries] = {}
     for name, source, n, n_num, last, low, high, last_text, points_ in rows:
         if name in chosen:
-            if source != console_lines.EXTRACT_SOURCE:
+            if source != console_lines.EXTRACT_SOURCE and verdict_of.get(source) in (
+                None,
+                "verified",
+            ):
                 chosen[name].rechecked += 1
             continue
         numeric = n_num == n
@@ -330,18 +357,38 @@ def _run_metrics(con: duckdb.DuckDBPyConnection, run_key: int, points: int) -> l
 
 
 def _run_replays(con: duckdb.DuckDBPyConnection, run_key: int) -> list[ReplayRow]:
+    """The replays that logged values for the run, served or withheld, with its verdict."""
     rows = con.execute(
         """
-        SELECT s.source, p.started, p.ended, p.status, p.names, p.detail, sum(n.n)
-        FROM name_stats n JOIN sources s ON s.source_key = n.source_key
+        WITH n AS (SELECT source_key, n, false AS held FROM name_stats WHERE run_key = $1
+                   UNION ALL
+                   SELECT source_key, n, true FROM withheld_name_stats WHERE run_key = $1)
+        SELECT s.source, p.started, p.ended, p.status, p.names, p.detail,
+               sum(n.n) FILTER (WHERE NOT n.held), v.verdict, v.divergence,
+               sum(n.n) FILTER (WHERE n.held)
+        FROM n JOIN sources s ON s.source_key = n.source_key
         LEFT JOIN replays p ON p.replay_id = s.source
-        WHERE n.run_key = ? AND n.source_key != 0 AND s.source != 'extract'
+        LEFT JOIN replay_runs v ON v.replay_id = s.source
+             AND v.run_id = (SELECT run_id FROM runs WHERE run_key = $1)
+        WHERE n.source_key != 0 AND s.source != 'extract'
         GROUP BY ALL ORDER BY p.started NULLS LAST, s.source
         """,
         [run_key],
     ).fetchall()
     return [
-        ReplayRow(r[0], r[1], r[2], r[3], r[4], _json_object(r[5]), int(r[6] or 0)) for r in rows
+        ReplayRow(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            _json_object(r[5]),
+            int(r[6] or 0),
+            r[7],
+            r[8],
+            int(r[9] or 0),
+        )
+        for r in rows
     ]
 
 

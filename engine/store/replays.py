@@ -17,6 +17,7 @@ import duckdb
 from florwb_engine import processes
 from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
+from florwb_engine.store import verdicts
 from florwb_engine.store.db import fetch_one
 from florwb_engine.store.schema import loop_columns, quote
 
@@ -75,6 +76,7 @@ def remove_results(con: duckdb.DuckDBPyConnection, project: Path, replay_id: str
     """Everything a replay left: its journals (ingested or not), rows and work folder."""
     for path in journal_dir(project).glob(replay_journal_name(replay_id, "*")):
         path.unlink(missing_ok=True)
+    verdicts.sidecar_path(journal_dir(project), replay_id).unlink(missing_ok=True)
     delete_rows(con, replay_id)
     shutil.rmtree(store_dir(project) / "replays" / replay_id, ignore_errors=True)
 
@@ -89,16 +91,20 @@ def finish_replay(
 
 
 def delete_rows(con: duckdb.DuckDBPyConnection, replay_id: str, run_id: str | None = None) -> None:
-    """Remove what a replay (optionally: one run of it) put into the store."""
+    """Remove what a replay (optionally: one run of it) put into the store, withheld
+    rows and verdicts included."""
     source = fetch_one(con, "SELECT source_key FROM sources WHERE source = ?", [replay_id])
+    run = fetch_one(con, "SELECT run_key FROM runs WHERE run_id = ?", [run_id]) if run_id else None
     con.execute("BEGIN")
-    if source is not None:
+    if source is not None and (run_id is None or run is not None):
         run_filter, params = "", [source[0]]
-        if run_id is not None:
-            run_filter = " AND run_key = (SELECT run_key FROM runs WHERE run_id = ?)"
-            params.append(run_id)
+        if run is not None:
+            run_filter = " AND run_key = ?"
+            params.append(run[0])
         for table in ("log_rows", "iteration_rows", "loop_entries", "name_stats"):
             con.execute(f"DELETE FROM {table} WHERE source_key = ?{run_filter}", params)
+        verdicts.drop_withheld(con, source[0], run[0] if run is not None else None)
+    verdicts.forget(con, replay_id, run_id)
     for table in ("journals", "run_issues"):
         if run_id is None:
             con.execute(f"DELETE FROM {table} WHERE source = ?", [replay_id])

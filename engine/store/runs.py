@@ -8,7 +8,7 @@ args and data-wait share wherever it is read.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, cast
 
@@ -17,6 +17,7 @@ import duckdb
 from florwb_engine.store import run_context
 from florwb_engine.store.schema import entry_join
 from florwb_engine.store.values import decode_value
+from florwb_engine.store.verdicts import Verdict, latest_verdict, run_verdicts
 
 # What `runs.status` holds: set by the recording runtime at the end of a run, "running"
 # until then, "killed" once ingestion finds its process gone without an end record,
@@ -52,6 +53,14 @@ class RunRow:
     context: dict[str, Any] | None  # where it ran and what it needed (store/run_context.py)
     world_size: int = 1  # processes of a torchrun / mp.spawn launch (store/run_ranks.py)
     launcher: dict[str, Any] | None = None  # how it was launched: launcher, nnodes, argv
+    # its replays' verdicts, oldest first (store/verdicts.py: replay_id, names, verdict,
+    # compared, rows, divergence, missing, strict)
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The latest replay's verdict: what the run reads as (None: never replayed)."""
+        return latest_verdict(self.verdicts)
 
     @property
     def duration_s(self) -> float | None:
@@ -86,6 +95,8 @@ class RunRow:
             "context": self.context,
             "world_size": self.world_size,
             "launcher": self.launcher,
+            "verdict": self.verdict,
+            "verdicts": self.verdicts,
         }
 
 
@@ -130,6 +141,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
     args = run_args(con, run_id)
     issues = run_issues(con)
     contexts = run_context.contexts(con)
+    verdicts = run_verdicts(con, run_id)
     out = []
     for r in rows:
         wait_s, loop_s = r[16], r[17]
@@ -159,6 +171,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                 context=contexts.get(r[0]),
                 world_size=int(r[19] or 1),
                 launcher=json.loads(r[20]) if r[20] else None,
+                verdicts=verdicts.get(r[0], []),
             )
         )
     return out

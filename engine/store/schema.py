@@ -16,12 +16,13 @@ from __future__ import annotations
 import duckdb
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
-from florwb_engine.store import console, run_context
+from florwb_engine.store import console, run_context, verdicts
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # A log row's rank is in its seq's high bits (each rank journal numbers its rows from
 # rank << RANK_SHIFT): the rank costs no column on the hot rows (store/run_ranks.py).
 RANK_SHIFT = 40
+LOCAL_SEQ = (1 << RANK_SHIFT) - 1  # a row's place in its own rank's sequence: seq & LOCAL_SEQ
 RECORDED = "record"
 
 TABLES = {
@@ -76,6 +77,21 @@ TABLES = {
     "run_inputs": """
         run_id VARCHAR, path VARCHAR, size BIGINT, mtime_ns BIGINT, blob VARCHAR,
         PRIMARY KEY (run_id, path)""",
+    # Each replayed run's verdict (store/verdicts.py): verified, unchecked or diverged,
+    # with how many recorded values it re-logged and the first that differed.
+    "replay_runs": """
+        replay_id VARCHAR, run_id VARCHAR, verdict VARCHAR, compared BIGINT, rows BIGINT,
+        divergence VARCHAR, missing VARCHAR, strict BOOLEAN, time TIMESTAMP,
+        PRIMARY KEY (replay_id, run_id)""",
+    # A diverged replay's rows, moved out of `log_rows` / `name_stats` so that no reader
+    # of those tables serves them; `logs_all` and the opt-ins read them back, marked.
+    "withheld_rows": """
+        run_key INTEGER, source_key INTEGER, seq BIGINT, name_key INTEGER, value DOUBLE,
+        text VARCHAR, vtype UTINYINT, ctx_id BIGINT""",
+    "withheld_name_stats": """
+        run_key INTEGER, source_key INTEGER, name_key INTEGER, path VARCHAR, n BIGINT,
+        n_numeric BIGINT, n_int BIGINT, n_repeat BIGINT, last_ctx BIGINT,
+        PRIMARY KEY (run_key, source_key, name_key, path)""",
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
     "run_context": run_context.TABLE,
     "console_rows": console.TABLE,
@@ -96,6 +112,7 @@ VIEW_COLUMNS = {
         "rank",
     ],
     "loops": ["run_id", "source", "entry_id", "loop", "path", "depth", "total", "rank"],
+    "logs_all": ["verdict"],  # besides the columns of `logs`
 }
 FIXED_COLUMNS = frozenset(c for cols in VIEW_COLUMNS.values() for c in cols) | frozenset(
     part.split()[0] for part in TABLES["loop_entries"].split(",")
@@ -159,6 +176,11 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("ALTER TABLE journals ADD COLUMN IF NOT EXISTS rank INTEGER")
         con.execute(f"CREATE TABLE IF NOT EXISTS run_ranks ({TABLES['run_ranks']})")
         create_views(con)
+    if version < 7:  # replay verdicts; a diverged replay's rows withheld from every reader
+        for table in ("replay_runs", "withheld_rows", "withheld_name_stats"):
+            con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({TABLES[table]})")
+        verdicts.withhold_recorded_divergences(con)
+        create_views(con)
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
 
@@ -193,11 +215,23 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
     columns = loop_columns(con)
     coords = coordinates_sql(columns)
     keys = "JOIN runs r ON r.run_key = l.run_key JOIN sources s ON s.source_key = l.source_key"
-    con.execute(
-        f"CREATE OR REPLACE VIEW logs AS SELECT r.run_id, s.source, l.seq, n.name, l.value, "
+    logs = (
+        "SELECT r.run_id, s.source, l.seq, n.name, l.value, "
         f"l.text, list_extract({_VTYPE_SQL}, l.vtype + 1) AS vtype, l.ctx_id, "
-        f"(l.seq >> {RANK_SHIFT})::INTEGER AS rank{coords} "
-        f"FROM log_rows l {keys} JOIN name_keys n ON n.name_key = l.name_key {entry_join()}"
+        f"(l.seq >> {RANK_SHIFT})::INTEGER AS rank{coords}"
+    )
+    named = f"{keys} JOIN name_keys n ON n.name_key = l.name_key {entry_join()}"
+    con.execute(f"CREATE OR REPLACE VIEW logs AS {logs} FROM log_rows l {named}")
+    # Every value with its verdict: 'recorded', a replay's verdict (NULL for replays made
+    # before verdicts were kept), 'diverged' for the withheld rows of a diverged replay.
+    verdict = (
+        "CASE WHEN l.source_key = 0 THEN 'recorded' ELSE (SELECT v.verdict FROM replay_runs v "
+        "WHERE v.replay_id = s.source AND v.run_id = r.run_id) END"
+    )
+    con.execute(
+        f"CREATE OR REPLACE VIEW logs_all AS {logs}, {verdict} AS verdict "
+        f"FROM log_rows l {named} UNION ALL BY NAME "
+        f"{logs}, 'diverged' AS verdict FROM withheld_rows l {named}"
     )
     con.execute(
         f"CREATE OR REPLACE VIEW iterations AS SELECT r.run_id, s.source, l.ctx_id, e.loop, "

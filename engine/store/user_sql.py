@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 
-from florwb_engine.store import repair
+from florwb_engine.store import repair, verdicts
 from florwb_engine.store.db import StoreError, connect, on_same_process_conflict
 from florwb_engine.store.repair import again_if_rebuilt
 
@@ -144,6 +144,19 @@ def read_only_connection(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
         with connect(store.dir, read_only=True, config=READ_ONLY_CONFIG) as con:
             con.execute("SET lock_configuration = true")
             yield con
+
+
+_READS_LOGS = re.compile(r"\blogs\b(?!_)", re.IGNORECASE)
+
+
+@repair.again_if_rebuilt
+def withheld_from(store: Store, sql: str) -> verdicts.Withheld:
+    """What the `logs` view left out of `sql`'s answer (values of diverged replays): the
+    note `florwb query` prints; nothing when `sql` does not read `logs`."""
+    if not _READS_LOGS.search(sql):
+        return verdicts.Withheld()
+    with read_only_connection(store) as con:
+        return verdicts.withheld(con)
 
 
 @contextmanager

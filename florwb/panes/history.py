@@ -228,7 +228,8 @@ class HistoryPane(Vertical):
     def _highlighted(self, event: HistoryList.Highlighted) -> None:
         self.refresh_summary(event.row)
         if event.row is not None:
-            self.post_message(VersionSelected(event.row.version))
+            run = event.row.run
+            self.post_message(VersionSelected(event.row.version, run.script if run else None))
 
     @on(HistoryList.ChartAsked)
     def _chart_asked(self, message: HistoryList.ChartAsked) -> None:

@@ -264,6 +264,8 @@ class ReplayPane(Vertical):
                 run.status, "red"
             )
             detail = f" {run.rows:,} rows" if run.status in ("finished", "diverged") else ""
+            if run.verdict is not None and run.verdict != run.status:
+                detail += f" · {run.verdict}" + (" (strict re-run)" if run.strict else "")
             row.set_progress(row.done, row.total, Text(f"{run.status}{detail}", style))
         summary = Text()
         summary.append(f"{result.status} ", "bold")

@@ -88,6 +88,7 @@ class StatementsPane(Vertical, can_focus=False):
         self.base_is_marked = False
         self.history: History | None = None
         self.selected_version: str | None = None
+        self.selected_script: str | None = None  # the script of the run under the cursor
         self.marked_versions: set[str] = set()
         self.stale = True
         self.order: list[str] = []  # the versions in column order (working tree first)
@@ -101,9 +102,13 @@ class StatementsPane(Vertical, can_focus=False):
         self.history = history
         self.stale = True
 
-    def select_version(self, version: str | None) -> None:
-        """The history's cursor moved to `version` (the diff starts there next time)."""
+    def select_version(self, version: str | None, script: str | None = None) -> None:
+        """The history's cursor moved to `version` (the diff starts there next time); on a
+        run of another script than the one shown, the table is of that script next time."""
         self.selected_version = version
+        if script is not None and script != self.selected_script:
+            self.selected_script = script
+            self.stale = True
 
     def set_marked_versions(self, versions: set[str]) -> None:
         self.marked_versions = set(versions)
@@ -137,6 +142,7 @@ class StatementsPane(Vertical, can_focus=False):
             ((r.script, r.version) for r in history.runs),
             [v.version for v in history.versions],
             self.selected_version,
+            wanted_script=self.selected_script,
         )
         if choice is None:
             self.query_one("#statements-title", Static).update("No recorded scripts yet.")

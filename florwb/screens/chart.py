@@ -224,6 +224,8 @@ class ChartScreen(Screen[None]):
         notes = []
         if curves is not None and curves.outside_loops:
             notes.append(f"{curves.outside_loops} values logged outside loops not drawn")
+        if curves is not None and curves.withheld:
+            notes.append(curves.withheld.note("florwb dataframe --diverged"))
         if self.drawing is not None and self.drawing.hidden:
             notes.append(f"{self.drawing.hidden} values ≤ 0 not drawn on the log scale")
         if notes:

@@ -124,7 +124,12 @@ def render_metrics(comparison: RunComparison) -> Group | Text:
         only.append(f"only A: {', '.join(comparison.only_first)}")
     if comparison.only_second:
         only.append(f"only B: {', '.join(comparison.only_second)}")
-    return Group(table, Text(" · ".join(only), "dim")) if only else Group(table)
+    parts: list[Table | Text] = [table]
+    if only:
+        parts.append(Text(" · ".join(only), "dim"))
+    if comparison.withheld:
+        parts.append(Text(comparison.withheld.note("florwb dataframe --diverged"), "yellow"))
+    return Group(*parts)
 
 
 def _metric_cells(pair: MetricPair) -> list[Text | str]:

@@ -100,6 +100,8 @@ def render_detail(detail: RunDetail) -> Group:
         parts.append(metrics)
     else:
         parts.append(Text("nothing logged", "dim"))
+    if detail.withheld:
+        parts.append(Text(detail.withheld.note("florwb dataframe NAME --diverged"), "yellow"))
 
     parts.append(_section(f"Checkpoints ({len(detail.checkpoints)})"))
     if detail.checkpoints:
@@ -114,18 +116,28 @@ def render_detail(detail: RunDetail) -> Group:
 
     parts.append(_section(f"Replays ({len(detail.replays)})"))
     if detail.replays:
-        replays = _table("replay", "status", "names", "rows", "started")
+        replays = _table("replay", "status", "verdict", "names", "rows", "started")
         for r in detail.replays:
+            rows = f"{r.rows:,}" + (f" ({r.withheld:,} withheld)" if r.withheld else "")
+            verdict = Text(r.verdict or "-", _VERDICT_STYLES.get(r.verdict or "", ""))
             replays.add_row(
-                r.replay_id, r.status or "?", r.names or "-", f"{r.rows:,}", fmt.clock(r.started)
+                r.replay_id, r.status or "?", verdict, r.names or "-", rows, fmt.clock(r.started)
             )
         parts.append(replays)
+        for r in detail.replays:
+            if r.verdict == "diverged" and r.divergence:
+                parts.append(
+                    Text.assemble((f"{r.replay_id} diverged: ", "bold yellow"), r.divergence)
+                )
     else:
         parts.append(Text("none yet", "dim"))
 
     parts.extend(_where_time_goes(detail))
     parts.extend(_console(detail))
     return Group(*parts)
+
+
+_VERDICT_STYLES = {"verified": "green", "unchecked": "dim", "diverged": "bold yellow"}
 
 
 def _source_label(source: str, rechecked: int) -> str:

@@ -14,6 +14,7 @@ STATUS_ICONS = {
     "killed": "✗",
     "interrupted": "◌",
     "replayed": "↻",
+    "diverged": "≠",
 }
 STATUS_STYLES = {
     "finished": "green",
@@ -22,6 +23,7 @@ STATUS_STYLES = {
     "killed": "red",
     "interrupted": "magenta",
     "replayed": "cyan",
+    "diverged": "bold yellow",
 }
 
 

@@ -142,9 +142,10 @@ class ReplaysLoaded(Message):
 
 @dataclass
 class VersionSelected(Message):
-    """The history's cursor is on a run or version of `version`."""
+    """The history's cursor is on a run or version of `version` (on a run: of `script`)."""
 
     version: str | None
+    script: str | None = None
 
 
 @dataclass

@@ -32,7 +32,10 @@ class HistoryRow:
 
 
 def run_status(run: RunRow) -> str:
-    """What the history says about a run: replayed runs are marked as such."""
+    """What the history says about a run: replayed runs are marked as such, and one whose
+    latest replay diverged says so (its values are withheld, not shown as replayed)."""
+    if run.status == "finished" and run.verdict == "diverged":
+        return "diverged"
     if run.replays and run.status == "finished":
         return "replayed"
     return run.status

@@ -119,6 +119,9 @@ class RunSummary(Static):
                 f"replayed by {len(run.replays)} replay" + ("s" if len(run.replays) > 1 else "")
             )
         lines.append(Text(" · ".join(facts) + f"   {self.hints('history.open')} details", "dim"))
+        if run.verdict == "diverged":
+            why = run.verdicts[-1].get("divergence") or "a value differed"
+            lines.append(Text(f"replay diverged, its values withheld: {why}", "yellow"))
         hint = data_wait_line(run.data_wait_share, run.data_wait_s)
         if hint:
             lines.append(Text(hint, "yellow"))
