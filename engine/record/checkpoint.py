@@ -1,5 +1,8 @@
-"""Adaptive periodic checkpointing (FLOR): state_dicts plus RNG states at the end of outer
-loop iterations, as often as a compute-time budget allows.
+"""Adaptive periodic checkpointing (FLOR): state_dicts plus RNG states of outer-loop
+iterations, as often as a compute-time budget allows. The state is copied where the
+iteration's inner loops end (FLOR's SkipBlock: a replay skips them and runs the rest of the
+body), at the iteration's end when it has none, and written when the iteration ends; the
+iteration the loop is left in (break, return, an exception) is always checkpointed.
 
 The policy keeps `checkpoint cost <= budget * compute time` at every decision, so cheap
 checkpoints happen every iteration and expensive ones spread out; the last iteration is
