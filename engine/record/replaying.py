@@ -90,6 +90,11 @@ class Replayer:
                 if i == spec.first - 1 and self._restores_inside(i):
                     self._begin(i, silent=True)
                     yield i, item
+                    if self._skip is None:  # never restored: the state would be wrong
+                        raise RuntimeError(
+                            f"florwb: replaying {spec.main_loop} {i} to reach {spec.first} "
+                            "ran no inner loop, where its checkpoint is restored"
+                        )
                     tail_replayed = True
                 continue
             if i == spec.first and not tail_replayed:
