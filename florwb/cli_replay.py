@@ -263,6 +263,8 @@ def _print_result(result: ReplayResult) -> None:
         detail = f"{r.rows} values, {r.compared} checked against the run"
         if r.strict:
             detail += ", after a strict re-run"
+        if r.missing:
+            detail += f", missing: {r.missing}"
         shown = detail if r.status == "finished" else "see below"
         rows.append([r.run_id, r.status, r.verdict or "", shown])
     write_table(["run", "replay", "verdict", "detail"], rows, sys.stdout)
@@ -271,6 +273,8 @@ def _print_result(result: ReplayResult) -> None:
             print(f"{r.run_id} diverged, its values withheld: {r.divergence}")
         if r.error:
             print(f"{r.run_id} failed, {r.error}")
+        if r.missing:
+            print(f"{r.run_id} missing: {r.missing} (recorded, not replayed)")
         if r.at_risk:
             print(f"{r.run_id} values at risk: {', '.join(r.at_risk)} changed since the run")
     print(f"replay {result.replay_id} {result.status} in {result.elapsed_s:.1f} s")

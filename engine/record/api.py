@@ -88,17 +88,19 @@ def _start() -> runtime.Run | None:
             slot += run.replayer.spec.segment * max(1, run.replayer.spec.world_size)
         _entry_ids = itertools.count(slot * SEGMENT_ENTRIES + 1)
     if run is not None and run.replayer is not None and run.replayer.spec.first > 0:
-        _LOGS_EXTEND = _outside_prefix(runtime.LOGS.extend)
+        _LOGS_EXTEND = _outside_prefix(runtime.LOGS.extend, run.replayer)
     return run
 
 
-def _outside_prefix(extend: Callable[[tuple], None]) -> Callable[[tuple], None]:
+def _outside_prefix(extend: Callable[[tuple], None], replayer: Any) -> Callable[[tuple], None]:
     """A later segment of a replay runs the code before the main loop again: the values
     logged there (outside any loop) belong to the segment that starts at the first
-    iteration, and would otherwise be stored once per segment."""
+    iteration, and would otherwise be stored once per segment. So do the values of the
+    iteration before its first, which it replays only to reach that iteration's state
+    (Replayer.silent)."""
 
     def keep(record: tuple) -> None:
-        if record[2] != 0:
+        if record[2] != 0 and not replayer.silent:
             extend(record)
 
     return keep
@@ -143,29 +145,42 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     )
     ckpt = run.checkpointer
     replayer = run.replayer
+    time_extend: Callable[[tuple], None] = _TIME_EXTEND
     if replayer is None:
         items: Iterator[tuple[int, T]] = enumerate(iterable)
         if ckpt.objects and ckpt.loop_depth is None:
             ckpt.loop_depth = len(prefix)
         checkpointed_here = bool(ckpt.objects) and ckpt.loop_depth == len(prefix)
+        # a loop nested directly in the checkpointed loop's body: its end is the moment
+        # the iteration's checkpoint is copied (Checkpointer.inner_loop_ended)
+        ends_inner = bool(ckpt.objects) and ckpt.loop_depth == len(prefix) - 1
+        is_main = False
     else:  # replay: the replayer picks the iterations and restores their state
-        checkpointed_here = False
+        checkpointed_here = ends_inner = False
         is_main = replayer.is_main(names[-1], len(prefix))
-        items = replayer.main_items(iterable) if is_main else replayer.inner_items(iterable)
+        items = (
+            replayer.main_items(iterable)
+            if is_main
+            else replayer.inner_items(iterable, len(prefix))
+        )
+        time_extend = replayer.timings(_TIME_EXTEND)
     clock = time.perf_counter
     echoing = _ECHO if not parent else None  # a summary line per outermost iteration
     base = entry << ENTRY_SHIFT
     i = -1
     ctx = 0
+    t1 = 0.0
     try:
         t0 = clock()
         for i, item in items:
             t1 = clock()
             ctx = base + i
             _CTX = ctx
+            if checkpointed_here:
+                ckpt.iteration_started(i, total, t1)
             yield item
             t2 = clock()
-            _TIME_EXTEND((ctx, t1 - t0, t2 - t1))
+            time_extend((ctx, t1 - t0, t2 - t1))
             _CTX = parent
             t0 = t2
             if echoing is not None:
@@ -175,9 +190,25 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
                 t0 = clock()
         if checkpointed_here and i >= 0 and ckpt.last_iteration != i and ckpt.objects:
             ckpt.save(names[-1], i, ctx)  # the end state is what replay needs most
+        if ends_inner:
+            ckpt.inner_loop_ended()
+    except GeneratorExit:
+        # The caller left the loop inside iteration i (break, return, an exception: the
+        # generator is closed at its yield); that iteration happened and is recorded.
+        time_extend((ctx, t1 - t0, clock() - t1))
+        if checkpointed_here:
+            ckpt.loop_left(names[-1], i, ctx)
+        elif ends_inner:
+            ckpt.inner_loop_ended()
+        elif is_main and replayer is not None:
+            replayer.loop_left(sys._getframe(1))
+        raise
     finally:
         _CTX = parent
         del _ENTRIES[entry]
+        close = getattr(items, "close", None)
+        if close is not None:  # the replayer's generator learns how the loop ended now
+            close()
 
 
 def arg(name: str, default: Any = None) -> Any:

@@ -1,5 +1,8 @@
-"""Adaptive periodic checkpointing (FLOR): state_dicts plus RNG states at the end of outer
-loop iterations, as often as a compute-time budget allows.
+"""Adaptive periodic checkpointing (FLOR): state_dicts plus RNG states of outer-loop
+iterations, as often as a compute-time budget allows. The state is copied where the
+iteration's inner loops end (FLOR's SkipBlock: a replay skips them and runs the rest of the
+body), at the iteration's end when it has none, and written when the iteration ends; the
+iteration the loop is left in (break, return, an exception) is always checkpointed.
 
 The policy keeps `checkpoint cost <= budget * compute time` at every decision, so cheap
 checkpoints happen every iteration and expensive ones spread out; the last iteration is
@@ -51,6 +54,11 @@ class Policy:
             expected = max(self.recent) if self.recent else estimate_s
             needed = self.cost_s + expected * (2 if reserve else 1)
             return needed <= self.budget * self.compute_s
+
+    def computed(self, compute_s: float) -> None:
+        """Compute time of an iteration after its checkpoint was decided."""
+        with self._lock:
+            self.compute_s += compute_s
 
     def paid(self, cost_s: float, *, checkpoints: int = 1) -> None:
         with self._lock:
@@ -125,6 +133,13 @@ def state_of(objects: dict[str, Any]) -> dict:
     return {"objects": states, "rng": capture_rng(), GRADS: grads_of(objects)}
 
 
+# The key of the moment a checkpoint's state was copied: after how many of its iteration's
+# inner flor.loops (those nested directly in the main loop's body). 0: at the iteration's
+# end (it had no inner loop, or was left before one ended). Checkpoints written before the
+# key existed were all taken at the iteration's end.
+AFTER_INNER = "after_inner"
+
+
 # The key of the registered modules' parameter gradients in a checkpoint. `.grad` is no part
 # of any state_dict, yet a statement added later may read it (`clip_grad_norm_` at the start
 # of an epoch reads the last step's gradients): without it an outer-mode replay would read
@@ -162,6 +177,15 @@ def holds_grads(path: Path) -> bool:
 
     saved = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
     return isinstance(saved, dict) and GRADS in saved
+
+
+def taken_after_inner(path: Path) -> bool:
+    """Whether a checkpoint file notes the moment it was taken (AFTER_INNER): written by a
+    florwb that copies the state at the end of the inner loops (memory-mapped: cheap)."""
+    import torch
+
+    saved = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    return isinstance(saved, dict) and AFTER_INNER in saved
 
 
 def load(path: Path) -> dict:
@@ -211,6 +235,17 @@ class Checkpointer:
         # Ranks > 0 of a DDP launch: rank 0 writes the (identical) state; this rank keeps
         # only its RNG states, here, at the end of every outer iteration (a few KiB).
         self.rng_only: Path | None = None
+        # The main-loop iteration in progress and its checkpoint: decided (None: not yet),
+        # the compute seconds it was decided on, the state copied for it and what copying
+        # cost, how many inner loops ended so far (iteration_started, inner_loop_ended).
+        self._iteration: int | None = None
+        self._last = False
+        self._total_known = False
+        self._started = 0.0
+        self._inner_ended = 0
+        self._decided: bool | None = None
+        self._decided_s = 0.0
+        self._pending: tuple[dict, float] | None = None
 
     def estimate_s(self) -> float:
         if not self._state_bytes:
@@ -222,33 +257,94 @@ class Checkpointer:
             self._state_bytes = total
         return 0.001 + self._state_bytes / _ASSUMED_BYTES_PER_S
 
+    def iteration_started(self, iteration: int, total: int | None, now: float) -> None:
+        """A main-loop iteration begins: its checkpoint, if any, is not decided yet."""
+        self._iteration = iteration
+        self._total_known = total is not None
+        self._last = total is not None and iteration == total - 1
+        self._started = now
+        self._inner_ended = 0
+        self._decided = None
+        self._decided_s = 0.0
+
+    def inner_loop_ended(self) -> None:
+        """A flor.loop nested directly in the main loop's body ended: the SkipBlock moment.
+
+        An outer-mode replay skips these loops and restores their end state, then runs the
+        rest of the body (a scheduler step, an evaluation) itself; a checkpoint taken at the
+        iteration's end would hold that rest's effect and the replay would apply it twice.
+        So the state is copied here, each such loop's end replacing the last one's copy,
+        and written when the iteration ends. Whether this iteration is checkpointed at all
+        is decided at its first such moment, on the compute time so far."""
+        if self._iteration is None or not self.objects:
+            return
+        self._inner_ended += 1
+        if self._decided is None:
+            self._decided_s = time.perf_counter() - self._started
+            self._decided = self._decide(self._decided_s)
+        if self._decided:
+            self._snapshot(self._inner_ended)
+
     def end_of_iteration(
         self, loop: str, iteration: int, ctx_id: int, iteration_s: float, total: int | None
     ) -> None:
         if not self.objects:
             return
-        last = total is not None and iteration == total - 1
-        reserve = total is not None and not last
-        if self.rng_only is not None:  # whichever iteration rank 0 keeps, this rank has it
-            self.save(loop, iteration, ctx_id)
+        if self._iteration != iteration:  # no iteration_started (a caller of its own)
+            self.iteration_started(iteration, total, time.perf_counter() - iteration_s)
+        if self._decided is None:  # no inner flor.loop ended: the iteration's end it is
+            self._decided = self._decide(iteration_s)
+            if self._decided:
+                self._snapshot(0)
+        else:  # decided at the inner loops' end: the rest of the iteration is compute too
+            self.policy.computed(max(iteration_s - self._decided_s, 0.0))
+        self._write_pending(loop, iteration, ctx_id)
+
+    def loop_left(self, loop: str, iteration: int, ctx_id: int) -> None:
+        """The main loop was left inside `iteration` (break, return, an exception): like
+        the last iteration it is always checkpointed, from its inner loops' end when that
+        copy was taken, else from the state as it is now."""
+        if not self.objects:
             return
-        if self.policy.should_checkpoint(iteration_s, self.estimate_s(), reserve) or last:
-            self.save(loop, iteration, ctx_id)
+        if self._iteration != iteration or self._pending is None:
+            self._snapshot(0)
+        self._write_pending(loop, iteration, ctx_id)
 
     def save(self, loop: str, iteration: int, ctx_id: int) -> None:
+        """Checkpoint the state as it is now, at the end of `iteration`."""
+        self._snapshot(0)
+        self._write_pending(loop, iteration, ctx_id)
+
+    def _decide(self, compute_s: float) -> bool:
+        if self.rng_only is not None:  # whichever iteration rank 0 keeps, this rank has it
+            return True
+        reserve = not self._last and self._total_known
+        return self.policy.should_checkpoint(compute_s, self.estimate_s(), reserve) or self._last
+
+    def _snapshot(self, after_inner: int) -> None:
         start = time.perf_counter()
         if self.rng_only is not None:
             state: dict = {"objects": {}, "rng": capture_rng()}
-            path = checkpoint_path(self.rng_only, loop, iteration)
         else:
             state = state_of(self.objects)
-            path = checkpoint_path(self.folder, loop, iteration)
+        state[AFTER_INNER] = after_inner
+        spent = self._pending[1] if self._pending is not None else 0.0
+        self._pending = (state, spent + time.perf_counter() - start)
+
+    def _write_pending(self, loop: str, iteration: int, ctx_id: int) -> None:
+        pending, self._pending = self._pending, None
+        self._iteration = None
+        if pending is None:
+            return
+        state, snapshot_s = pending
+        folder = self.rng_only if self.rng_only is not None else self.folder
+        path = checkpoint_path(folder, loop, iteration)
+        start = time.perf_counter()
         self.start()
-        snapshot_s = time.perf_counter() - start
         self._queue.put((state, path, loop, iteration, ctx_id, snapshot_s))
         # Waiting for a free writer slot is paid by training too; the writer adds the
         # snapshot and its own write time once the file is on disk.
-        self.policy.paid(time.perf_counter() - start - snapshot_s, checkpoints=0)
+        self.policy.paid(time.perf_counter() - start, checkpoints=0)
         self.last_iteration = iteration
 
     def start(self) -> None:
@@ -297,6 +393,7 @@ class Checkpointer:
                         "iteration": iteration,
                         "ctx_id": ctx_id,
                         "path": path.name,
+                        AFTER_INNER: state.get(AFTER_INNER, 0),
                         "bytes": path.stat().st_size,
                         "snapshot_s": snapshot_s,
                         "write_s": write_s,

@@ -75,6 +75,9 @@ class Work:
     prefix_s: float  # process start and the code before the main loop
     summary: str | None = None  # what the replay re-executes, first of the run's notes
     notes: list[str] = field(default_factory=list)
+    # per chunk start f > 0: replaying the tail of iteration f - 1 from its checkpoint,
+    # which a segment starting at f runs first (replaying.py)
+    lead: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -115,13 +118,17 @@ def run_work(
     load_s = {i: size / per_s for i, (_path, size) in ckpt.items()}
     skipped: set[int] = set()
     cost: dict[int, float] = {}
+
+    def tail_s(i: int) -> float:
+        """An iteration restored at its inner loops: what it still runs, and the load."""
+        return max(facts.epoch_s.get(i, 0.0) - facts.inner_s.get(i, 0.0), 0.0) + load_s.get(i, 0.0)
+
     for i in epochs:
-        whole = facts.epoch_s.get(i, 0.0)
-        if mode == OUTER and (i == 0 or i - 1 in ckpt) and i in ckpt:
+        if mode == OUTER and i in ckpt:
             skipped.add(i)
-            cost[i] = max(whole - facts.inner_s.get(i, 0.0), 0.0) + 2 * load_s.get(i, 0.0)
+            cost[i] = tail_s(i)
         else:
-            cost[i] = whole + load_s.get(i - 1, 0.0)
+            cost[i] = facts.epoch_s.get(i, 0.0)
     executed = [i for i in epochs if i not in skipped]
     notes = []
     if mode == OUTER:
@@ -150,7 +157,8 @@ def run_work(
         [i for i in epochs if start <= i < (starts[k + 1] if k + 1 < len(starts) else math.inf)]
         for k, start in enumerate(starts)
     ]
-    return Work(chunks, cost, skipped, prefix_s, summary, notes)
+    lead = {start: tail_s(start - 1) for start in starts if start > 0}
+    return Work(chunks, cost, skipped, prefix_s, summary, notes, lead)
 
 
 def segment_parts(work: Work, per_run: int) -> list[SegmentPart]:
@@ -163,7 +171,9 @@ def segment_parts(work: Work, per_run: int) -> list[SegmentPart]:
             first=group[0] if group else 0,
             last=group[-1] if group else -1,
             skip_inner=[i for i in group if i in work.skipped],
-            estimate_s=work.prefix_s + sum(work.cost[i] for i in group),
+            estimate_s=work.prefix_s
+            + (work.lead.get(group[0], 0.0) if group else 0.0)
+            + sum(work.cost[i] for i in group),
         )
         for group in groups
     ]

@@ -34,11 +34,13 @@ from florwb_engine.replay.cores import (
     thread_env,
     threads_per_worker,
 )
+from florwb_engine.replay.cost import ranges
 from florwb_engine.replay.errors import PlanError
+from florwb_engine.replay.facts import main_iterations
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
 from florwb_engine.replay.plan import Plan, RunPlan, Segment, plan_replay
-from florwb_engine.replay.spec import ENV, ReplaySpec
+from florwb_engine.replay.spec import ENV, PREFIX, ReplaySpec
 from florwb_engine.store import Store, StoreBusy, verdicts
 from florwb_engine.store.replays import (
     ReplayStatus,
@@ -86,6 +88,7 @@ class RunResult:
     at_risk: list[str] = field(default_factory=list)  # changed left-out files it read
     verdict: Verdict | None = None  # store/verdicts.py; None when it failed or was cancelled
     strict: bool = False  # the verdict is the strict re-run's (from the start, one segment)
+    missing: str | None = None  # recorded main-loop iterations it did not replay: "iter 30"
 
 
 @dataclass
@@ -577,6 +580,7 @@ def _collect(
                 divergence=mismatch,
                 strict=strict,
             )
+            results[-1].missing = not_replayed(con, plan.replay_id, run)
             for path in run.at_risk:  # said where the run's other issues are said
                 con.execute(
                     "INSERT OR REPLACE INTO run_issues VALUES (?, ?, 'input changed', ?, 1)",
@@ -695,6 +699,19 @@ def _skip_reason(plan: Plan | str, run_id: str) -> str:
         return plan
     found = next((r for r in plan.runs if r.run_id == run_id), None)
     return (found.reason if found else None) or "not planned"
+
+
+def not_replayed(con: duckdb.DuckDBPyConnection, replay_id: str, run: RunPlan) -> str | None:
+    """The main-loop iterations the run recorded and the replay did not execute, named
+    (`iter 30`); None when it executed them all or needed none (statements before the
+    main loop)."""
+    if run.mode == PREFIX or run.main_loop is None:
+        return None
+    recorded = main_iterations(con, run.run_id, run.main_loop)
+    missing = sorted(recorded - main_iterations(con, run.run_id, run.main_loop, replay_id))
+    if not missing:
+        return None
+    return f"{run.main_loop} {ranges(missing).removeprefix('iterations ')}"
 
 
 def _remove_results(store: Store, project: Path, replay_id: str) -> None:

@@ -162,6 +162,7 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
     inner_s: dict[int, float] = {}
     if main is not None:
         epoch_s, inner_s = _robust_times(con, run_id, main)
+        _cover_logged(epoch_s, main_iterations(con, run_id, main))
     wall, status, first_ckpt_s = con.execute(
         "SELECT epoch(coalesce(end_time, now()::TIMESTAMP) - start_time), status, "
         "(SELECT epoch(min(c.time) - r.start_time) FROM checkpoints c "
@@ -202,6 +203,43 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
         },
         context=run_context.context_of(con, run_id),
     )
+
+
+def main_iterations(
+    con: duckdb.DuckDBPyConnection, run_id: str, main: str, source: str = "record"
+) -> set[int]:
+    """The main-loop iterations `source` (the recording, or a replay) has a trace of: a
+    timing, or a value logged inside it. A run recorded before the iteration a loop was
+    left in (`break`) got its timing has that iteration's values alone."""
+    found = {
+        int(i)
+        for (i,) in con.execute(
+            "SELECT DISTINCT iteration FROM iterations WHERE run_id = ? AND source = ? "
+            "AND depth = 0 AND loop = ?",
+            [run_id, source, main],
+        ).fetchall()
+    }
+    column = _outer_column(con, main)
+    if column is not None:
+        found |= {
+            int(i)
+            for (i,) in con.execute(
+                f"SELECT DISTINCT {quote(column)} FROM logs WHERE run_id = ? AND source = ? "
+                f"AND {quote(column)} IS NOT NULL",
+                [run_id, source],
+            ).fetchall()
+        }
+    return found
+
+
+def _cover_logged(epoch_s: dict[int, float], iterations: set[int]) -> None:
+    """Count the iterations with values but no timing at the run's typical iteration."""
+    if not iterations - epoch_s.keys():
+        return
+    ordered = sorted(epoch_s.values())
+    typical = ordered[len(ordered) // 2] if ordered else 0.0
+    for i in iterations - epoch_s.keys():
+        epoch_s[i] = typical
 
 
 def _outer_column(con: duckdb.DuckDBPyConnection, loop_name: str) -> str | None:

@@ -38,6 +38,7 @@ from florwb_engine.replay.facts import RunFacts, SelectedRun, past_ratio, run_fa
 from florwb_engine.replay.mode import replay_mode
 from florwb_engine.replay.placing import Placer, placed_statements
 from florwb_engine.replay.saved_state import use_saved_state
+from florwb_engine.replay.skipblock import moment_decision
 from florwb_engine.replay.spec import INNER, PREFIX, ReplayMode
 from florwb_engine.replay.state_decision import state_decision
 from florwb_engine.store import Store
@@ -297,8 +298,11 @@ def _plan_run(
         )
     if state.from_start:
         mode = INNER
-    plan.from_start = state.from_start
+    moment = moment_decision(project, run.run_id, facts, result.loops, mode)
+    mode = moment.mode
+    plan.from_start = state.from_start or moment.from_start
     plan.notes.extend(state.notes)
+    plan.notes.extend(moment.notes)
     plan.mode = mode
     plan.names = list(placed)
     plan.code = result.code
