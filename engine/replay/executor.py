@@ -557,6 +557,7 @@ def _collect(
             ).fetchall()[0][0]
             status: RunReplayStatus = "diverged" if mismatch else "finished"
             verdict = verdicts.verdict_of(compared, mismatch)
+            missing = not_replayed(con, plan.replay_id, run)
             results.append(
                 RunResult(
                     run.run_id,
@@ -568,6 +569,7 @@ def _collect(
                     run.at_risk,
                     verdict=verdict,
                     strict=strict,
+                    missing=missing,
                 )
             )
             verdicts.record(
@@ -578,9 +580,9 @@ def _collect(
                 compared=compared,
                 rows=int(rows),
                 divergence=mismatch,
+                missing=missing,
                 strict=strict,
             )
-            results[-1].missing = not_replayed(con, plan.replay_id, run)
             for path in run.at_risk:  # said where the run's other issues are said
                 con.execute(
                     "INSERT OR REPLACE INTO run_issues VALUES (?, ?, 'input changed', ?, 1)",

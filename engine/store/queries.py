@@ -131,6 +131,7 @@ class ReplayRow:
     verdict: str | None = None
     divergence: str | None = None
     withheld: int = 0
+    missing: str | None = None  # recorded main-loop iterations it did not replay
 
 
 @dataclass
@@ -365,7 +366,7 @@ def _run_replays(con: duckdb.DuckDBPyConnection, run_key: int) -> list[ReplayRow
                    SELECT source_key, n, true FROM withheld_name_stats WHERE run_key = $1)
         SELECT s.source, p.started, p.ended, p.status, p.names, p.detail,
                sum(n.n) FILTER (WHERE NOT n.held), v.verdict, v.divergence,
-               sum(n.n) FILTER (WHERE n.held)
+               sum(n.n) FILTER (WHERE n.held), v.missing
         FROM n JOIN sources s ON s.source_key = n.source_key
         LEFT JOIN replays p ON p.replay_id = s.source
         LEFT JOIN replay_runs v ON v.replay_id = s.source
@@ -387,6 +388,7 @@ def _run_replays(con: duckdb.DuckDBPyConnection, run_key: int) -> list[ReplayRow
             r[7],
             r[8],
             int(r[9] or 0),
+            r[10],
         )
         for r in rows
     ]

@@ -129,6 +129,13 @@ def render_detail(detail: RunDetail) -> Group:
                 parts.append(
                     Text.assemble((f"{r.replay_id} diverged: ", "bold yellow"), r.divergence)
                 )
+            if r.missing:
+                parts.append(
+                    Text.assemble(
+                        (f"{r.replay_id} missing: ", "bold yellow"),
+                        f"{r.missing} (recorded, not replayed)",
+                    )
+                )
     else:
         parts.append(Text("none yet", "dim"))
 
