@@ -4,6 +4,7 @@ iteration and ends there, and what a replay could not execute is named."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -13,6 +14,7 @@ from conftest import florwb, recorded_project, run_py, write
 from florwb_engine.record.checkpoint import AFTER_INNER
 from florwb_engine.replay import execute, plan_replay
 from florwb_engine.store import Store
+from florwb_engine.store.queries import load_run_detail
 
 COUNT = """
 import itertools
@@ -180,6 +182,10 @@ def test_iterations_a_replay_did_not_execute_are_named_missing(counted, tmp_path
     # the old script stops where its environment says: here, 10 iterations early
     proc = florwb(project, "replay", "wn", "--yes", env={"STOP_AT": "20"})
     assert "missing: iter 21-30" in proc.stdout
+    (run,) = json.loads(florwb(project, "runs", "--json").stdout)
+    assert run["verdicts"][-1]["missing"] == "iter 21-30"  # kept with the verdict
+    (replay,) = load_run_detail(Store(project), run["run_id"]).replays
+    assert replay.missing == "iter 21-30"  # what the run detail says
     plan = plan_replay(project, ["wn"], workers=1)
     assert plan.ready() == []  # the run has wn now, at the iterations replayed
 
