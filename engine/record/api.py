@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import echo, ranks, runtime, save_mirror
+from florwb_engine.record import echo, loop_state, ranks, runtime, save_mirror
 from florwb_engine.record.values import PRIMITIVES, encode, name_text
 
 T = TypeVar("T")
@@ -148,10 +148,13 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
         if ckpt.objects and ckpt.loop_depth is None:
             ckpt.loop_depth = len(prefix)
         checkpointed_here = bool(ckpt.objects) and ckpt.loop_depth == len(prefix)
+        main_here = checkpointed_here
     else:  # replay: the replayer picks the iterations and restores their state
         checkpointed_here = False
-        is_main = replayer.is_main(names[-1], len(prefix))
+        is_main = main_here = replayer.is_main(names[-1], len(prefix))
         items = replayer.main_items(iterable) if is_main else replayer.inner_items(iterable)
+    if main_here:  # its frame holds the loop-carried names checkpoints keep
+        loop_state.main_loop_started(sys._getframe(1), loop_name, analyse=replayer is None)
     clock = time.perf_counter
     echoing = _ECHO if not parent else None  # a summary line per outermost iteration
     base = entry << ENTRY_SHIFT
@@ -178,6 +181,8 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     finally:
         _CTX = parent
         del _ENTRIES[entry]
+        if main_here:
+            loop_state.main_loop_ended()
 
 
 def arg(name: str, default: Any = None) -> Any:

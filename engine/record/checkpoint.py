@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from florwb_engine.record import loop_state
 from florwb_engine.record.atomic import sync_folder, temp_path
 
 DEFAULT_BUDGET = float(os.environ.get("FLORWB_CKPT_BUDGET", "0.02"))
@@ -164,6 +165,17 @@ def holds_grads(path: Path) -> bool:
     return isinstance(saved, dict) and GRADS in saved
 
 
+def loop_state_kept(path: Path) -> dict[str, str] | None:
+    """What a checkpoint could not keep of the loop-carried names ({name: why}; empty when
+    it kept them all), or None for a checkpoint written before florwb kept them."""
+    import torch
+
+    saved = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    if not isinstance(saved, dict) or loop_state.CARRIED not in saved:
+        return None
+    return dict(saved.get(loop_state.UNCARRIED) or {})
+
+
 def load(path: Path) -> dict:
     import torch
 
@@ -236,12 +248,14 @@ class Checkpointer:
             self.save(loop, iteration, ctx_id)
 
     def save(self, loop: str, iteration: int, ctx_id: int) -> None:
+        loop_state.wait_for_analysis()  # once per run, not a cost of this checkpoint
         start = time.perf_counter()
         if self.rng_only is not None:
             state: dict = {"objects": {}, "rng": capture_rng()}
             path = checkpoint_path(self.rng_only, loop, iteration)
         else:
             state = state_of(self.objects)
+            state.update(loop_state.capture(self._on_written))  # the loop-carried names
             path = checkpoint_path(self.folder, loop, iteration)
         self.start()
         snapshot_s = time.perf_counter() - start

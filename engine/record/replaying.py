@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from florwb_engine.record import ranks
+from florwb_engine.record import loop_state, ranks
 from florwb_engine.record.checkpoint import copy_to_host, load, restore, restore_rng
 from florwb_engine.record.restore_saves import restore_own_saves
 from florwb_engine.replay.spec import OUTER, PREFIX, ReplaySpec
@@ -61,7 +61,7 @@ class Replayer:
             if i > spec.last:
                 break
             if spec.mode == OUTER or i == spec.first:
-                self._restore(i - 1)
+                self._restore(i - 1, carried=True)
             self.current = i
             yield i, item
             self.done += 1
@@ -76,10 +76,12 @@ class Replayer:
             return iter(())
         return enumerate(iterable)
 
-    def _restore(self, iteration: int) -> None:
+    def _restore(self, iteration: int, *, carried: bool = False) -> None:
         """In OUTER mode each checkpoint is restored twice (end of iteration i's inner loops,
         then start of i+1), so a small one is kept in memory after the first read. Restores
-        take a copy: optimizers keep the tensors they are given and update them in place."""
+        take a copy: optimizers keep the tensors they are given and update them in place.
+        The loop-carried names (`carried`) go back only where an iteration starts: in the
+        middle of one they hold the values of its end."""
         path = self.spec.checkpoint(iteration) if iteration >= 0 else None
         own = self.spec.mirrored_checkpoint(iteration) if iteration >= 0 else None
         if own is not None:  # the script's own torch.save (flor.checkpointing's wins)
@@ -96,6 +98,8 @@ class Replayer:
                 self._kept = (iteration, saved)
                 saved = copy_to_host(saved)
         restore(self._objects(), saved)
+        if carried:
+            loop_state.restore(saved)
         if self.rank is not None and self.rank.rank > 0:
             self._restore_rank_rng(path)
         self._restored = iteration

@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from florwb_engine.analysis.loop_state import loop_state
 from florwb_engine.project import store_dir
 from florwb_engine.propagate import Placement
-from florwb_engine.record.checkpoint import holds_grads
+from florwb_engine.record.checkpoint import holds_grads, loop_state_kept
 from florwb_engine.replay.facts import RunFacts
 from florwb_engine.replay.spec import PREFIX, ReplayMode
 from florwb_engine.replay.state_reads import state_reads
@@ -58,7 +59,55 @@ def state_decision(
         decision.notes.append(
             f"{name} reads {listed}, which the {loop} loop changes and no checkpoint holds: {again}"
         )
+    if not decision.from_start:
+        whole = _whole_state(project, run_id, code, facts)
+        if whole is not None:
+            decision.from_start = True
+            decision.notes.append(f"{whole}: {again}")
     return decision
+
+
+def _whole_state(project: Path, run_id: str, code: str, facts: RunFacts) -> str | None:
+    """Why restoring from this run's checkpoints would restore only part of the state the
+    main loop keeps (objects it changes in place that none holds, loop-carried names the
+    checkpoints lack), or None when they hold all of it."""
+    found = loop_state(code, facts.main_loop)
+    if not found.found:
+        return None
+    loop = facts.main_loop
+    if found.mutated_objects:
+        listed = ", ".join(found.mutated_objects[:3])
+        return (
+            f"the {loop} loop changes {listed} in place, which no checkpoint holds "
+            "(flor.checkpointing registers what a restore puts back)"
+        )
+    if not found.carried:
+        return None
+    carried = ", ".join(found.carried[:4])
+    if not facts.checkpoints:
+        return (
+            f"the {loop} loop carries {carried} from one iteration to the next, which the "
+            "run's own saves do not hold"
+        )
+    # the first and the last checkpoint: a value that grows is too big in the last one
+    for iteration in sorted({min(facts.checkpoints), max(facts.checkpoints)}):
+        name, _size = facts.checkpoints[iteration]
+        path = store_dir(project) / "checkpoints" / run_id / name
+        try:
+            kept = loop_state_kept(path)
+        except (OSError, RuntimeError, ValueError) as exc:
+            return f"checkpoint {name} cannot be read ({exc})"
+        if kept is None:
+            return (
+                f"the {loop} loop carries {carried} from one iteration to the next, which "
+                "this run's checkpoints do not hold (recorded before florwb saved loop state)"
+            )
+        lost = [n for n in found.carried if n in kept] or sorted(kept)
+        if lost:
+            first = lost[0]
+            what = "the loop state" if first == "*" else first
+            return f"{what} could not be saved with checkpoint {name}: {kept[first]}"
+    return None
 
 
 def _checkpoints_hold_grads(project: Path, run_id: str, facts: RunFacts) -> bool | str:
