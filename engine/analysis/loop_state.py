@@ -68,19 +68,24 @@ class LoopState:
     registered: tuple[str, ...] = field(default=())  # flor.checkpointing's objects
 
 
-def loop_state(source: str, main_loop: str | None) -> LoopState:
-    """The loop state of the first (outermost) `for ... in flor.loop(main_loop, ...)`."""
+def loop_state(source: str, main_loop: str | None, line: int | None = None) -> LoopState:
+    """The loop state of the first (outermost) `for ... in flor.loop(main_loop, ...)`, or,
+    with `line`, of the `for` whose header spans that line (what the running loop's frame
+    says: found also where flor is imported in a way the code does not show)."""
     try:
         module = cst.parse_module(source)
     except (cst.ParserSyntaxError, ValueError):
         return LoopState()
-    return loop_state_of(module, main_loop)
+    return loop_state_of(module, main_loop, line)
 
 
-def loop_state_of(module: cst.Module, main_loop: str | None) -> LoopState:
+def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = None) -> LoopState:
     """`loop_state` for a parsed module."""
     imports = imports_from_nodes(_walk(module))
-    found = _main_loop(module, imports, main_loop)
+    if line is not None:
+        found = _loop_at(module, line)
+    else:
+        found = _main_loop(module, imports, main_loop)
     if found is None:
         return LoopState()
     loop, function = found
@@ -159,6 +164,26 @@ def _main_loop(
             level.extend((child, inner) for child, _, _ in iter_children(node))
         queue = level
     return None
+
+
+def _loop_at(module: cst.Module, line: int) -> tuple[cst.For, cst.FunctionDef | None] | None:
+    """The innermost `for` whose header (from `for` to the colon) spans `line`."""
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    best: tuple[int, cst.For, cst.FunctionDef | None] | None = None
+    stack: list[tuple[cst.CSTNode, cst.FunctionDef | None]] = [(module, None)]
+    while stack:
+        node, function = stack.pop()
+        if isinstance(node, cst.For):
+            start = positions[node].start.line
+            header_end = positions[node.body].start.line
+            if start <= line <= header_end and (best is None or start > best[0]):
+                best = (start, node, function)
+        inner = node if isinstance(node, cst.FunctionDef) else function
+        stack.extend((child, inner) for child, _, _ in iter_children(node))
+    return (best[1], best[2]) if best is not None else None
 
 
 def registered_paths(module: cst.Module, imports: FlorImports) -> frozenset[Path]:

@@ -6,25 +6,28 @@ analysis finds the names a loop reads before it assigns them."""
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import libcst as cst
 
 from florwb_engine.analysis.nodes import iter_children
 
 
-def target_names(target: cst.CSTNode) -> set[str]:
-    """Names bound by an assignment / for / with target (`a`, `a, (b, *c)`), not `x.y`."""
+def assigned_names(target: cst.CSTNode) -> Iterator[str]:
+    """Every plain name an assignment / for / with target binds, in source order
+    (`a, (b, *c)` -> a, b, c); `x.y` and `x[i]` bind none."""
     if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        names: set[str] = set()
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
         for element in target.elements:
-            names |= target_names(element.value)
-        return names
-    if isinstance(target, (cst.StarredElement, cst.Element)):
-        return target_names(target.value)
-    return set()
+            yield from assigned_names(element.value)
+    elif isinstance(target, (cst.StarredElement, cst.Element)):
+        yield from assigned_names(target.value)
+
+
+def target_names(target: cst.CSTNode) -> set[str]:
+    """`assigned_names` as a set."""
+    return set(assigned_names(target))
 
 
 BUILTIN_NAMES = frozenset(dir(builtins)) | frozenset(

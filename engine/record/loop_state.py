@@ -51,20 +51,23 @@ class _Keeper:
         if analyse and self._thread is None:
             path = frame.f_code.co_filename
             self._thread = threading.Thread(
-                target=self._analyse, args=(path, loop_name), name="florwb-loop-state", daemon=True
+                target=self._analyse,
+                args=(path, loop_name, frame.f_lineno),
+                name="florwb-loop-state",
+                daemon=True,
             )
             self._thread.start()
 
-    def _analyse(self, path: str, loop_name: str) -> None:
+    def _analyse(self, path: str, loop_name: str, line: int) -> None:
         try:
             from florwb_engine.analysis.loop_state import loop_state
 
-            found = loop_state(Path(path).read_text(encoding="utf-8"), loop_name)
+            found = loop_state(Path(path).read_text(encoding="utf-8"), loop_name, line)
         except Exception as exc:  # noqa: BLE001 - any failure: the run re-executes from its start
             self.failed = f"the loop's code could not be analysed ({type(exc).__name__}: {exc})"
             return
         if not found.found:
-            self.failed = f"the loop {loop_name!r} was not found in {Path(path).name}"
+            self.failed = f"no `for` loop at {Path(path).name}:{line} (loop {loop_name!r})"
             return
         self.names = found.carried
 

@@ -70,10 +70,8 @@ def state_decision(
 def _whole_state(project: Path, run_id: str, code: str, facts: RunFacts) -> str | None:
     """Why restoring from this run's checkpoints would restore only part of the state the
     main loop keeps (objects it changes in place that none holds, loop-carried names the
-    checkpoints lack), or None when they hold all of it."""
+    checkpoints lack or could not keep), or None when they hold all of it."""
     found = loop_state(code, facts.main_loop)
-    if not found.found:
-        return None
     loop = facts.main_loop
     if found.mutated_objects:
         listed = ", ".join(found.mutated_objects[:3])
@@ -81,10 +79,10 @@ def _whole_state(project: Path, run_id: str, code: str, facts: RunFacts) -> str 
             f"the {loop} loop changes {listed} in place, which no checkpoint holds "
             "(flor.checkpointing registers what a restore puts back)"
         )
-    if not found.carried:
-        return None
     carried = ", ".join(found.carried[:4])
     if not facts.checkpoints:
+        if not found.carried:
+            return None
         return (
             f"the {loop} loop carries {carried} from one iteration to the next, which the "
             "run's own saves do not hold"
@@ -98,13 +96,14 @@ def _whole_state(project: Path, run_id: str, code: str, facts: RunFacts) -> str 
         except (OSError, RuntimeError, ValueError) as exc:
             return f"checkpoint {name} cannot be read ({exc})"
         if kept is None:
+            if not found.carried:
+                return None
             return (
                 f"the {loop} loop carries {carried} from one iteration to the next, which "
                 "this run's checkpoints do not hold (recorded before florwb saved loop state)"
             )
-        lost = [n for n in found.carried if n in kept] or sorted(kept)
-        if lost:
-            first = lost[0]
+        if kept:
+            first = sorted(kept)[0]
             what = "the loop state" if first == "*" else first
             return f"{what} could not be saved with checkpoint {name}: {kept[first]}"
     return None
