@@ -383,7 +383,7 @@ class _Liveness:
         if tp is cst.Del:
             return (after - target_names(small.target)) | _target_reads(small.target)  # type: ignore[attr-defined]
         if tp is cst.Import or tp is cst.ImportFrom:
-            return after - bound_names(small) - _import_defs(small)
+            return after - imported_names(small)
         if tp in (cst.Global, cst.Nonlocal, cst.Pass):
             return after
         return after | _reads(small) | calls
@@ -411,12 +411,11 @@ class _Liveness:
                 if item.asname is not None:
                     bound |= target_names(item.asname.name)
             return items | (self.block(stmt.body, after, ctx) - bound)  # type: ignore[attr-defined]
-        if tp is cst.FunctionDef:
-            inner = stmt  # type: ignore[assignment]
-            reads = _reads(inner.body) - _scope_defs(inner.body) - _params(inner)  # type: ignore[attr-defined]
-            for decorator in inner.decorators:  # type: ignore[attr-defined]
+        if isinstance(stmt, cst.FunctionDef):
+            reads = _reads(stmt.body) - _scope_defs(stmt.body) - _params(stmt)
+            for decorator in stmt.decorators:
                 reads |= _reads(decorator.decorator)
-            return (after - {inner.name.value}) | reads  # type: ignore[attr-defined]
+            return (after - {stmt.name.value}) | reads
         if tp is cst.ClassDef:
             reads = set()
             for arg in stmt.bases:  # type: ignore[attr-defined]
@@ -475,23 +474,6 @@ class _Liveness:
             bound = target_names(handler.name.name) if handler.name is not None else set()
             live |= (self.block(handler.body, fin, ctx) - bound) | _reads(handler.type)
         return live | fin
-
-
-def _import_defs(small: cst.CSTNode) -> set[str]:
-    names: set[str] = set()
-    aliases = getattr(small, "names", ())
-    if isinstance(aliases, cst.ImportStar):
-        return names
-    for alias in aliases:
-        if alias.asname is not None:
-            names |= target_names(alias.asname.name)
-        else:
-            head = alias.name
-            while isinstance(head, cst.Attribute):
-                head = head.value
-            if isinstance(head, cst.Name):
-                names.add(head.value)
-    return names
 
 
 def _try_parts(

@@ -211,21 +211,20 @@ def bound_names(node: cst.CSTNode) -> set[str]:
     return found
 
 
-def imported_names(module: cst.Module) -> set[str]:
-    """Names bound by imports anywhere in a module (`torch`, `np`, `os` of `os.path`)."""
+def imported_names(node: cst.CSTNode) -> set[str]:
+    """Names bound by imports anywhere in `node` (`torch`, `np`, `os` of `os.path`)."""
     names: set[str] = set()
-    stack: list[cst.CSTNode] = [module]
+    stack: list[cst.CSTNode] = [node]
     while stack:
         sub = stack.pop()
-        if type(sub) is cst.Import or type(sub) is cst.ImportFrom:
-            aliases = sub.names  # type: ignore[attr-defined]
-            if isinstance(aliases, cst.ImportStar):
+        if isinstance(sub, (cst.Import, cst.ImportFrom)):
+            if isinstance(sub.names, cst.ImportStar):
                 continue
-            for alias in aliases:
+            for alias in sub.names:
                 if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                     names.add(alias.asname.name.value)
                 else:
-                    head = alias.name
+                    head: cst.BaseExpression = alias.name
                     while isinstance(head, cst.Attribute):
                         head = head.value
                     if isinstance(head, cst.Name):

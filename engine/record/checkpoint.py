@@ -252,6 +252,7 @@ class Checkpointer:
         start = time.perf_counter()
         if self.rng_only is not None:
             state: dict = {"objects": {}, "rng": capture_rng()}
+            state.update(loop_state.capture())  # this rank's own loop-carried names
             path = checkpoint_path(self.rng_only, loop, iteration)
         else:
             state = state_of(self.objects)

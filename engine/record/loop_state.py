@@ -26,7 +26,23 @@ from typing import Any
 
 CARRIED = "carried"  # checkpoint key: {name: encoded value}
 UNCARRIED = "uncarried"  # checkpoint key: {name: why it is not in `carried`}
-MAX_BYTES = int(os.environ.get("FLORWB_CARRIED_MAX_BYTES", str(64 << 20)))
+
+
+def _max_bytes() -> int:
+    """The bound on one checkpoint's carried values (`FLORWB_CARRIED_MAX_BYTES`); a value
+    that is not a number is said once and the default used: training goes on."""
+    text = os.environ.get("FLORWB_CARRIED_MAX_BYTES", "")
+    try:
+        return int(text) if text else 64 << 20
+    except ValueError:
+        print(
+            f"florwb: FLORWB_CARRIED_MAX_BYTES={text!r} is not a number; using 64 MiB",
+            file=sys.stderr,
+        )
+        return 64 << 20
+
+
+MAX_BYTES = _max_bytes()
 _MARK = "__florwb__"  # the key of an encoded value (a tensor's device, a numpy array)
 _PRIMITIVES = (int, float, bool, str, bytes, type(None))
 ANALYSIS = "*"  # the `uncarried` entry when the loop's code could not be analysed
@@ -43,20 +59,20 @@ class _Keeper:
         self.frame: types.FrameType | None = None
         self.names: tuple[str, ...] = ()
         self.failed: str | None = None  # why the analysis gave no answer
-        self._thread: threading.Thread | None = None
+        self.thread: threading.Thread | None = None
         self.reported: set[str] = set()
 
     def start(self, frame: types.FrameType, loop_name: str, analyse: bool) -> None:
         self.frame = frame
-        if analyse and self._thread is None:
+        if analyse and self.thread is None:
             path = frame.f_code.co_filename
-            self._thread = threading.Thread(
+            self.thread = threading.Thread(
                 target=self._analyse,
                 args=(path, loop_name, frame.f_lineno),
                 name="florwb-loop-state",
                 daemon=True,
             )
-            self._thread.start()
+            self.thread.start()
 
     def _analyse(self, path: str, loop_name: str, line: int) -> None:
         try:
@@ -72,8 +88,8 @@ class _Keeper:
         self.names = found.carried
 
     def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
+        if self.thread is not None:
+            self.thread.join()
 
 
 _KEEPER = _Keeper()
@@ -111,7 +127,12 @@ def capture(on_event: Any = None) -> dict:
     uncarried: dict[str, str] = {}
     if keeper.failed is not None:
         uncarried[ANALYSIS] = keeper.failed
-    elif frame is not None and keeper.names:
+    elif keeper.thread is None:
+        uncarried[ANALYSIS] = "the main loop's code was not analysed"
+    elif frame is None:
+        if keeper.names:
+            uncarried[ANALYSIS] = "taken after the main loop's frame was gone"
+    elif keeper.names:
         local = frame.f_locals
         own = _local_names(frame)
         budget = MAX_BYTES
@@ -123,6 +144,9 @@ def capture(on_event: Any = None) -> dict:
                 value, size = _encode(scope[name])
             except Unsaveable as exc:
                 uncarried[name] = str(exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - a value's own failure never stops training
+                uncarried[name] = f"copying it failed ({type(exc).__name__}: {exc})"
                 continue
             if size > budget:
                 uncarried[name] = (

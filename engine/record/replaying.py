@@ -101,13 +101,16 @@ class Replayer:
         if carried:
             loop_state.restore(saved)
         if self.rank is not None and self.rank.rank > 0:
-            self._restore_rank_rng(path)
+            self._restore_rank_rng(path, carried)
         self._restored = iteration
 
-    def _restore_rank_rng(self, path: Path) -> None:
+    def _restore_rank_rng(self, path: Path, carried: bool) -> None:
         own = Path(ranks.rank_file(str(path), self.rank))
         try:
-            restore_rng(load(own)["rng"])
+            saved = load(own)
+            restore_rng(saved["rng"])
+            if carried:  # this rank's own batch, counters...: not rank 0's
+                loop_state.restore(saved)
         except (OSError, KeyError, RuntimeError) as exc:  # replay goes on; fidelity checks
             print(f"florwb: rank RNG states not restored from {own.name}: {exc}", file=sys.stderr)
 
