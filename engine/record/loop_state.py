@@ -208,9 +208,10 @@ def _encode(value: Any, depth: int = 0) -> tuple[Any, int]:
         return value, len(value) if tp in (str, bytes) else 8
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
-        copy = value.detach().to("cpu", copy=True)
+        on_cpu = value.device.type == "cpu"
+        copy = value.detach().clone() if on_cpu else value.detach().to("cpu", copy=True)
         size = copy.numel() * copy.element_size()
-        if value.device.type == "cpu" and not value.requires_grad and tp is torch.Tensor:
+        if on_cpu and not value.requires_grad and tp is torch.Tensor:
             return copy, size
         return {
             _MARK: "tensor",
