@@ -28,11 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import libcst as cst
 
 from florwb_engine.analysis.mutations import (
-    Path,
+    Dotted,
     bound_names,
     imported_names,
     mutated_paths,
@@ -186,13 +187,13 @@ def _loop_at(module: cst.Module, line: int) -> tuple[cst.For, cst.FunctionDef | 
     return (best[1], best[2]) if best is not None else None
 
 
-def registered_paths(module: cst.Module, imports: FlorImports) -> frozenset[Path]:
+def registered_paths(module: cst.Module, imports: FlorImports) -> frozenset[Dotted]:
     """Paths of the objects given to `flor.checkpointing(...)`: their changes are held."""
     return _registered(module, imports)
 
 
-def _registered(module: cst.Module, imports: FlorImports) -> frozenset[Path]:
-    found: set[Path] = set()
+def _registered(module: cst.Module, imports: FlorImports) -> frozenset[Dotted]:
+    found: set[Dotted] = set()
     for node in _walk(module):
         if type(node) is cst.Call and imports.api_of(node.func) == "checkpointing":
             for arg in node.args:
@@ -269,8 +270,8 @@ def _mutated(
     module: cst.Module,
     loop: cst.For,
     functions: dict[str, cst.FunctionDef],
-    registered: frozenset[Path],
-) -> set[Path]:
+    registered: frozenset[Dotted],
+) -> set[Dotted]:
     """Objects defined outside the loop that the loop, or a module-level function it calls
     (transitively), changes in place, less what a registered object holds."""
     bound = bound_names(loop)
@@ -487,3 +488,21 @@ def _try_parts(
         orelse.body if orelse is not None else None,
         final.body if final is not None else None,
     )
+
+
+def main(argv: list[str]) -> int:
+    """`python -m florwb_engine.analysis.loop_state FILE LOOP LINE`: the carried names of
+    the loop at FILE:LINE as JSON. A recording process runs the analysis this way, in a
+    process of its own, so parsing never competes with training for the GIL."""
+    import json
+
+    path, name, line = argv
+    found = loop_state(Path(path).read_text(encoding="utf-8"), name, int(line))
+    print(json.dumps({"found": found.found, "carried": list(found.carried)}))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

@@ -25,7 +25,7 @@ from florwb_engine.analysis.purity import PURE_METHODS, read_only
 
 ANY_SELF = ".*"
 
-Path = tuple[str, ...]
+Dotted = tuple[str, ...]
 
 
 def _roots(target: cst.CSTNode, found: set[str]) -> None:
@@ -106,7 +106,7 @@ def changes_any(node: cst.CSTNode, reads: set[str]) -> bool:
     return ANY_SELF in changed and any(r.startswith(".") for r in reads)
 
 
-def path_of(node: cst.CSTNode) -> Path | None:
+def path_of(node: cst.CSTNode) -> Dotted | None:
     """`a.b.c` as ("a", "b", "c"); subscripts stop the path (`a.b[0]` -> ("a", "b"))."""
     parts: list[str] = []
     while True:
@@ -123,7 +123,7 @@ def path_of(node: cst.CSTNode) -> Path | None:
             return None
 
 
-def _written_paths(target: cst.CSTNode, out: set[Path]) -> None:
+def _written_paths(target: cst.CSTNode, out: set[Dotted]) -> None:
     """Objects an assignment target changes in place: `a.b = `, `a[i] = `, in tuples too."""
     if isinstance(target, (cst.Tuple, cst.List)):
         for element in target.elements:
@@ -138,15 +138,15 @@ def _written_paths(target: cst.CSTNode, out: set[Path]) -> None:
 
 def mutated_paths(
     node: cst.CSTNode,
-    registered: frozenset[Path] = frozenset(),
+    registered: frozenset[Dotted] = frozenset(),
     ignored_methods: frozenset[str] = frozenset(),
-) -> set[Path]:
+) -> set[Dotted]:
     """Paths `node` changes in place: attribute/subscript targets (assigned, augmented,
     deleted) and receivers of methods not known to only read. A call of a registered
     object (`self.net(x)` with `self.net` registered) is recorded as that object, which
     callers leave out, rather than as a change of all of `self`. `ignored_methods` are
     calls that change nothing the caller cares about (purity.OUTPUT_METHODS)."""
-    out: set[Path] = set()
+    out: set[Dotted] = set()
     stack = [node]
     while stack:
         sub = stack.pop()
@@ -167,10 +167,10 @@ def mutated_paths(
     return out
 
 
-def read_paths(node: cst.CSTNode) -> set[Path]:
+def read_paths(node: cst.CSTNode) -> set[Dotted]:
     """The longest `a.b.c` paths an expression reads (`net.fc.weight.norm()` reads
     ("net", "fc", "weight", "norm")); keyword names and attribute names are not reads."""
-    out: set[Path] = set()
+    out: set[Dotted] = set()
     stack = [node]
     while stack:
         sub = stack.pop()

@@ -1,25 +1,27 @@
 """Loop-carried names kept with each checkpoint and put back at a replay segment's start.
 
 The names come from the static analysis (florwb_engine.analysis.loop_state) of the file
-that runs the main loop, done once per run on a background thread started when the main
-loop starts (libcst parsing is too slow for the training thread) and joined at the first
-checkpoint. Values are read from the frame that runs the main loop — remembered when it
-starts, so a checkpoint taken from an inner loop in a helper function still reads the
-main loop's names — and stored in a form `torch.load(weights_only=True)` accepts:
-tensors by value, plain values (numbers, strings, lists, tuples, dicts of them) copied,
-numpy arrays as tensors with their dtype. What cannot be kept that way (too big, a
-generator, an open file, any other object) is listed under `uncarried` with the reason,
-and said once in the run's journal: replay planning then re-executes that run from its
-start instead of restoring part of its state.
+that runs the main loop, done once per run in a process of its own started when the main
+loop starts (importing libcst and parsing take most of a second of CPU: on a thread they
+would compete with training for the GIL and inflate the checkpoint costs the policy
+measures) and waited for at the first checkpoint. Values are read from the frame that runs
+the main loop — remembered when it starts, so a checkpoint taken from an inner loop in a
+helper function still reads the main loop's names — and stored in a form
+`torch.load(weights_only=True)` accepts: tensors by value, plain values (numbers, strings,
+lists, tuples, dicts of them) copied, numpy arrays as tensors with their dtype. What cannot
+be kept that way (too big, a generator, an open file, any other object) is listed under
+`uncarried` with the reason, and said once in the run's journal: replay planning then
+re-executes that run from its start instead of restoring part of its state.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
+import subprocess
 import sys
-import threading
 import types
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,8 @@ MAX_BYTES = _max_bytes()
 _MARK = "__florwb__"  # the key of an encoded value (a tensor's device, a numpy array)
 _PRIMITIVES = (int, float, bool, str, bytes, type(None))
 ANALYSIS = "*"  # the `uncarried` entry when the loop's code could not be analysed
+ANALYSIS_TIMEOUT_S = 120
+_ANALYSER = "florwb_engine.analysis.loop_state"
 
 
 class Unsaveable(Exception):
@@ -59,37 +63,51 @@ class _Keeper:
         self.frame: types.FrameType | None = None
         self.names: tuple[str, ...] = ()
         self.failed: str | None = None  # why the analysis gave no answer
-        self.thread: threading.Thread | None = None
+        self.started = False
+        self._process: subprocess.Popen | None = None
+        self._where = ""
         self.reported: set[str] = set()
 
     def start(self, frame: types.FrameType, loop_name: str, analyse: bool) -> None:
         self.frame = frame
-        if analyse and self.thread is None:
-            path = frame.f_code.co_filename
-            self.thread = threading.Thread(
-                target=self._analyse,
-                args=(path, loop_name, frame.f_lineno),
-                name="florwb-loop-state",
-                daemon=True,
-            )
-            self.thread.start()
-
-    def _analyse(self, path: str, loop_name: str, line: int) -> None:
+        if not analyse or self.started:
+            return
+        self.started = True
+        path = frame.f_code.co_filename
+        self._where = f"{Path(path).name}:{frame.f_lineno} (loop {loop_name!r})"
         try:
-            from florwb_engine.analysis.loop_state import loop_state
-
-            found = loop_state(Path(path).read_text(encoding="utf-8"), loop_name, line)
-        except Exception as exc:  # noqa: BLE001 - any failure: the run re-executes from its start
-            self.failed = f"the loop's code could not be analysed ({type(exc).__name__}: {exc})"
-            return
-        if not found.found:
-            self.failed = f"no `for` loop at {Path(path).name}:{line} (loop {loop_name!r})"
-            return
-        self.names = found.carried
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", _ANALYSER, path, loop_name, str(frame.f_lineno)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        except OSError as exc:
+            self.failed = f"the loop's code could not be analysed ({exc})"
 
     def wait(self) -> None:
-        if self.thread is not None:
-            self.thread.join()
+        process, self._process = self._process, None
+        if process is None:
+            return
+        try:
+            out, err = process.communicate(timeout=ANALYSIS_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            self.failed = f"the analysis of the loop's code took over {ANALYSIS_TIMEOUT_S} s"
+            return
+        try:
+            found = json.loads(out) if process.returncode == 0 else None
+        except ValueError:
+            found = None
+        if found is None:
+            last = (err.strip().splitlines() or ["no output"])[-1]
+            self.failed = f"the loop's code could not be analysed ({last[:200]})"
+        elif not found["found"]:
+            self.failed = f"no `for` loop at {self._where}"
+        else:
+            self.names = tuple(found["carried"])
 
 
 _KEEPER = _Keeper()
@@ -127,7 +145,7 @@ def capture(on_event: Any = None) -> dict:
     uncarried: dict[str, str] = {}
     if keeper.failed is not None:
         uncarried[ANALYSIS] = keeper.failed
-    elif keeper.thread is None:
+    elif not keeper.started:
         uncarried[ANALYSIS] = "the main loop's code was not analysed"
     elif frame is None:
         if keeper.names:

@@ -28,7 +28,7 @@ import libcst as cst
 
 from florwb_engine.analysis.loop_state import registered_paths
 from florwb_engine.analysis.mutations import (
-    Path,
+    Dotted,
     bound_names,
     imported_names,
     mutated_paths,
@@ -137,12 +137,12 @@ def _main_loop(module: cst.Module, imports: FlorImports, main_loop: str | None) 
 
 
 def _changed_paths(
-    nodes: list[cst.CSTNode], main: cst.For, registered: frozenset[Path]
-) -> set[Path]:
+    nodes: list[cst.CSTNode], main: cst.For, registered: frozenset[Dotted]
+) -> set[Dotted]:
     """Objects defined outside the main loop that the loop, or any function or method
     (constructors aside), changes in place. The loop's own variables are left out: they
     are re-bound by the code that runs, and mode.py handles reads of inner-loop ones."""
-    found: set[Path] = set()
+    found: set[Dotted] = set()
     bound_in_loop = bound_names(main)
     found |= {p for p in mutated_paths(main, registered) if p[0] not in bound_in_loop}
     for node in nodes:
