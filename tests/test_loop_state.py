@@ -120,6 +120,25 @@ def test_a_helper_function_trainer_with_a_global_best_and_counters():
     assert found.leaves == ("correct", "running_loss", "total")
 
 
+def test_a_trainer_method_changing_its_own_attributes_is_not_whole_state():
+    found = _state(
+        """
+        import florwb as flor
+        class Trainer:
+            def fit(self):
+                with flor.checkpointing(model=self.net, optimizer=self.opt):
+                    for epoch in flor.loop("epoch", range(3)):
+                        loss = self.net(1)
+                        self.opt.step()
+                        self.best = min(self.best, loss)
+                        self.history.append(loss)
+        """,
+        "epoch",
+    )
+    assert found.carried == ()  # attributes, not names
+    assert found.mutated_objects == ("self.best", "self.history")  # self.net/opt: held
+
+
 def test_names_only_read_or_assigned_before_read_are_not_carried():
     found = _state(
         """

@@ -291,9 +291,7 @@ def _mutated(
         calls |= _called_names(fn.body)
     imported = imported_names(module)
     return {
-        p
-        for p in found
-        if p[0] not in imported and p[0] != "self" and not any(p[: len(r)] == r for r in registered)
+        p for p in found if p[0] not in imported and not any(p[: len(r)] == r for r in registered)
     }
 
 
