@@ -49,7 +49,12 @@ _MARK = "__florwb__"  # the key of an encoded value (a tensor's device, a numpy 
 _PRIMITIVES = (int, float, bool, str, bytes, type(None))
 ANALYSIS = "*"  # the `uncarried` entry when the loop's code could not be analysed
 ANALYSIS_TIMEOUT_S = 120
-_ANALYSER = "florwb_engine.analysis.loop_state"
+# The analysis runs at the lowest CPU priority: on a busy machine training keeps its cores,
+# and the checkpoint costs the policy measures are not inflated by the analysis.
+_ANALYSE = (
+    "import os, sys; os.nice(19); "
+    "from florwb_engine.analysis.loop_state import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 class Unsaveable(Exception):
@@ -77,7 +82,7 @@ class _Keeper:
         self._where = f"{Path(path).name}:{frame.f_lineno} (loop {loop_name!r})"
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", _ANALYSER, path, loop_name, str(frame.f_lineno)],
+                [sys.executable, "-c", _ANALYSE, path, loop_name, str(frame.f_lineno)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -211,7 +216,13 @@ def _local_names(frame: types.FrameType) -> frozenset[str]:
     if frame.f_locals is frame.f_globals:
         return frozenset()
     code = frame.f_code
-    return frozenset(code.co_varnames) | frozenset(code.co_cellvars)
+    names = _LOCALS.get(code)
+    if names is None:
+        names = _LOCALS[code] = frozenset(code.co_varnames) | frozenset(code.co_cellvars)
+    return names
+
+
+_LOCALS: dict[types.CodeType, frozenset[str]] = {}
 
 
 # -- values -----------------------------------------------------------------------------------
