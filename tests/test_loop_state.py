@@ -175,6 +175,7 @@ def test_a_name_read_on_one_branch_before_its_assignment_is_carried():
 
 SCRIPT = """
 import time
+import numpy as np
 import torch
 import florwb as flor
 
@@ -195,6 +196,7 @@ def train():
     X, Y = get_batch()
     ema = 0.0
     best = float("inf")
+    spread = np.zeros(3, dtype=np.float32)
     with flor.checkpointing(model=net, optimizer=opt):
         for it in flor.loop("iter", range(6)):
             loss = ((net(X) - Y) ** 2).mean()
@@ -204,6 +206,7 @@ def train():
             value = loss.item()
             ema = 0.9 * ema + 0.1 * value
             best = min(best, value)
+            spread = spread * np.float32(0.5) + np.float32(value)
             X, Y = get_batch()
             time.sleep(0.02)
 
@@ -215,8 +218,12 @@ NEW = SCRIPT.replace(
     "            best = min(best, value)\n"
     '            flor.log("ema", ema)\n'
     '            flor.log("best", best)\n'
-    '            flor.log("next_batch", float(X.sum()))\n',
+    '            flor.log("next_batch", float(X.sum()))\n'
+    '            flor.log("spread", float(spread.sum()))\n',
 )
+
+
+CARRIED_LOGS = ("ema", "best", "next_batch", "spread")
 
 
 @pytest.fixture(scope="module")
@@ -236,27 +243,27 @@ def forward(tmp_path_factory) -> dict[str, list[float]]:
     folder = tmp_path_factory.mktemp("forward")
     write(folder / "train.py", NEW)
     run_py(folder, "train.py")
-    frame = Store(folder).dataframe("ema", "best", "next_batch")
-    return {name: list(frame[name]) for name in ("ema", "best", "next_batch")}
+    frame = Store(folder).dataframe(*CARRIED_LOGS)
+    return {name: list(frame[name]) for name in CARRIED_LOGS}
 
 
 def test_checkpoints_keep_the_carried_names_by_value(recorded):
     files = sorted((recorded / ".florwb" / "checkpoints").rglob("iter-*.pt"))
     assert len(files) == 6
     saved = torch.load(files[2], weights_only=True)
-    assert sorted(saved["carried"]) == ["X", "Y", "best", "ema"]
+    assert sorted(saved["carried"]) == ["X", "Y", "best", "ema", "spread"]
     assert saved["uncarried"] == {}
     assert saved["carried"]["X"].shape == (8, 3)
 
 
 def test_a_segment_starting_mid_run_sees_the_carried_state_of_a_forward_run(recorded, forward):
-    plan = plan_replay(recorded, ["ema", "best", "next_batch"], workers=2)
+    plan = plan_replay(recorded, list(CARRIED_LOGS), workers=2)
     (run,) = plan.runs
     assert not run.from_start, run.notes
     assert len(run.segments) == 2 and run.segments[1].first > 0  # from a checkpoint
     assert execute(plan).status == "finished"
-    frame = Store(recorded).dataframe("ema", "best", "next_batch")
-    for name in ("ema", "best", "next_batch"):
+    frame = Store(recorded).dataframe(*CARRIED_LOGS)
+    for name in CARRIED_LOGS:
         assert list(frame[name]) == forward[name], name  # bit for bit
 
 
