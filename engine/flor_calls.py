@@ -163,6 +163,27 @@ def iterates_loop(node: ast.For, imports: FlorImports, name: str | None) -> bool
     )
 
 
+def loop_call_name(call: cst.Call, imports: FlorImports) -> str | None:
+    """The literal name of `<alias>.loop("<name>", ...)` in libcst, else None."""
+    if imports.api_of(call.func) != "loop":
+        return None
+    name_arg, _ = call_args(call)
+    return literal_string(name_arg.value) if name_arg is not None else None
+
+
+def iterates_loop_cst(node: cst.For, imports: FlorImports, name: str | None) -> bool:
+    """`iterates_loop` for a libcst `for` statement."""
+    if name is None:
+        return False
+    stack: list[cst.CSTNode] = [node.iter]
+    while stack:
+        sub = stack.pop()
+        if type(sub) is cst.Call and loop_call_name(sub, imports) == name:
+            return True
+        stack.extend(sub.children)
+    return False
+
+
 def _dotted(expr: cst.BaseExpression) -> str:
     if isinstance(expr, cst.Name):
         return expr.value

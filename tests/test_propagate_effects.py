@@ -1,4 +1,4 @@
-"""What a statement may change (engine/propagate/effects.py): the crossing check refuses a
+"""What a statement may change (engine/analysis/mutations.py): the crossing check refuses a
 placement only when a moved statement may change what the log reads, so a miss here is a
 silently wrong value and an excess is a needless refusal."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from florwb_engine.propagate.effects import ANY_SELF, changes_any, may_change
+from florwb_engine.analysis.mutations import ANY_SELF, changes_any, may_change
 
 
 def _statement(code: str) -> cst.CSTNode:

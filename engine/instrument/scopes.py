@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 
 import libcst as cst
 
-from florwb_engine.instrument.syntax import assigned_names, strip_passthrough
+from florwb_engine.analysis.names import assigned_names
+from florwb_engine.instrument.syntax import strip_passthrough
 from florwb_engine.instrument.tree import Tree
 
 Scope = cst.Module | cst.FunctionDef

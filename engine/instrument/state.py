@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from florwb_engine.analysis.names import assigned_names
 from florwb_engine.instrument.result import Note
 from florwb_engine.instrument.scopes import ASSIGN, PARAM, Binding, Origin, Scope, Scopes
 from florwb_engine.instrument.syntax import (
-    assigned_names,
     call_name,
     dotted,
     method_name,

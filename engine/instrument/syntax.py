@@ -127,17 +127,6 @@ def sub_blocks(stmt: cst.CSTNode) -> Iterator[cst.BaseSuite]:
             yield case.body
 
 
-def assigned_names(target: cst.BaseExpression) -> Iterator[str]:
-    """Every plain name an assignment target binds (`a, (b, c)` -> a, b, c)."""
-    if isinstance(target, cst.Name):
-        yield target.value
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from assigned_names(element.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from assigned_names(target.value)
-
-
 def is_main_guard(stmt: cst.CSTNode) -> bool:
     """`if __name__ == "__main__":`, which always runs when the script is run."""
     if not isinstance(stmt, cst.If) or not isinstance(stmt.test, cst.Comparison):

@@ -15,6 +15,7 @@ from typing import cast
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from florwb_engine.analysis.names import free_names
 from florwb_engine.flor_calls import (
     FlorImports,
     ast_log_call_lines,
@@ -23,7 +24,7 @@ from florwb_engine.flor_calls import (
 )
 from florwb_engine.propagate.errors import PropagationError
 from florwb_engine.propagate.model import STANDALONE, WRAPPED, LogStatement
-from florwb_engine.propagate.names import Bindings, free_names
+from florwb_engine.propagate.names import Bindings
 from florwb_engine.propagate.source import gc_paused, parse_source
 from florwb_engine.propagate.tree import TNode, Tree
 

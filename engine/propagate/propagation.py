@@ -27,7 +27,7 @@ the place can never run (after a statement, or an if/else or try, whose every br
 returns, raises, breaks or continues: see flow.py), the statement reads a name the old
 version does not define on every path to that point (renamed variables are rewritten when
 the matching shows the rename), or its nearest anchor moved above earlier statements that
-may change what it reads (effects.py). The output is checked with Python's parser;
+may change what it reads (analysis/mutations.py). The output is checked with Python's parser;
 nothing that does not parse is ever returned.
 """
 
@@ -41,6 +41,9 @@ from typing import cast
 
 import libcst as cst
 
+from florwb_engine.analysis.mutations import changes_any, may_change
+from florwb_engine.analysis.names import BUILTIN_NAMES, self_attributes
+from florwb_engine.analysis.purity import pure_call
 from florwb_engine.flor_calls import FlorImports, log_call_parts
 from florwb_engine.propagate.edits import (
     EditPlan,
@@ -48,12 +51,6 @@ from florwb_engine.propagate.edits import (
     import_statement,
     log_call,
     replace_nodes,
-)
-from florwb_engine.propagate.effects import (
-    PURE_FUNCTIONS,
-    PURE_METHODS,
-    changes_any,
-    may_change,
 )
 from florwb_engine.propagate.errors import PropagationError
 from florwb_engine.propagate.finder import Analysis, LogSite, analysis_of, analyze
@@ -70,7 +67,7 @@ from florwb_engine.propagate.model import (
     Placement,
     PropagationResult,
 )
-from florwb_engine.propagate.names import BUILTIN_NAMES, Bindings, Scope, self_attributes
+from florwb_engine.propagate.names import Bindings, Scope
 from florwb_engine.propagate.source import code_and_lines, gc_paused, render_edits
 from florwb_engine.propagate.tree import TNode, Tree, iter_children, subtree_hash
 
@@ -491,7 +488,7 @@ class _Propagation:
     ) -> None:
         """Refuse when the place lies above the old counterpart of a farther predecessor
         that may change what the statement reads (rebinds it, assigns into it, calls a
-        method on it, passes it to a call: effects.py): it would log a value from before
+        method on it, passes it to a call: analysis/mutations.py): it would log a value from before
         it. One that only reads it cannot change the logged value."""
         reads = _touched(site.value_arg.value) - {"self"}
         if not reads:
@@ -633,7 +630,7 @@ class _Propagation:
         their statement runs count (not inside lambdas, comprehensions, `a if c else b`).
         """
         value = site.value_arg.value
-        if not any(type(n) is cst.Call and not _pure_call(n) for n in _walk(value)):
+        if not any(type(n) is cst.Call and not pure_call(n) for n in _walk(value)):
             return None  # re-computing e.g. `loss.item()` is harmless: insert as usual
         wanted = subtree_hash(value)
         found: list[TNode] = []
@@ -998,15 +995,6 @@ def _always_evaluated(tn: TNode, statement: TNode, imports: FlorImports) -> bool
             return False  # inside flor.log(...) / flor.arg(...): leave it alone
         node = node.parent
     return node.parent is statement
-
-
-def _pure_call(call: cst.Call) -> bool:
-    func = call.func
-    if type(func) is cst.Attribute:
-        return func.attr.value in PURE_METHODS
-    if type(func) is cst.Name:
-        return func.value in PURE_FUNCTIONS
-    return False
 
 
 def _walk(node: cst.CSTNode):

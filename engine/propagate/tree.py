@@ -8,73 +8,20 @@ gives O(1) "is a descendant of" tests and a source order for name-binding positi
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import libcst as cst
 
-_TRIVIA_TYPES = (
-    cst.BaseParenthesizableWhitespace,
-    cst.Comment,
-    cst.EmptyLine,
-    cst.TrailingWhitespace,
-    cst.Newline,
-    cst.Comma,
-    cst.Semicolon,
-    cst.LeftParen,
-    cst.RightParen,
-    cst.LeftSquareBracket,
-    cst.RightSquareBracket,
-    cst.LeftCurlyBrace,
-    cst.RightCurlyBrace,
-    cst.Colon,
-    cst.AssignEqual,
-    cst.Dot,
-    cst.BaseBinaryOp,
-    cst.BaseBooleanOp,
-    cst.BaseCompOp,
-    cst.BaseUnaryOp,
-    cst.BaseAugOp,
-    cst.Asynchronous,
+from florwb_engine.analysis.nodes import (
+    FIELDS_CACHE,
+    KINDS,
+    NODE,
+    fields_of,
+    iter_children,
+    kind_of,
 )
-
-_SKIP_FIELDS = frozenset(
-    {
-        "lpar",
-        "rpar",
-        "leading_lines",
-        "lines_after_decorators",
-        "trailing_whitespace",
-        "header",
-        "footer",
-        "comma",
-        "semicolon",
-        "newline",
-        "lbracket",
-        "rbracket",
-        "lbrace",
-        "rbrace",
-        "colon",
-        "first_colon",
-        "second_colon",
-        "equal",
-        "dot",
-        "operator",
-        "relative",
-        "asynchronous",
-        "indent",
-    }
-)
-
-# Fields in source order where libcst's dataclass order differs (matters for positions).
-_FIELD_ORDER: dict[type, tuple[str, ...]] = {
-    cst.FunctionDef: ("decorators", "name", "type_parameters", "params", "returns", "body"),
-    cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
-    cst.ExceptHandler: ("type", "name", "body"),
-    cst.IfExp: ("body", "test", "orelse"),
-}
 
 _VALUE_TYPES = (
     cst.Name,
@@ -86,54 +33,6 @@ _VALUE_TYPES = (
 )
 
 _VALUE_TYPE_SET = frozenset(_VALUE_TYPES)
-
-_fields_cache: dict[type, tuple[str, ...]] = {}
-
-
-def _fields(tp: type) -> tuple[str, ...]:
-    names = _fields_cache.get(tp)
-    if names is None:
-        if tp in _FIELD_ORDER:
-            names = _FIELD_ORDER[tp]
-        else:
-            names = tuple(
-                f.name
-                for f in dataclasses.fields(tp)
-                if f.name not in _SKIP_FIELDS and not f.name.startswith("whitespace")
-            )
-        _fields_cache[tp] = names
-    return names
-
-
-_TRIVIA, _NODE, _OTHER = 0, 1, 2
-_kinds: dict[type, int] = {}
-
-
-def _kind(tp: type) -> int:
-    """Trivia / kept node / not a node, cached per type (ABC isinstance checks are slow)."""
-    kind = _kinds.get(tp)
-    if kind is None:
-        if issubclass(tp, _TRIVIA_TYPES):
-            kind = _TRIVIA
-        elif issubclass(tp, cst.CSTNode):
-            kind = _NODE
-        else:
-            kind = _OTHER
-        _kinds[tp] = kind
-    return kind
-
-
-def iter_children(node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, str, int | None]]:
-    """Non-trivia children of a libcst node in source order, as (child, field, index)."""
-    for name in _fields(type(node)):
-        value: Any = getattr(node, name, None)
-        tp = type(value)
-        if tp is tuple or tp is list:
-            for i, child in enumerate(value):
-                if _kind(type(child)) == _NODE:
-                    yield child, name, i
-        elif _kind(tp) == _NODE:
-            yield value, name, None
 
 
 def _leaf_value(node: cst.CSTNode) -> str:
@@ -260,7 +159,7 @@ class Tree:
         self._bags: dict[int, Counter[tuple[str, str | None]]] = {}
         nodes, by_cst = self.nodes, self.by_cst
         value_types = _VALUE_TYPE_SET
-        kinds = _kinds
+        kinds = KINDS
         empty: frozenset[int] = frozenset()
         stack: list[tuple[cst.CSTNode, TNode | None, str | None, int | None]] = [
             (module, None, None, None)
@@ -281,7 +180,7 @@ class Tree:
                 continue
             # inlined iter_children (this loop runs once per node of every source)
             kids: list[tuple[cst.CSTNode, TNode | None, str | None, int | None]] = []
-            names = _fields_cache.get(tp) or _fields(tp)
+            names = FIELDS_CACHE.get(tp) or fields_of(tp)
             for name in names:
                 value: Any = getattr(node, name, None)
                 vt = type(value)
@@ -290,14 +189,14 @@ class Tree:
                         ct = type(child)
                         kind = kinds.get(ct)
                         if kind is None:
-                            kind = _kind(ct)
-                        if kind == _NODE:
+                            kind = kind_of(ct)
+                        if kind == NODE:
                             kids.append((child, tn, name, i))
                 else:
                     kind = kinds.get(vt)
                     if kind is None:
-                        kind = _kind(vt)
-                    if kind == _NODE:
+                        kind = kind_of(vt)
+                    if kind == NODE:
                         kids.append((value, tn, name, None))
             if kids:
                 kids.reverse()

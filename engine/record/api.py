@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import echo, ranks, runtime, save_mirror
+from florwb_engine.record import echo, loop_state, ranks, runtime, save_mirror
 from florwb_engine.record.values import PRIMITIVES, encode, name_text
 
 T = TypeVar("T")
@@ -155,15 +155,18 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
         # the iteration's checkpoint is copied (Checkpointer.inner_loop_ended)
         ends_inner = bool(ckpt.objects) and ckpt.loop_depth == len(prefix) - 1
         is_main = False
+        main_here = checkpointed_here
     else:  # replay: the replayer picks the iterations and restores their state
         checkpointed_here = ends_inner = False
-        is_main = replayer.is_main(names[-1], len(prefix))
+        is_main = main_here = replayer.is_main(names[-1], len(prefix))
         items = (
             replayer.main_items(iterable)
             if is_main
             else replayer.inner_items(iterable, len(prefix))
         )
         time_extend = replayer.timings(_TIME_EXTEND)
+    if main_here:  # its frame holds the loop-carried names checkpoints keep
+        loop_state.main_loop_started(sys._getframe(1), loop_name, analyse=replayer is None)
     clock = time.perf_counter
     echoing = _ECHO if not parent else None  # a summary line per outermost iteration
     base = entry << ENTRY_SHIFT
@@ -209,6 +212,8 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
         close = getattr(items, "close", None)
         if close is not None:  # the replayer's generator learns how the loop ended now
             close()
+        if main_here:
+            loop_state.main_loop_ended()
 
 
 def arg(name: str, default: Any = None) -> Any:

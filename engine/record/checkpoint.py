@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from florwb_engine.record import loop_state
 from florwb_engine.record.atomic import sync_folder, temp_path
 
 DEFAULT_BUDGET = float(os.environ.get("FLORWB_CKPT_BUDGET", "0.02"))
@@ -188,6 +189,17 @@ def taken_after_inner(path: Path) -> bool:
     return isinstance(saved, dict) and AFTER_INNER in saved
 
 
+def loop_state_kept(path: Path) -> dict[str, str] | None:
+    """What a checkpoint could not keep of the loop-carried names ({name: why}; empty when
+    it kept them all), or None for a checkpoint written before florwb kept them."""
+    import torch
+
+    saved = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    if not isinstance(saved, dict) or loop_state.CARRIED not in saved:
+        return None
+    return dict(saved.get(loop_state.UNCARRIED) or {})
+
+
 def load(path: Path) -> dict:
     import torch
 
@@ -322,11 +334,14 @@ class Checkpointer:
         return self.policy.should_checkpoint(compute_s, self.estimate_s(), reserve) or self._last
 
     def _snapshot(self, after_inner: int) -> None:
+        loop_state.wait_for_analysis()  # once per run, not a cost of this checkpoint
         start = time.perf_counter()
         if self.rng_only is not None:
             state: dict = {"objects": {}, "rng": capture_rng()}
+            state.update(loop_state.capture())  # this rank's own loop-carried names
         else:
             state = state_of(self.objects)
+            state.update(loop_state.capture(self._on_written))  # the loop-carried names
         state[AFTER_INNER] = after_inner
         spent = self._pending[1] if self._pending is not None else 0.0
         self._pending = (state, spent + time.perf_counter() - start)

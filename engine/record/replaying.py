@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from florwb_engine.record import ranks
+from florwb_engine.record import loop_state, ranks
 from florwb_engine.record.checkpoint import (
     AFTER_INNER,
     copy_to_host,
@@ -210,6 +210,10 @@ class Replayer:
             else:
                 saved = copy_to_host(saved)
         restore(self._objects(), saved)
+        # the loop-carried names as they were at the moment the checkpoint was taken,
+        # which is the moment of the replay it is restored at (an iteration's start, or
+        # where its inner loops begin for one taken at their end)
+        loop_state.restore(saved)
         path = self.spec.checkpoint(iteration)
         if path is not None and self.rank is not None and self.rank.rank > 0:
             self._restore_rank_rng(path)
@@ -217,7 +221,9 @@ class Replayer:
     def _restore_rank_rng(self, path: Path) -> None:
         own = Path(ranks.rank_file(str(path), self.rank))
         try:
-            restore_rng(load(own)["rng"])
+            saved = load(own)
+            restore_rng(saved["rng"])
+            loop_state.restore(saved)  # this rank's own batch, counters...: not rank 0's
         except (OSError, KeyError, RuntimeError) as exc:  # replay goes on; fidelity checks
             print(f"florwb: rank RNG states not restored from {own.name}: {exc}", file=sys.stderr)
 

@@ -40,7 +40,7 @@ from florwb_engine.replay.placing import Placer, placed_statements
 from florwb_engine.replay.saved_state import use_saved_state
 from florwb_engine.replay.skipblock import moment_decision
 from florwb_engine.replay.spec import INNER, PREFIX, ReplayMode
-from florwb_engine.replay.state_decision import state_decision
+from florwb_engine.replay.state_decision import state_decision, whole_state_or_none
 from florwb_engine.store import Store
 from florwb_engine.store.repair import again_if_rebuilt
 
@@ -173,6 +173,7 @@ def plan_replay(
             ddp_launch.settle(plan, launched.get(run.run_id), gpus)
         if plan.status == READY and not strict:
             use_saved_state(project, plan, facts[run.run_id])
+            whole_state_or_none(project, plan, facts[run.run_id])
         if plan.status == READY and executor != "local" and (plan.launch or plan.mirrored):
             plan.status = SKIP  # ray_executor.py ships flor.checkpointing's files, one process
             plan.reason = (

@@ -5,13 +5,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
+from florwb_engine.analysis.loop_state import loop_state
 from florwb_engine.project import store_dir
 from florwb_engine.propagate import Placement
-from florwb_engine.record.checkpoint import holds_grads
+from florwb_engine.record.checkpoint import holds_grads, loop_state_kept
+from florwb_engine.record.save_mirror import is_manifest
 from florwb_engine.replay.facts import RunFacts
-from florwb_engine.replay.spec import PREFIX, ReplayMode
+from florwb_engine.replay.spec import INNER, PREFIX, ReplayMode
 from florwb_engine.replay.state_reads import state_reads
+
+
+class RunPlanLike(Protocol):
+    """The fields of a run's plan (plan.py's RunPlan) the whole-state check reads and sets."""
+
+    run_id: str
+    code: str | None
+    mode: ReplayMode | None
+    from_start: bool
+    notes: list[str]
+    saved_map: dict[str, list[list]]
 
 
 @dataclass
@@ -59,6 +73,80 @@ def state_decision(
             f"{name} reads {listed}, which the {loop} loop changes and no checkpoint holds: {again}"
         )
     return decision
+
+
+def whole_state_or_none(project: Path, plan: RunPlanLike, facts: RunFacts) -> None:
+    """Restore from checkpoints only when they hold every piece of state the main loop
+    keeps; otherwise re-execute the run from its start in one segment, saying why. Runs
+    after the script's own saves are known (`saved_state.use_saved_state`): the objects
+    they restore count as held."""
+    if plan.from_start or plan.mode in (None, PREFIX) or not plan.code:
+        return
+    held = {
+        tuple(target[1].split("."))
+        for targets in plan.saved_map.values()
+        for target in targets
+        if isinstance(target[1], str)
+    }
+    why = _whole_state(project, plan.run_id, plan.code, facts, held)
+    if why is None:
+        return
+    loop = facts.main_loop or "main"
+    plan.from_start = True
+    plan.mode = INNER
+    plan.notes.append(
+        f"{why}: the {loop} loop is re-executed from its first iteration, in one segment"
+    )
+
+
+def _whole_state(
+    project: Path, run_id: str, code: str, facts: RunFacts, held: set[tuple[str, ...]]
+) -> str | None:
+    """Why restoring from this run's checkpoints would restore only part of the state the
+    main loop keeps (objects it changes in place that none holds, loop-carried names the
+    checkpoints lack or could not keep), or None when they hold all of it."""
+    found = loop_state(code, facts.main_loop)
+    loop = facts.main_loop
+    changed = [
+        m
+        for m in found.mutated_objects
+        if not any(tuple(m.split("."))[: len(h)] == h for h in held)
+    ]
+    if changed:
+        listed = ", ".join(changed[:3])
+        return (
+            f"the {loop} loop changes {listed} in place, which no checkpoint holds "
+            "(flor.checkpointing registers what a restore puts back)"
+        )
+    carried = ", ".join(found.carried[:4])
+    files = {i: name for i, (name, _size) in facts.checkpoints.items() if not is_manifest(name)}
+    if not files:
+        if not found.carried:
+            return None
+        return (
+            f"the {loop} loop carries {carried} from one iteration to the next, which the "
+            "run's own saves do not hold"
+        )
+    # the first and the last checkpoint: a value that grows is too big in the last one
+    for iteration in sorted({min(files), max(files)}):
+        name = files[iteration]
+        path = store_dir(project) / "checkpoints" / run_id / name
+        try:
+            kept = loop_state_kept(path)
+        except (OSError, RuntimeError, ValueError) as exc:
+            return f"checkpoint {name} cannot be read ({exc})"
+        if kept is None:
+            if not found.carried:
+                return None
+            return (
+                f"the {loop} loop carries {carried} from one iteration to the next, which "
+                "this run's checkpoints do not hold (recorded before florwb saved loop state)"
+            )
+        if kept:
+            first = sorted(kept)[0]
+            what = "the loop state" if first == "*" else first
+            return f"{what} could not be saved with checkpoint {name}: {kept[first]}"
+    return None
 
 
 def _checkpoints_hold_grads(project: Path, run_id: str, facts: RunFacts) -> bool | str:

@@ -21,25 +21,29 @@ A statement in a function whose call sites florwb cannot follow is refused: its 
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from florwb_engine.flor_calls import FlorImports, ast_call_name, imports_from_ast, iterates_loop
-from florwb_engine.propagate import Placement, find_log_statements
+import libcst as cst
 
-# Methods that leave their receiver as it was; any other method call on an object counts
-# as changing it (a wrong "changed" only costs a slower, still right, replay).
-_PURE_METHODS = frozenset(
-    """item size numel mean sum norm detach cpu cuda to clone float double half int long bool
-    numpy tolist keys values items get copy format parameters named_parameters state_dict
-    dim view reshape flatten max min argmax argmin abs pow sqrt exp log t type eq ne lt gt
-    le ge std var count index join split startswith endswith lower upper strip replace
-    children modules buffers named_buffers named_modules named_children squeeze unsqueeze
-    expand contiguous softmax log_softmax all any nonzero chunk unbind matmul mm bmm
-    sigmoid tanh relu sub add mul div prod cumsum allclose equal isfinite isnan
-    total_seconds tobytes astype""".split()
+from florwb_engine.analysis.loop_state import registered_paths
+from florwb_engine.analysis.mutations import (
+    Dotted,
+    bound_names,
+    imported_names,
+    mutated_paths,
+    read_paths,
 )
+from florwb_engine.analysis.nodes import iter_children
+from florwb_engine.flor_calls import (
+    FlorImports,
+    imports_from_nodes,
+    iterates_loop_cst,
+    log_call_parts,
+)
+from florwb_engine.propagate import Placement, find_log_statements
+from florwb_engine.propagate.source import code_and_lines
+
 _GRAD_CALLS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 
 
@@ -69,30 +73,26 @@ def state_reads(code: str, placed: dict[str, Placement], main_loop: str | None) 
             )
             return found
     try:
-        tree = ast.parse(code)
-    except SyntaxError:
+        module = cst.parse_module(code)
+    except (cst.ParserSyntaxError, ValueError):
         return found
-    imports = imports_from_ast(tree)
-    calls = _log_calls(tree, imports, {p.old_line for p in placed.values()})
-    functions = {
-        node.name: node
-        for node in tree.body
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
-    main = _main_loop(tree, imports, main_loop)
-    changed = _changed_paths(tree, main, _registered(tree, imports)) if main else set()
-    modules = _imported(tree)
+    nodes = list(_walk(module))
+    imports = imports_from_nodes(nodes)
+    values = _logged_values(module, nodes, imports, {p.old_line for p in placed.values()})
+    functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+    main = _main_loop(module, imports, main_loop)
+    changed = _changed_paths(nodes, main, registered_paths(module, imports)) if main else set()
+    modules = imported_names(module)
     changed = {p for p in changed if p[0] not in modules}
     for name, placement in placed.items():
         if not placement.loop_path:
             continue  # before the main loop: runs from the script's start, as recorded
-        call = calls.get((placement.old_line, name))
-        if call is None or len(call.args) < 2:
+        value = values.get((placement.old_line, name))
+        if value is None:
             continue
-        value = call.args[1]
         if _reads_grads(value, functions):
             found.grads.append(name)
-        reads = _read_paths(value)
+        reads = read_paths(value)
         hit = sorted(
             {".".join(m) for m in changed for r in reads if _overlap(r, m)},
         )
@@ -101,143 +101,64 @@ def state_reads(code: str, placed: dict[str, Placement], main_loop: str | None) 
     return found
 
 
-def _log_calls(
-    tree: ast.Module, imports: FlorImports, lines: set[int | None]
-) -> dict[tuple[int | None, str], ast.Call]:
-    out: dict[tuple[int | None, str], ast.Call] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and node.lineno in lines:
-            name = ast_call_name(node, imports, "log")
-            if name is not None:
-                out[(node.lineno, name)] = node
-    return out
+def _walk(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(child for child, _, _ in iter_children(current))
 
 
-def _main_loop(tree: ast.Module, imports: FlorImports, main_loop: str | None) -> ast.For | None:
-    return next(
-        (
-            n
-            for n in ast.walk(tree)
-            if isinstance(n, ast.For) and iterates_loop(n, imports, main_loop)
-        ),
-        None,
-    )
+def _logged_values(
+    module: cst.Module, nodes: list[cst.CSTNode], imports: FlorImports, lines: set[int | None]
+) -> dict[tuple[int | None, str], cst.BaseExpression]:
+    """The value expression of each `flor.log("<name>", value)` on one of `lines`."""
+    calls: list[tuple[cst.Call, str, cst.BaseExpression]] = []
+    for node in nodes:
+        if type(node) is cst.Call:
+            parts = log_call_parts(node, imports)
+            if parts is not None:
+                calls.append((node, parts[0], parts[2].value))
+    _code, at = code_and_lines(module, [c for c, _, _ in calls])
+    return {
+        (at.get(id(call)), name): value for call, name, value in calls if at.get(id(call)) in lines
+    }
 
 
-def _registered(tree: ast.Module, imports: FlorImports) -> set[tuple[str, ...]]:
-    """Paths of the objects given to `flor.checkpointing(...)`: their changes are held."""
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and imports.api_of_ast(node.func) == "checkpointing":
-            for kw in node.keywords:
-                path = _path(kw.value)
-                if path:
-                    found.add(path)
-    return found
-
-
-def _path(node: ast.AST) -> tuple[str, ...] | None:
-    """`a.b.c` as ("a", "b", "c"); subscripts stop the path (`a.b[0]` -> ("a", "b"))."""
-    parts: list[str] = []
-    while True:
-        if isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        elif isinstance(node, ast.Subscript):
-            parts.clear()
-            node = node.value
-        elif isinstance(node, ast.Name):
-            parts.append(node.id)
-            return tuple(reversed(parts))
-        else:
-            return None
+def _main_loop(module: cst.Module, imports: FlorImports, main_loop: str | None) -> cst.For | None:
+    """The outermost `for` over `flor.loop(main_loop)`, breadth first."""
+    level: list[cst.CSTNode] = [module]
+    while level:
+        for node in level:
+            if isinstance(node, cst.For) and iterates_loop_cst(node, imports, main_loop):
+                return node
+        level = [child for node in level for child, _, _ in iter_children(node)]
+    return None
 
 
 def _changed_paths(
-    tree: ast.Module, main: ast.For, registered: set[tuple[str, ...]]
-) -> set[tuple[str, ...]]:
+    nodes: list[cst.CSTNode], main: cst.For, registered: frozenset[Dotted]
+) -> set[Dotted]:
     """Objects defined outside the main loop that the loop, or any function or method
     (constructors aside), changes in place. The loop's own variables are left out: they
     are re-bound by the code that runs, and mode.py handles reads of inner-loop ones."""
-    found: set[tuple[str, ...]] = set()
-    bound_in_loop = _bound(main)
-    found |= {p for p in _mutations(main, registered) if p[0] not in bound_in_loop}
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":
-            local = _bound(node) | {a.arg for a in node.args.args + node.args.kwonlyargs}
+    found: set[Dotted] = set()
+    bound_in_loop = bound_names(main)
+    found |= {p for p in mutated_paths(main, registered) if p[0] not in bound_in_loop}
+    for node in nodes:
+        if isinstance(node, cst.FunctionDef) and node.name.value != "__init__":
+            params = node.params
+            local = bound_names(node) | {
+                p.name.value for p in (*params.params, *params.kwonly_params)
+            }
             found |= {
-                p for p in _mutations(node, registered) if p[0] == "self" or p[0] not in local
+                p for p in mutated_paths(node, registered) if p[0] == "self" or p[0] not in local
             }
     return {
         p
         for p in found
         if not any(p == r for r in registered)  # a registered object's own method calls
     }
-
-
-def _imported(tree: ast.Module) -> set[str]:
-    """Names bound by imports: `torch.manual_seed(0)` or `random.shuffle(x)` in the loop
-    change the RNGs (checkpointed), not a module the statement reads."""
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                names.add((alias.asname or alias.name).split(".")[0])
-    return names
-
-
-def _bound(node: ast.AST) -> set[str]:
-    return {
-        n.id
-        for n in ast.walk(node)
-        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))
-    }
-
-
-def _mutations(node: ast.AST, registered: set[tuple[str, ...]]) -> set[tuple[str, ...]]:
-    """Paths changed in place: attribute/subscript targets, augmented assignments to them,
-    receivers of methods that are not known to be pure."""
-    out: set[tuple[str, ...]] = set()
-    for sub in ast.walk(node):
-        targets: list[ast.AST] = []
-        if isinstance(sub, ast.Assign):
-            targets = list(sub.targets)
-        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
-            targets = [sub.target]
-        elif isinstance(sub, ast.Delete):
-            targets = list(sub.targets)
-        for target in targets:
-            for t in ast.walk(target):
-                if isinstance(t, (ast.Attribute, ast.Subscript)) and isinstance(
-                    t.ctx, (ast.Store, ast.Del)
-                ):
-                    path = _path(t)
-                    if path and len(path) > (0 if isinstance(t, ast.Subscript) else 1):
-                        out.add(path)
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
-            if sub.func.attr not in _PURE_METHODS:
-                called = _path(sub.func)
-                # `self.net(x)` calls the module `self.net`: record that path, which is
-                # left out when it is registered, rather than changing all of `self`
-                path = called if called in registered else _path(sub.func.value)
-                if path:
-                    out.add(path)
-    return out
-
-
-def _read_paths(node: ast.AST) -> set[tuple[str, ...]]:
-    """The longest `a.b.c` paths an expression reads."""
-    out: set[tuple[str, ...]] = set()
-    inner: set[int] = set()
-    for sub in ast.walk(node):
-        if id(sub) in inner:
-            continue
-        if isinstance(sub, (ast.Attribute, ast.Name)) and isinstance(sub.ctx, ast.Load):
-            path = _path(sub)
-            if path:
-                out.add(path)
-                inner |= {id(n) for n in ast.walk(sub)}
-    return out
 
 
 def _overlap(read: tuple[str, ...], changed: tuple[str, ...]) -> bool:
@@ -252,21 +173,21 @@ def _overlap(read: tuple[str, ...], changed: tuple[str, ...]) -> bool:
     return n > 0 and read[:n] == changed[:n]
 
 
-def _reads_grads(value: ast.AST, functions: Mapping[str, ast.AST]) -> bool:
+def _reads_grads(value: cst.CSTNode, functions: Mapping[str, cst.FunctionDef]) -> bool:
     seen: set[str] = set()
-    stack = [value]
+    stack: list[cst.CSTNode] = [value]
     while stack:
         node = stack.pop()
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Attribute) and sub.attr == "grad":
+        for sub in _walk(node):
+            if isinstance(sub, cst.Attribute) and sub.attr.value == "grad":
                 return True
-            if isinstance(sub, ast.Call):
+            if isinstance(sub, cst.Call):
                 func = sub.func
                 called = (
-                    func.attr
-                    if isinstance(func, ast.Attribute)
-                    else func.id
-                    if isinstance(func, ast.Name)
+                    func.attr.value
+                    if isinstance(func, cst.Attribute)
+                    else func.value
+                    if isinstance(func, cst.Name)
                     else None
                 )
                 if called in _GRAD_CALLS:

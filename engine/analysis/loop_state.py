@@ -1,0 +1,506 @@
+"""The state a training loop carries from one iteration to the next (FLOR's SkipBlock side
+effects), found in the code.
+
+A replay segment that starts from a checkpoint restores the registered objects (model,
+optimizer, ...) and the RNGs; the plain variables the loop body keeps across iterations
+would start at their pre-loop values. Three answers, for the checkpointed main `flor.loop`:
+
+- `carried`: names the body (nested blocks included, and module-level functions it calls
+  that assign `global`s) assigns *and* reads before assigning in some iteration — live at
+  the top of the body and defined in it: a batch prefetched at the end of the body, a
+  running reward, a best-so-far, an EMA, an iteration counter. The loop's own target and
+  the objects registered in `flor.checkpointing` are not carried (the checkpoint holds
+  them). Saved with each checkpoint, restored at a segment's start.
+- `mutated_objects`: objects defined outside the loop that it changes in place
+  (`sched.step()`, `losses.append(x)`, `d[k] = v`) and that no registered object holds;
+  restoring from a checkpoint is right only when this is empty (whole state or none).
+- `leaves`: names an inner loop assigns that the rest of the outer body reads after it
+  (`loss`, `running_loss`, `correct`): what skipping that inner loop would leave stale.
+
+Liveness follows the structure of the code: `if` branches join, handlers may start
+anywhere in their `try`, `break` goes to the loop's exit and `continue` to its head; inner
+loops are assumed to run their body at least once (training loops do), so a name set in an
+inner loop before any read is not live before it. Misses here would restore a wrong
+value, so where the code is unclear the analysis errs towards more carried names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from florwb_engine.analysis.mutations import (
+    Dotted,
+    bound_names,
+    imported_names,
+    mutated_paths,
+    path_of,
+)
+from florwb_engine.analysis.names import free_names, target_names
+from florwb_engine.analysis.nodes import iter_children
+from florwb_engine.analysis.purity import OUTPUT_METHODS
+from florwb_engine.flor_calls import FlorImports, imports_from_nodes, iterates_loop_cst
+
+_NESTED_SCOPES = (
+    cst.FunctionDef,
+    cst.ClassDef,
+    cst.Lambda,
+    cst.ListComp,
+    cst.SetComp,
+    cst.DictComp,
+    cst.GeneratorExp,
+)
+
+
+@dataclass(frozen=True)
+class LoopState:
+    """What the main loop keeps across iterations (see the module doc)."""
+
+    found: bool = False  # whether the main loop was found in the source
+    at_module: bool = True  # the loop runs at module level (its names are globals)
+    carried: tuple[str, ...] = ()
+    # carried names that are module globals although the loop runs in a function
+    global_names: frozenset[str] = frozenset()
+    mutated_objects: tuple[str, ...] = ()
+    leaves: tuple[str, ...] = ()
+    registered: tuple[str, ...] = field(default=())  # flor.checkpointing's objects
+
+
+def loop_state(source: str, main_loop: str | None, line: int | None = None) -> LoopState:
+    """The loop state of the first (outermost) `for ... in flor.loop(main_loop, ...)`, or,
+    with `line`, of the `for` whose header spans that line (what the running loop's frame
+    says: found also where flor is imported in a way the code does not show)."""
+    try:
+        module = cst.parse_module(source)
+    except (cst.ParserSyntaxError, ValueError):
+        return LoopState()
+    return loop_state_of(module, main_loop, line)
+
+
+def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = None) -> LoopState:
+    """`loop_state` for a parsed module."""
+    imports = imports_from_nodes(_walk(module))
+    if line is not None:
+        found = _loop_at(module, line)
+    else:
+        found = _main_loop(module, imports, main_loop)
+    if found is None:
+        return LoopState()
+    loop, function = found
+    registered = _registered(module, imports)
+    functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+    summaries = {name: _summary(fn) for name, fn in functions.items()}
+    summaries = {name: s for name, s in summaries.items() if s[0] or s[1]}
+    live = _Liveness(summaries)
+    targets = target_names(loop.target)
+    head: set[str] = set()
+    for _ in range(6):  # the back edge: the body's live-in is live after the body
+        body_in = live.block(loop.body, head, _Ctx(set(), head))
+        if body_in <= head:
+            break
+        head |= body_in
+    defined = _scope_defs(loop.body)
+    helper_defs: set[str] = set()
+    for name in _called_names(loop.body):
+        if name in summaries:
+            helper_defs |= summaries[name][1]
+    excluded = (
+        targets
+        | {p[0] for p in registered}
+        | imported_names(module)
+        | set(functions)
+        | {s.name.value for s in module.body if isinstance(s, cst.ClassDef)}
+    )
+    carried = (head & (defined | helper_defs)) - excluded
+    global_names: frozenset[str] = frozenset()
+    if function is not None:
+        declared = _declared_globals(function)
+        local = (_scope_defs(function.body) | _params(function)) - declared
+        global_names = frozenset(n for n in carried if n not in local)
+    # leaves: a pass without the back edge, noting what is live after each inner loop
+    leaves_live = _Liveness(summaries, record=True)
+    leaves_live.block(loop.body, set(), _Ctx(set(), set()))
+    leaves = set()
+    for inner, after in leaves_live.after_loops:
+        leaves |= _scope_defs(inner) & after
+    leaves -= excluded
+    return LoopState(
+        found=True,
+        at_module=function is None,
+        carried=tuple(sorted(carried)),
+        global_names=global_names,
+        mutated_objects=tuple(
+            sorted(".".join(p) for p in _mutated(module, loop, functions, registered))
+        ),
+        leaves=tuple(sorted(leaves)),
+        registered=tuple(sorted(".".join(p) for p in registered)),
+    )
+
+
+# -- finding things ---------------------------------------------------------------------------
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(child for child, _, _ in iter_children(current))
+
+
+def _main_loop(
+    module: cst.Module, imports: FlorImports, name: str | None
+) -> tuple[cst.For, cst.FunctionDef | None] | None:
+    """The outermost `for` over `flor.loop(name)` (breadth first), and the function it runs in."""
+    queue: list[tuple[cst.CSTNode, cst.FunctionDef | None]] = [(module, None)]
+    while queue:
+        level: list[tuple[cst.CSTNode, cst.FunctionDef | None]] = []
+        for node, function in queue:
+            if isinstance(node, cst.For) and iterates_loop_cst(node, imports, name):
+                return node, function
+            inner = node if isinstance(node, cst.FunctionDef) else function
+            level.extend((child, inner) for child, _, _ in iter_children(node))
+        queue = level
+    return None
+
+
+def _loop_at(module: cst.Module, line: int) -> tuple[cst.For, cst.FunctionDef | None] | None:
+    """The innermost `for` whose header (from `for` to the colon) spans `line`."""
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    best: tuple[int, cst.For, cst.FunctionDef | None] | None = None
+    stack: list[tuple[cst.CSTNode, cst.FunctionDef | None]] = [(module, None)]
+    while stack:
+        node, function = stack.pop()
+        if isinstance(node, cst.For):
+            start = positions[node].start.line
+            header_end = positions[node.body].start.line
+            if start <= line <= header_end and (best is None or start > best[0]):
+                best = (start, node, function)
+        inner = node if isinstance(node, cst.FunctionDef) else function
+        stack.extend((child, inner) for child, _, _ in iter_children(node))
+    return (best[1], best[2]) if best is not None else None
+
+
+def registered_paths(module: cst.Module, imports: FlorImports) -> frozenset[Dotted]:
+    """Paths of the objects given to `flor.checkpointing(...)`: their changes are held."""
+    return _registered(module, imports)
+
+
+def _registered(module: cst.Module, imports: FlorImports) -> frozenset[Dotted]:
+    found: set[Dotted] = set()
+    for node in _walk(module):
+        if type(node) is cst.Call and imports.api_of(node.func) == "checkpointing":
+            for arg in node.args:
+                if arg.keyword is not None:
+                    path = path_of(arg.value)
+                    if path:
+                        found.add(path)
+    return frozenset(found)
+
+
+def _scope_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Nodes of one scope: not into nested defs, classes, lambdas or comprehensions."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if current is not node and isinstance(current, _NESTED_SCOPES):
+            continue
+        stack.extend(child for child, _, _ in iter_children(current))
+
+
+def _scope_defs(node: cst.CSTNode) -> set[str]:
+    """Plain names `node` binds in its own scope (nested defs and comprehensions aside)."""
+    found: set[str] = set()
+    for sub in _scope_nodes(node):
+        tp = type(sub)
+        if tp in (cst.AssignTarget, cst.AugAssign, cst.For, cst.NamedExpr):
+            found |= target_names(sub.target)  # type: ignore[attr-defined]
+        elif tp is cst.AnnAssign and sub.value is not None:  # type: ignore[attr-defined]
+            found |= target_names(sub.target)  # type: ignore[attr-defined]
+        elif tp is cst.AsName:
+            found |= target_names(sub.name)  # type: ignore[attr-defined]
+    return found
+
+
+def _declared_globals(function: cst.FunctionDef) -> set[str]:
+    return {
+        item.name.value
+        for sub in _scope_nodes(function.body)
+        if isinstance(sub, cst.Global)
+        for item in sub.names
+    }
+
+
+def _params(function: cst.FunctionDef) -> set[str]:
+    p = function.params
+    names = {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)}
+    for star in (p.star_arg, p.star_kwarg):
+        if isinstance(star, cst.Param):
+            names.add(star.name.value)
+    return names
+
+
+def _called_names(node: cst.CSTNode) -> set[str]:
+    """Names of plain functions called (`evaluate(acc)`), in this scope."""
+    return {
+        sub.func.value
+        for sub in _scope_nodes(node)
+        if type(sub) is cst.Call and type(sub.func) is cst.Name
+    }
+
+
+def _summary(function: cst.FunctionDef) -> tuple[set[str], set[str]]:
+    """(globals the function reads before assigning them, globals it assigns): what a call
+    of it means for the caller's loop state."""
+    declared = _declared_globals(function)
+    if not declared:
+        return set(), set()
+    live = _Liveness({}).block(function.body, set(), _Ctx(set(), set()))
+    return live & declared, _scope_defs(function.body) & declared
+
+
+def _mutated(
+    module: cst.Module,
+    loop: cst.For,
+    functions: dict[str, cst.FunctionDef],
+    registered: frozenset[Dotted],
+) -> set[Dotted]:
+    """Objects defined outside the loop that the loop, or a module-level function it calls
+    (transitively), changes in place, less what a registered object holds."""
+    bound = bound_names(loop)
+    found = {p for p in mutated_paths(loop.body, registered, OUTPUT_METHODS) if p[0] not in bound}
+    seen: set[str] = set()
+    calls = _called_names(loop.body)
+    while calls:
+        name = calls.pop()
+        if name in seen or name not in functions:
+            continue
+        seen.add(name)
+        fn = functions[name]
+        local = (_scope_defs(fn.body) | _params(fn)) - _declared_globals(fn)
+        found |= {
+            p for p in mutated_paths(fn.body, registered, OUTPUT_METHODS) if p[0] not in local
+        }
+        calls |= _called_names(fn.body)
+    imported = imported_names(module)
+    return {
+        p for p in found if p[0] not in imported and not any(p[: len(r)] == r for r in registered)
+    }
+
+
+# -- liveness ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Ctx:
+    break_live: set[str]  # live where a `break` goes (the loop's exit)
+    continue_live: set[str]  # live where a `continue` goes (the loop's head)
+    depth: int = 0  # loops between the main loop's body and here
+
+
+def _reads(node: cst.CSTNode | None) -> set[str]:
+    return set(free_names(node)[0]) if node is not None else set()
+
+
+def _target_reads(target: cst.CSTNode) -> set[str]:
+    """Names an assignment target reads: `x[i] = v` reads x and i, `a.b = v` reads a."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        out: set[str] = set()
+        for element in target.elements:
+            out |= _target_reads(element.value)
+        return out
+    if isinstance(target, cst.StarredElement):
+        return _target_reads(target.value)
+    if isinstance(target, cst.Attribute):
+        return _reads(target.value)
+    if isinstance(target, cst.Subscript):
+        return _reads(target)
+    return set()
+
+
+class _Liveness:
+    """Backward liveness over statements; `summaries` says what calling a module-level
+    function reads and assigns of the globals (`global best` in a helper)."""
+
+    def __init__(self, summaries: dict[str, tuple[set[str], set[str]]], record: bool = False):
+        self.summaries = summaries
+        self.record = record
+        self.after_loops: list[tuple[cst.CSTNode, set[str]]] = []
+
+    def block(self, suite: cst.CSTNode, after: set[str], ctx: _Ctx) -> set[str]:
+        live = set(after)
+        body = getattr(suite, "body", ())
+        if isinstance(suite, cst.SimpleStatementSuite):
+            for small in reversed(body):
+                live = self.small(small, live, ctx)
+            return live
+        for stmt in reversed(body):
+            live = self.stmt(stmt, live, ctx)
+        return live
+
+    def _calls(self, node: cst.CSTNode) -> set[str]:
+        if not self.summaries:
+            return set()
+        out: set[str] = set()
+        for name in _called_names(node):
+            summary = self.summaries.get(name)
+            if summary is not None:
+                out |= summary[0]
+        return out
+
+    def small(self, small: cst.CSTNode, after: set[str], ctx: _Ctx) -> set[str]:
+        tp = type(small)
+        calls = self._calls(small)
+        if tp is cst.Assign:
+            defs: set[str] = set()
+            uses = _reads(small.value)  # type: ignore[attr-defined]
+            for target in small.targets:  # type: ignore[attr-defined]
+                defs |= target_names(target.target)
+                uses |= _target_reads(target.target)
+            return (after - defs) | uses | calls
+        if tp is cst.AugAssign:
+            return after | _reads(small.value) | _reads(small.target) | calls  # type: ignore[attr-defined]
+        if tp is cst.AnnAssign:
+            if small.value is None:  # type: ignore[attr-defined]
+                return after
+            defs = target_names(small.target)  # type: ignore[attr-defined]
+            uses = _reads(small.value) | _target_reads(small.target)  # type: ignore[attr-defined]
+            return (after - defs) | uses | calls
+        if tp is cst.Return or tp is cst.Raise:
+            return _reads(small) | calls
+        if tp is cst.Break:
+            return set(ctx.break_live)
+        if tp is cst.Continue:
+            return set(ctx.continue_live)
+        if tp is cst.Del:
+            return (after - target_names(small.target)) | _target_reads(small.target)  # type: ignore[attr-defined]
+        if tp is cst.Import or tp is cst.ImportFrom:
+            return after - imported_names(small)
+        if tp in (cst.Global, cst.Nonlocal, cst.Pass):
+            return after
+        return after | _reads(small) | calls
+
+    def stmt(self, stmt: cst.CSTNode, after: set[str], ctx: _Ctx) -> set[str]:
+        tp = type(stmt)
+        if tp is cst.SimpleStatementLine:
+            live = after
+            for small in reversed(stmt.body):  # type: ignore[attr-defined]
+                live = self.small(small, live, ctx)
+            return live
+        if tp is cst.If:
+            return self._if(stmt, after, ctx)  # type: ignore[arg-type]
+        if tp is cst.For or tp is cst.While:
+            if self.record and ctx.depth == 0:
+                self.after_loops.append((stmt, set(after)))
+            return self._loop(stmt, after, ctx)
+        if tp is cst.Try or tp is cst.TryStar:
+            return self._try(stmt, after, ctx)
+        if tp is cst.With:
+            items = set()
+            bound = set()
+            for item in stmt.items:  # type: ignore[attr-defined]
+                items |= _reads(item.item) | self._calls(item.item)
+                if item.asname is not None:
+                    bound |= target_names(item.asname.name)
+            return items | (self.block(stmt.body, after, ctx) - bound)  # type: ignore[attr-defined]
+        if isinstance(stmt, cst.FunctionDef):
+            reads = _reads(stmt.body) - _scope_defs(stmt.body) - _params(stmt)
+            for decorator in stmt.decorators:
+                reads |= _reads(decorator.decorator)
+            return (after - {stmt.name.value}) | reads
+        if tp is cst.ClassDef:
+            reads = set()
+            for arg in stmt.bases:  # type: ignore[attr-defined]
+                reads |= _reads(arg.value)
+            return (after - {stmt.name.value}) | reads  # type: ignore[attr-defined]
+        if tp is cst.Match:
+            live = set(after)
+            for case in stmt.cases:  # type: ignore[attr-defined]
+                live |= self.block(case.body, after, ctx) | _reads(case.guard)
+            return live | _reads(stmt.subject)  # type: ignore[attr-defined]
+        return after | _reads(stmt)
+
+    def _if(self, stmt: cst.If, after: set[str], ctx: _Ctx) -> set[str]:
+        live = self.block(stmt.body, after, ctx)
+        orelse = stmt.orelse
+        if isinstance(orelse, cst.If):
+            live |= self._if(orelse, after, ctx)
+        elif isinstance(orelse, cst.Else):
+            live |= self.block(orelse.body, after, ctx)
+        else:
+            live |= after
+        return live | _reads(stmt.test) | self._calls(stmt.test)
+
+    def _loop(self, stmt: cst.CSTNode, after: set[str], ctx: _Ctx) -> set[str]:
+        """A loop whose body runs at least once: live before it is what its head needs and
+        what the body reads before assigning, with the back edge to the head."""
+        exit_live = set(after)
+        orelse = getattr(stmt, "orelse", None)
+        if isinstance(orelse, cst.Else):
+            exit_live = self.block(orelse.body, after, ctx)
+        if isinstance(stmt, cst.For):
+            targets = target_names(stmt.target)
+            head_reads = _reads(stmt.iter) | self._calls(stmt.iter)
+        else:
+            targets = set()
+            head_reads = _reads(stmt.test) | self._calls(stmt.test)  # type: ignore[attr-defined]
+        head = exit_live | head_reads
+        inner_ctx = _Ctx(set(after), head, ctx.depth + 1)
+        record, self.record = self.record, False  # only the loops right in the main body
+        for _ in range(6):
+            inner_ctx.continue_live = head
+            body_in = self.block(stmt.body, head, inner_ctx) - targets  # type: ignore[attr-defined]
+            grown = head | body_in
+            if grown == head:
+                break
+            head = grown
+        self.record = record
+        return head_reads | body_in
+
+    def _try(self, stmt: cst.CSTNode, after: set[str], ctx: _Ctx) -> set[str]:
+        body, handlers, orelse, final = _try_parts(stmt)
+        fin = self.block(final, after, ctx) if final is not None else set(after)
+        rest = self.block(orelse, fin, ctx) if orelse is not None else fin
+        live = self.block(body, rest, ctx)
+        for handler in handlers:
+            bound = target_names(handler.name.name) if handler.name is not None else set()
+            live |= (self.block(handler.body, fin, ctx) - bound) | _reads(handler.type)
+        return live | fin
+
+
+def _try_parts(
+    stmt: cst.CSTNode,
+) -> tuple[cst.CSTNode, list, cst.CSTNode | None, cst.CSTNode | None]:
+    orelse = getattr(stmt, "orelse", None)
+    final = getattr(stmt, "finalbody", None)
+    return (
+        stmt.body,  # type: ignore[attr-defined]
+        list(stmt.handlers),  # type: ignore[attr-defined]
+        orelse.body if orelse is not None else None,
+        final.body if final is not None else None,
+    )
+
+
+def main(argv: list[str]) -> int:
+    """`python -m florwb_engine.analysis.loop_state FILE LOOP LINE`: the carried names of
+    the loop at FILE:LINE as JSON. A recording process runs the analysis this way, in a
+    process of its own, so parsing never competes with training for the GIL."""
+    import json
+
+    path, name, line = argv
+    found = loop_state(Path(path).read_text(encoding="utf-8"), name, int(line))
+    print(json.dumps({"found": found.found, "carried": list(found.carried)}))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

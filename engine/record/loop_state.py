@@ -1,0 +1,317 @@
+"""Loop-carried names kept with each checkpoint and put back at a replay segment's start.
+
+The names come from the static analysis (florwb_engine.analysis.loop_state) of the file
+that runs the main loop, done once per run in a process of its own started when the main
+loop starts (importing libcst and parsing take most of a second of CPU: on a thread they
+would compete with training for the GIL and inflate the checkpoint costs the policy
+measures) and waited for at the first checkpoint. Values are read from the frame that runs
+the main loop — remembered when it starts, so a checkpoint taken from an inner loop in a
+helper function still reads the main loop's names — and stored in a form
+`torch.load(weights_only=True)` accepts: tensors by value, plain values (numbers, strings,
+lists, tuples, dicts of them) copied, numpy arrays as tensors with their dtype. What cannot
+be kept that way (too big, a generator, an open file, any other object) is listed under
+`uncarried` with the reason, and said once in the run's journal: replay planning then
+re-executes that run from its start instead of restoring part of its state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+CARRIED = "carried"  # checkpoint key: {name: encoded value}
+UNCARRIED = "uncarried"  # checkpoint key: {name: why it is not in `carried`}
+
+
+def _max_bytes() -> int:
+    """The bound on one checkpoint's carried values (`FLORWB_CARRIED_MAX_BYTES`); a value
+    that is not a number is said once and the default used: training goes on."""
+    text = os.environ.get("FLORWB_CARRIED_MAX_BYTES", "")
+    try:
+        return int(text) if text else 64 << 20
+    except ValueError:
+        print(
+            f"florwb: FLORWB_CARRIED_MAX_BYTES={text!r} is not a number; using 64 MiB",
+            file=sys.stderr,
+        )
+        return 64 << 20
+
+
+MAX_BYTES = _max_bytes()
+_MARK = "__florwb__"  # the key of an encoded value (a tensor's device, a numpy array)
+_PRIMITIVES = (int, float, bool, str, bytes, type(None))
+ANALYSIS = "*"  # the `uncarried` entry when the loop's code could not be analysed
+ANALYSIS_TIMEOUT_S = 120
+# The analysis runs at the lowest CPU priority: on a busy machine training keeps its cores,
+# and the checkpoint costs the policy measures are not inflated by the analysis.
+_ANALYSE = (
+    "import os, sys; os.nice(19); "
+    "from florwb_engine.analysis.loop_state import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+class Unsaveable(Exception):
+    """A value that cannot be kept in a weights-only checkpoint; the message says why."""
+
+
+class _Keeper:
+    """The main loop's frame and the analysis of its code, for one process."""
+
+    def __init__(self) -> None:
+        self.frame: types.FrameType | None = None
+        self.names: tuple[str, ...] = ()
+        self.failed: str | None = None  # why the analysis gave no answer
+        self.started = False
+        self._process: subprocess.Popen | None = None
+        self._where = ""
+        self.reported: set[str] = set()
+
+    def start(self, frame: types.FrameType, loop_name: str, analyse: bool) -> None:
+        self.frame = frame
+        if not analyse or self.started:
+            return
+        self.started = True
+        path = frame.f_code.co_filename
+        self._where = f"{Path(path).name}:{frame.f_lineno} (loop {loop_name!r})"
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", _ANALYSE, path, loop_name, str(frame.f_lineno)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        except OSError as exc:
+            self.failed = f"the loop's code could not be analysed ({exc})"
+
+    def wait(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        try:
+            out, err = process.communicate(timeout=ANALYSIS_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            self.failed = f"the analysis of the loop's code took over {ANALYSIS_TIMEOUT_S} s"
+            return
+        try:
+            found = json.loads(out) if process.returncode == 0 else None
+        except ValueError:
+            found = None
+        if found is None:
+            last = (err.strip().splitlines() or ["no output"])[-1]
+            self.failed = f"the loop's code could not be analysed ({last[:200]})"
+        elif not found["found"]:
+            self.failed = f"no `for` loop at {self._where}"
+        else:
+            self.names = tuple(found["carried"])
+
+
+_KEEPER = _Keeper()
+
+
+def _forget_in_child() -> None:
+    global _KEEPER
+    _KEEPER = _Keeper()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def main_loop_started(frame: types.FrameType, loop_name: str, *, analyse: bool) -> None:
+    """Remember the frame that runs the main loop; while recording, analyse its code."""
+    _KEEPER.start(frame, loop_name, analyse)
+
+
+def main_loop_ended() -> None:
+    _KEEPER.frame = None  # the frame's locals may be large: do not keep them alive
+
+
+def wait_for_analysis() -> None:
+    """Wait for the analysis of the loop's code (started with the main loop)."""
+    _KEEPER.wait()
+
+
+def capture(on_event: Any = None) -> dict:
+    """{"carried": {name: value}, "uncarried": {name: why}} for a checkpoint being taken.
+    `on_event` receives the journal event that names what could not be kept (once per name)."""
+    keeper = _KEEPER
+    keeper.wait()
+    frame = keeper.frame
+    carried: dict[str, Any] = {}
+    uncarried: dict[str, str] = {}
+    if keeper.failed is not None:
+        uncarried[ANALYSIS] = keeper.failed
+    elif not keeper.started:
+        uncarried[ANALYSIS] = "the main loop's code was not analysed"
+    elif frame is None:
+        if keeper.names:
+            uncarried[ANALYSIS] = "taken after the main loop's frame was gone"
+    elif keeper.names:
+        local = frame.f_locals
+        own = _local_names(frame)
+        budget = MAX_BYTES
+        for name in keeper.names:
+            scope = local if name in own else frame.f_globals
+            if name not in scope:
+                continue  # unbound here: unbound at the segment's start too
+            try:
+                value, size = _encode(scope[name])
+            except Unsaveable as exc:
+                uncarried[name] = str(exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - a value's own failure never stops training
+                uncarried[name] = f"copying it failed ({type(exc).__name__}: {exc})"
+                continue
+            if size > budget:
+                uncarried[name] = (
+                    f"too big to keep ({size >> 20} MiB; the bound is {MAX_BYTES >> 20} MiB)"
+                )
+                continue
+            budget -= size
+            carried[name] = value
+    new = sorted(set(uncarried) - keeper.reported)
+    if new and on_event is not None:
+        keeper.reported.update(new)
+        on_event(
+            {
+                "kind": "issues",
+                "counts": [["loop state not saved", f"{n} ({uncarried[n]})", 1] for n in new],
+            }
+        )
+    return {CARRIED: carried, UNCARRIED: uncarried}
+
+
+def restore(saved: dict) -> None:
+    """Put the carried names of a checkpoint back into the main loop's frame."""
+    frame = _KEEPER.frame
+    values = saved.get(CARRIED)
+    if frame is None or not values:
+        return
+    decoded = {name: _decode(value) for name, value in values.items()}
+    own = _local_names(frame)
+    local = {n: v for n, v in decoded.items() if n in own}
+    frame.f_globals.update({n: v for n, v in decoded.items() if n not in own})
+    if not local:
+        return
+    if sys.version_info >= (3, 13):  # f_locals writes through (PEP 667)
+        for name, value in local.items():
+            frame.f_locals[name] = value
+        return
+    frame.f_locals.update(local)
+    ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
+
+
+def _local_names(frame: types.FrameType) -> frozenset[str]:
+    """The names that are the frame's own locals (Python decides at compile time); every
+    other name the loop assigns is a global (`global best`, or the loop at module level)."""
+    if frame.f_locals is frame.f_globals:
+        return frozenset()
+    code = frame.f_code
+    names = _LOCALS.get(code)
+    if names is None:
+        names = _LOCALS[code] = frozenset(code.co_varnames) | frozenset(code.co_cellvars)
+    return names
+
+
+_LOCALS: dict[types.CodeType, frozenset[str]] = {}
+
+
+# -- values -----------------------------------------------------------------------------------
+
+
+def _encode(value: Any, depth: int = 0) -> tuple[Any, int]:
+    """(a weights-only-loadable copy of `value`, its size in bytes) or Unsaveable."""
+    if depth > 20:
+        raise Unsaveable("nested too deeply")
+    tp = type(value)
+    if tp in _PRIMITIVES:
+        return value, len(value) if tp in (str, bytes) else 8
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        on_cpu = value.device.type == "cpu"
+        copy = value.detach().clone() if on_cpu else value.detach().to("cpu", copy=True)
+        size = copy.numel() * copy.element_size()
+        if on_cpu and not value.requires_grad and tp is torch.Tensor:
+            return copy, size
+        return {
+            _MARK: "tensor",
+            "value": copy,
+            "device": str(value.device),
+            "requires_grad": bool(value.requires_grad),
+        }, size
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, (np.ndarray, np.generic)) and torch is not None:
+        array = np.asarray(value)
+        try:
+            tensor = torch.from_numpy(array.copy())
+        except (TypeError, RuntimeError) as exc:
+            raise Unsaveable(f"a numpy {array.dtype} array ({exc})") from None
+        return {
+            _MARK: "numpy",
+            "value": tensor,
+            "dtype": str(array.dtype),
+            "scalar": isinstance(value, np.generic),
+        }, array.nbytes
+    if tp is list or tp is tuple:
+        items = [_encode(v, depth + 1) for v in value]
+        encoded = [v for v, _ in items]
+        return (encoded if tp is list else tuple(encoded)), sum(s for _, s in items) + 8
+    if tp is dict:
+        out: dict = {}
+        total = 8
+        for key, item in value.items():
+            if type(key) not in _PRIMITIVES or key == _MARK:
+                raise Unsaveable(f"a dict with a {type(key).__name__} key")
+            out[key], size = _encode(item, depth + 1)
+            total += size
+        return out, total
+    raise Unsaveable(_why(value))
+
+
+def _why(value: Any) -> str:
+    if isinstance(value, types.GeneratorType) or (
+        hasattr(value, "__next__") and hasattr(value, "__iter__")
+    ):
+        return f"an iterator ({type(value).__name__}): its position cannot be saved"
+    if isinstance(value, types.ModuleType):
+        return "a module"
+    if hasattr(value, "fileno") or hasattr(value, "readable"):
+        return f"an open file or stream ({type(value).__name__})"
+    return f"a {type(value).__module__}.{type(value).__qualname__} object"
+
+
+def _decode(value: Any) -> Any:
+    tp = type(value)
+    if tp is list:
+        return [_decode(v) for v in value]
+    if tp is tuple:
+        return tuple(_decode(v) for v in value)
+    if tp is dict:
+        mark = value.get(_MARK)
+        if mark == "tensor":
+            tensor = value["value"].to(value["device"])
+            if value["requires_grad"]:
+                tensor.requires_grad_(True)
+            return tensor
+        if mark == "numpy":
+            import numpy as np
+
+            array = value["value"].numpy().astype(np.dtype(value["dtype"]), copy=True)
+            return array[()] if value["scalar"] else array
+        return {k: _decode(v) for k, v in value.items()}
+    if hasattr(value, "clone"):
+        return value.clone()  # the kept checkpoint must not change with the training
+    return value
+
+
+with contextlib.suppress(AttributeError):  # not CPython: restoring into functions fails loudly
+    ctypes.pythonapi.PyFrame_LocalsToFast.argtypes = [ctypes.py_object, ctypes.c_int]

@@ -1,0 +1,359 @@
+"""Loop state (FLOR's SkipBlock side effects): the names a training loop carries from one
+iteration to the next are found in the code, saved with each checkpoint and put back at a
+replay segment's start, so a segment that starts mid-run sees what a forward run saw; a run
+whose state cannot all be restored re-executes from its start, said in the plan."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import git, run_py, write
+
+from florwb_engine.analysis.loop_state import loop_state
+from florwb_engine.replay import execute, plan_replay
+from florwb_engine.store import Store
+
+
+def _state(code: str, loop: str):
+    return loop_state(textwrap.dedent(code).lstrip(), loop)
+
+
+def test_a_prefetching_while_style_loop_carries_its_batch_ema_best_and_counter():
+    found = _state(
+        """
+        import torch
+        import florwb as flor
+        net = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        def get_batch(split):
+            return torch.randn(4, 2), torch.randn(4, 1)
+        X, Y = get_batch("train")
+        iter_num, best_val, ema, shown = 0, 1e9, None, 0
+        with flor.checkpointing(model=net, optimizer=opt):
+            for it in flor.loop("iter", range(10)):
+                for micro in range(2):
+                    loss = ((net(X) - Y) ** 2).mean()
+                    X, Y = get_batch("train")
+                    loss.backward()
+                opt.step()
+                ema = loss.item() if ema is None else 0.9 * ema + 0.1 * loss.item()
+                best_val = min(best_val, loss.item())
+                only_read = iter_num * 2
+                fresh = 3
+                print(fresh, only_read, shown)
+                iter_num += 1
+                if iter_num > 5:
+                    break
+        """,
+        "iter",
+    )
+    assert found.found and found.at_module
+    # read before assigned, and assigned: carried; `fresh`/`only_read` are assigned before
+    # any read, `shown` only read; `it` is the loop's own, net/opt are checkpointed
+    assert found.carried == ("X", "Y", "best_val", "ema", "iter_num")
+    assert found.mutated_objects == ()  # opt.step() changes a registered object
+    assert found.leaves == ("loss",)  # the micro-step loop sets it, the body reads it after
+
+
+def test_an_rl_episode_loop_over_count_carries_its_running_reward():
+    found = _state(
+        """
+        from itertools import count
+        import florwb as flor
+        rewards = []
+        def finish_episode():
+            rewards.append(1)
+            del rewards[:]
+        def main():
+            running_reward = 10
+            for i_episode in flor.loop("episode", count(1)):
+                ep_reward = 0
+                for t in range(1, 100):
+                    ep_reward += t
+                running_reward = 0.05 * ep_reward + (1 - 0.05) * running_reward
+                finish_episode()
+                if running_reward > 100:
+                    break
+        main()
+        """,
+        "episode",
+    )
+    assert not found.at_module
+    assert found.carried == ("running_reward",)
+    assert found.global_names == frozenset()
+    assert found.mutated_objects == ("rewards",)  # through the helper it calls
+    assert found.leaves == ("ep_reward",)
+
+
+def test_a_helper_function_trainer_with_a_global_best_and_counters():
+    found = _state(
+        """
+        import florwb as flor
+        best = 0.0
+        steps = 0
+        def evaluate(acc):
+            global best
+            if acc > best:
+                best = acc
+        def main(net, sched):
+            global steps
+            with flor.checkpointing(model=net):
+                for epoch in flor.loop("epoch", range(3)):
+                    running_loss, correct, total = 0.0, 0, 0
+                    for i in range(3):
+                        running_loss += i
+                        correct += 1
+                        total += 2
+                        steps += 1
+                    flor.log("loss", running_loss / 3)
+                    evaluate(correct / total)
+                    sched.step()
+        """,
+        "epoch",
+    )
+    assert found.carried == ("best", "steps")
+    assert found.global_names == {"best", "steps"}
+    assert found.mutated_objects == ("sched",)
+    assert found.leaves == ("correct", "running_loss", "total")
+
+
+def test_a_trainer_method_changing_its_own_attributes_is_not_whole_state():
+    found = _state(
+        """
+        import florwb as flor
+        class Trainer:
+            def fit(self):
+                with flor.checkpointing(model=self.net, optimizer=self.opt):
+                    for epoch in flor.loop("epoch", range(3)):
+                        loss = self.net(1)
+                        self.opt.step()
+                        self.best = min(self.best, loss)
+                        self.history.append(loss)
+        """,
+        "epoch",
+    )
+    assert found.carried == ()  # attributes, not names
+    assert found.mutated_objects == ("self.best", "self.history")  # self.net/opt: held
+
+
+def test_names_only_read_or_assigned_before_read_are_not_carried():
+    found = _state(
+        """
+        import florwb as flor
+        lr = 0.1
+        scale = 2
+        for epoch in flor.loop("epoch", range(3)):
+            step_lr = lr * scale
+            if epoch > 0:
+                prev = step_lr
+            else:
+                prev = 0.0
+            flor.log("lr", step_lr + prev)
+        """,
+        "epoch",
+    )
+    assert found.carried == ()
+
+
+def test_a_name_read_on_one_branch_before_its_assignment_is_carried():
+    found = _state(
+        """
+        import florwb as flor
+        total = 0
+        for epoch in flor.loop("epoch", range(3)):
+            if epoch % 2:
+                flor.log("total", total)
+            total = epoch
+        """,
+        "epoch",
+    )
+    assert found.carried == ("total",)
+
+
+SCRIPT = """
+import time
+import numpy as np
+import torch
+import florwb as flor
+
+torch.manual_seed(0)
+flor.set_checkpoint_budget(1.0)
+data = torch.randn(64, 3)
+target = data.sum(1, keepdim=True)
+net = torch.nn.Linear(3, 1)
+opt = torch.optim.SGD(net.parameters(), lr=0.05)
+
+
+def get_batch():
+    idx = torch.randint(0, 64, (8,))
+    return data[idx], target[idx]
+
+
+def train():
+    X, Y = get_batch()
+    ema = 0.0
+    best = float("inf")
+    spread = np.zeros(3, dtype=np.float32)
+    with flor.checkpointing(model=net, optimizer=opt):
+        for it in flor.loop("iter", range(6)):
+            loss = ((net(X) - Y) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            value = loss.item()
+            ema = 0.9 * ema + 0.1 * value
+            best = min(best, value)
+            spread = spread * np.float32(0.5) + np.float32(value)
+            X, Y = get_batch()
+            time.sleep(0.02)
+
+
+train()
+"""
+NEW = SCRIPT.replace(
+    "            best = min(best, value)\n",
+    "            best = min(best, value)\n"
+    '            flor.log("ema", ema)\n'
+    '            flor.log("best", best)\n'
+    '            flor.log("next_batch", float(X.sum()))\n'
+    '            flor.log("spread", float(spread.sum()))\n',
+)
+
+
+CARRIED_LOGS = ("ema", "best", "next_batch", "spread")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("project")
+    write(root / "train.py", SCRIPT)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "v1")
+    run_py(root, "train.py")
+    write(root / "train.py", NEW)
+    return root
+
+
+@pytest.fixture(scope="module")
+def forward(tmp_path_factory) -> dict[str, list[float]]:
+    folder = tmp_path_factory.mktemp("forward")
+    write(folder / "train.py", NEW)
+    run_py(folder, "train.py")
+    frame = Store(folder).dataframe(*CARRIED_LOGS)
+    return {name: list(frame[name]) for name in CARRIED_LOGS}
+
+
+def test_checkpoints_keep_the_carried_names_by_value(recorded):
+    files = sorted((recorded / ".florwb" / "checkpoints").rglob("iter-*.pt"))
+    assert len(files) == 6
+    saved = torch.load(files[2], weights_only=True)
+    assert sorted(saved["carried"]) == ["X", "Y", "best", "ema", "spread"]
+    assert saved["uncarried"] == {}
+    assert saved["carried"]["X"].shape == (8, 3)
+
+
+def test_a_segment_starting_mid_run_sees_the_carried_state_of_a_forward_run(recorded, forward):
+    plan = plan_replay(recorded, list(CARRIED_LOGS), workers=2)
+    (run,) = plan.runs
+    assert not run.from_start, run.notes
+    assert len(run.segments) == 2 and run.segments[1].first > 0  # from a checkpoint
+    assert execute(plan).status == "finished"
+    frame = Store(recorded).dataframe(*CARRIED_LOGS)
+    for name in CARRIED_LOGS:
+        assert list(frame[name]) == forward[name], name  # bit for bit
+
+
+def test_checkpoints_without_loop_state_make_the_run_re_execute_from_its_start(tmp_path, forward):
+    project = tmp_path / "old"
+    write(project / "train.py", SCRIPT)
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "v1")
+    run_py(project, "train.py")
+    write(project / "train.py", NEW)
+    for f in (project / ".florwb" / "checkpoints").rglob("iter-*.pt"):
+        saved = torch.load(f, weights_only=True)
+        del saved["carried"], saved["uncarried"]  # as written before florwb kept them
+        torch.save(saved, f)
+    plan = plan_replay(project, ["ema"], workers=2)
+    (run,) = plan.runs
+    assert run.from_start
+    assert [(s.first, s.last) for s in run.segments] == [(0, 5)]
+    assert any(
+        "the iter loop carries X, Y, best, ema from one iteration to the next, which this "
+        "run's checkpoints do not hold" in note
+        for note in run.notes
+    ), run.notes
+    assert execute(plan).status == "finished"
+    assert list(Store(project).dataframe("ema").ema) == forward["ema"]
+
+
+ITERATOR = """
+import time
+import torch
+import florwb as flor
+
+net = torch.nn.Linear(1, 1)
+history = []
+flor.set_checkpoint_budget(1.0)
+stream = iter(range(100))
+with flor.checkpointing(model=net):
+    for epoch in flor.loop("epoch", range(4)):
+        if epoch % 2 == 0:
+            stream = iter(range(epoch, 100))
+        x = next(stream)
+        time.sleep(0.02)
+"""
+
+
+def test_what_cannot_be_saved_is_named_and_the_run_re_executes_from_its_start(tmp_path):
+    project = tmp_path / "it"
+    write(project / "train.py", ITERATOR)
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "v1")
+    run_py(project, "train.py")
+    saved = torch.load(
+        sorted((project / ".florwb" / "checkpoints").rglob("epoch-*.pt"))[0], weights_only=True
+    )
+    assert saved["carried"] == {}
+    assert "an iterator (range_iterator)" in saved["uncarried"]["stream"]
+    issues = Store(project).query("SELECT kind, detail FROM run_issues")
+    assert list(issues.kind) == ["loop state not saved"]  # said once, not per checkpoint
+    write(
+        project / "train.py",
+        ITERATOR.replace("        time.sleep", '        flor.log("x", x)\n        time.sleep'),
+    )
+    plan = plan_replay(project, ["x"], workers=2)
+    (run,) = plan.runs
+    assert run.from_start
+    assert any("stream could not be saved with checkpoint" in n for n in run.notes), run.notes
+    assert execute(plan).status == "finished"
+    assert list(Store(project).dataframe("x").x) == [0, 1, 2, 3]
+
+
+def test_a_loop_that_changes_an_unregistered_object_restores_whole_state_or_none(tmp_path):
+    script = ITERATOR.replace(
+        "        x = next(stream)\n", "        x = next(stream)\n        history.append(x)\n"
+    ).replace("stream = iter(range(epoch, 100))", "pass")
+    project = tmp_path / "hist"
+    write(project / "train.py", script)
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "v1")
+    run_py(project, "train.py")
+    write(
+        project / "train.py",
+        script.replace(
+            "        time.sleep", '        flor.log("n", len(history))\n        time.sleep'
+        ),
+    )
+    plan = plan_replay(project, ["n"], workers=2)
+    (run,) = plan.runs
+    assert run.from_start
+    assert execute(plan).status == "finished"
+    assert list(Store(project).dataframe("n").n) == [1, 2, 3, 4]
