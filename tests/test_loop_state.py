@@ -173,6 +173,26 @@ def test_a_name_read_on_one_branch_before_its_assignment_is_carried():
     assert found.carried == ("total",)
 
 
+def test_an_iterator_drawn_with_next_and_a_list_shuffled_in_place_are_changed_objects():
+    """`batch = next(batches)` on an iterator made before the loop: a segment starting
+    from a checkpoint would draw from a fresh one (other batches), so it is state the
+    loop changes, like a list `shuffle` reorders in place."""
+    found = _state(
+        """
+        import random
+        import florwb as flor
+        batches = iter(range(100))
+        order = list(range(10))
+        for epoch in flor.loop("epoch", range(3)):
+            random.shuffle(order)
+            batch = next(batches)
+            flor.log("batch", batch + order[0])
+        """,
+        "epoch",
+    )
+    assert set(found.mutated_objects) == {"batches", "order"}
+
+
 SCRIPT = """
 import time
 import numpy as np

@@ -136,6 +136,17 @@ def _written_paths(target: cst.CSTNode, out: set[Dotted]) -> None:
             out.add(path)
 
 
+# Functions that change the object they are given: `next(batches)` advances an iterator a
+# loop draws from (a fresh one at a segment's start would give other batches), `shuffle`
+# (random's, numpy's) reorders a list in place.
+ADVANCING_FUNCTIONS = frozenset({"next", "shuffle"})
+
+
+def _advances_argument(func: cst.BaseExpression) -> bool:
+    name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+    return name in ADVANCING_FUNCTIONS
+
+
 def mutated_paths(
     node: cst.CSTNode,
     registered: frozenset[Dotted] = frozenset(),
@@ -158,7 +169,13 @@ def mutated_paths(
         elif tp is cst.Call:
             func = sub.func  # type: ignore[attr-defined]
             method = func.attr.value if type(func) is cst.Attribute else None
-            if method is not None and method not in PURE_METHODS and method not in ignored_methods:
+            if _advances_argument(func) and sub.args:  # type: ignore[attr-defined]
+                path = path_of(sub.args[0].value)  # type: ignore[attr-defined]
+                if path:
+                    out.add(path)
+            elif (
+                method is not None and method not in PURE_METHODS and method not in ignored_methods
+            ):
                 called = path_of(func)
                 path = called if called in registered else path_of(func.value)
                 if path:
