@@ -144,7 +144,7 @@ def record(case: Case, root: Path, budget: str = "every") -> Recorded:
     return Recorded(case, root, run_id, v1_commit)
 
 
-Values = dict[tuple, object]  # loop coordinates -> value
+Values = dict[tuple, object]  # loop coordinates ((loop, index or None), ...) -> value
 
 
 def forward(recorded: Recorded, folder: Path) -> dict[str, Values]:
@@ -186,7 +186,7 @@ def served(project: Path, run_id: str, name: str) -> Values:
         value = row[name]
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue
-        coords = tuple(None if _missing(row[c]) else int(row[c]) for c in loops)
+        coords = tuple((c, None if _missing(row[c]) else int(row[c])) for c in loops)
         values[coords] = value
     return values
 
@@ -247,7 +247,7 @@ def compare(
                     mode,
                 )
             if coords not in got:
-                absent.append((f"{name}{_at(coords)}", coords[0] if coords else None))
+                absent.append((f"{name}{_at(coords)}", dict(coords).get(run.main_loop)))
                 continue
             if not _same(got[coords], want[coords]):
                 return Outcome(
@@ -261,13 +261,14 @@ def compare(
     diverged = "diverged" in (outcome.status, getattr(outcome, "verdict", None))
     said = f"diverged: {outcome.divergence}" if diverged else (named_missing or "'finished'")
     if absent:
-        named = _iterations(named_missing) if named_missing else set()
+        named = (
+            _iterations(named_missing.removeprefix(run.main_loop or "")) if named_missing else set()
+        )
         unnamed = [a for a, it in absent if not diverged and it not in named]
         shown = _few([a for a, _ in absent])
         if unnamed:
-            return Outcome(
-                "missing (unnamed)", f"{_few(unnamed)} of {shown}; the replay said {said}", mode
-            )
+            which = _few(unnamed) + ("" if len(unnamed) == len(absent) else f" of {shown}")
+            return Outcome("missing (unnamed)", f"{which}; the replay said {said}", mode)
         return Outcome("missing (named)", f"{shown}; the replay said {said}", mode)
     count = sum(len(reference[n]) for n in names)
     if not count:
@@ -288,11 +289,11 @@ def _few(items: list[str]) -> str:
 
 
 def _order(coords: tuple) -> tuple:
-    return tuple((c is not None, c or 0) for c in coords)
+    return tuple((c is not None, c or 0) for _, c in coords)
 
 
 def _at(coords: tuple) -> str:
-    shown = ",".join("-" if c is None else str(c) for c in coords)
+    shown = ",".join(f"{loop}={c}" for loop, c in coords if c is not None)
     return f"[{shown}]"
 
 
