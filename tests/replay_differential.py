@@ -22,7 +22,7 @@ from pathlib import Path
 
 from conftest import git, recorded_project, run_py
 
-from florwb_engine.replay import execute, plan_replay
+from florwb_engine.replay import Plan, ReplayResult, execute, plan_replay
 from florwb_engine.store import Store
 
 CORPUS = Path(__file__).parent / "replay_corpus"
@@ -74,7 +74,12 @@ class Case:
 
 
 def load_case(path: Path) -> Case:
-    v1_lines, v2_lines, positions, expect, args, files = [], [], {}, {}, [], None
+    v1_lines: list[str] = []
+    v2_lines: list[str] = []
+    positions: dict[str, str] = {}
+    expect: dict[str, tuple[str, str]] = {}
+    args: list[str] = []
+    files: str | None = None
     for line in path.read_text().splitlines():
         if m := MARK.match(line):
             statement = m["statement"]
@@ -198,7 +203,9 @@ def _missing(value: object) -> bool:
 @dataclass
 class Outcome:
     """One replay compared with the forward run: `kind` is equal, differs, missing (named or
-    not), refused or failed; `detail` says what (the first differing value, the reason)."""
+    not), refused, failed (the replay crashed) or "diverged, served" (the replay called
+    the run diverged and readers still serve its values); `detail` says what (the first
+    differing value, the reason)."""
 
     kind: str
     detail: str
@@ -214,7 +221,7 @@ class Outcome:
         return f"{self.kind}{mode}: {self.detail}" if self.detail else f"{self.kind}{mode}"
 
 
-def replay(recorded: Recorded, names: list[str], workers: int) -> tuple[object, object]:
+def replay(recorded: Recorded, names: list[str], workers: int) -> tuple[Plan, ReplayResult | None]:
     """Plan and execute a replay of `names` through the engine's public path."""
     plan = plan_replay(recorded.root, names, workers=workers)
     result = execute(plan) if plan.ready() else None
@@ -232,11 +239,14 @@ def compare(
         why = run.reason or " ".join(run.notes)
         return Outcome("refused" if why else "failed", why or "refused without a reason")
     mode = f"{run.mode}, {len(run.segments)} seg"
+    assert result is not None
     (outcome,) = [r for r in result.runs if r.run_id == recorded.run_id]
-    named_missing = getattr(outcome, "missing", None) or []
+    named_missing: str = getattr(outcome, "missing", None) or ""
+    served_any = False
     absent: list[tuple[str, int | None]] = []  # (name[coords], main-loop iteration)
     for name in names:
         got = served(recorded.root, recorded.run_id, name)
+        served_any = served_any or bool(got)
         want = reference[name]
         for coords in sorted(set(got) | set(want), key=_order):
             if coords not in want:
@@ -269,11 +279,15 @@ def compare(
         if unnamed:
             which = _few(unnamed) + ("" if len(unnamed) == len(absent) else f" of {shown}")
             return Outcome("missing (unnamed)", f"{which}; the replay said {said}", mode)
+        if diverged and served_any:
+            return Outcome("diverged, served", f"some values served; the replay said {said}", mode)
         return Outcome("missing (named)", f"{shown}; the replay said {said}", mode)
     count = sum(len(reference[n]) for n in names)
     if not count:
         return Outcome("failed", "the forward run logged nothing (a broken corpus script)", mode)
-    return Outcome("equal", f"{count} values" + (f" ({said})" if diverged else ""), mode)
+    if diverged:
+        return Outcome("diverged, served", f"{count} values served; the replay said {said}", mode)
+    return Outcome("equal", f"{count} values", mode)
 
 
 def _iterations(text: str) -> set[int]:

@@ -35,8 +35,8 @@ Recording = tuple[Recorded, dict[str, Values]]
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Recording]:
-    """Each script recorded (and run forward) once, on first use: its outer and inner
-    replays share the recording (they replay different names)."""
+    """Each script recorded (and run forward) once per xdist worker, on first use: its
+    outer and inner replays share the recording (they replay different names)."""
     made: dict[str, Recording] = {}
 
     def recording(script: str) -> Recording:
@@ -49,9 +49,12 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Reco
     return recording
 
 
-@pytest.mark.xdist_group("replay_differential")
+# One xdist group per script: its two replays share its recording on one worker, and the
+# scripts spread over the workers.
 @pytest.mark.parametrize("place", PLACES)
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize(
+    "script", [pytest.param(s, marks=pytest.mark.xdist_group(f"stateful-{s}")) for s in SCRIPTS]
+)
 def test_served_values_equal_forward_run(
     script: str, place: str, recordings: Callable[[str], Recording]
 ) -> None:
