@@ -65,14 +65,23 @@ def florwb(project: Path, *args: str, check: bool = True, env=None):
     return proc
 
 
-def recorded_project(root: Path, script: str) -> Path:
-    """`root` made a git repository holding `script` as train.py, committed and recorded
-    once (for module-scoped fixtures that only read the run)."""
+def recorded_project(
+    root: Path,
+    script: str,
+    *args: str,
+    files: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> Path:
+    """`root` made a git repository holding `script` as train.py (and `files`, e.g. a
+    .gitignore), committed and recorded once with `args` and `env` (for module-scoped
+    fixtures that only read the run)."""
     write(root / "train.py", script)
+    for name, text in (files or {}).items():
+        write(root / name, text)
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "init")
-    run_py(root, "train.py")
+    run_py(root, "train.py", *args, env=env)
     return root
 
 

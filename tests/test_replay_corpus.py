@@ -10,95 +10,30 @@ logs with the same args, the run's inputs and the run's RNG states at `import fl
 position a script declares refused (`# expect: <position> refused: <reason>`) must be
 refused with that reason instead. A wrong value fails the test: "right or refused".
 Statements must not draw random numbers: one that does changes the run it is compared
-with.
+with. The script format and the forward run are tests/replay_differential.py's, shared with
+the loop-state corpus (tests/test_replay_differential.py).
 """
 
 from __future__ import annotations
 
 import math
-import re
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from conftest import git, run_py
+from replay_differential import CORPUS, FORWARD, case_names, load_case, write_inputs
 
 from florwb_engine.replay import execute, plan_replay
 from florwb_engine.store import Store
 
-CORPUS = Path(__file__).parent / "replay_corpus"
-POSITIONS = ("before", "epoch_start", "epoch_end", "step", "function", "closure")
 # Positions replayed together, to keep the corpus within its time budget (a replay costs a
 # worker process): the epoch-level ones share the outer mode (and the prefix statement runs
 # before their loop), the step-level ones the inner mode. A statement a plan refuses is
 # taken out of its group and the rest replayed without it.
 GROUPS = (("before", "epoch_start", "epoch_end"), ("step", "closure", "function"))
-MARK = re.compile(r"^(?P<indent>\s*)# @(?P<position>\w+) (?P<statement>.+)$")
-EXPECT = re.compile(r"^# expect: (?P<position>\w+) (?P<verdict>refused|marked): (?P<why>.+)$")
-ARGS = re.compile(r"^# args: (?P<args>.*)$")
-FILES = re.compile(r"^# files: (?P<module>\w+)$")
-
-
-# The forward run starts from the recorded run's RNG states at `import florwb` (what a
-# replay restores before the script's first line), so unseeded scripts and scripts that
-# draw their own seed have a reference: what the run would have logged with the statement.
-FORWARD = """
-import json, runpy, sys
-import numpy, torch
-from florwb_engine.record import start_rng
-start_rng.restore(json.loads(open({states!r}).read())["at_import"])
-sys.argv = ["train.py", *sys.argv[1:]]
-runpy.run_path("train.py", run_name="__main__")
-"""
-
-
-@dataclass
-class Case:
-    """One corpus script, parsed from its comment lines."""
-
-    name: str
-    v1: str
-    v2: str
-    positions: dict[str, str]  # position -> statement name
-    expect: dict[str, tuple[str, str]]  # position -> (refused|marked, reason substring)
-    args: list[str]
-    files: str | None  # a helper in the script's folder that writes its input files
-    outcome: dict[str, str] = field(default_factory=dict)
-
-
-def load_case(path: Path) -> Case:
-    v1_lines, v2_lines, positions, expect, args, files = [], [], {}, {}, [], None
-    for line in path.read_text().splitlines():
-        if m := MARK.match(line):
-            statement = m["statement"]
-            name = re.search(r'flor\.log\("(\w+)"', statement)
-            assert name, f"{path.name}: a marked statement must be a flor.log: {line}"
-            positions[m["position"]] = name[1]
-            v2_lines.append(m["indent"] + statement)
-            continue
-        if m := EXPECT.match(line):
-            expect[m["position"]] = (m["verdict"], m["why"])
-        if m := ARGS.match(line):
-            args = m["args"].split()
-        if m := FILES.match(line):
-            files = m["module"]
-        v1_lines.append(line)
-        v2_lines.append(line)
-    assert set(positions) <= set(POSITIONS), positions
-    return Case(
-        path.stem,
-        "\n".join(v1_lines) + "\n",
-        "\n".join(v2_lines) + "\n",
-        positions,
-        expect,
-        args,
-        files,
-    )
-
-
-CASES = [p.stem for p in sorted(CORPUS.glob("*.py")) if not p.stem.startswith("_")]
+CASES = case_names(CORPUS)
 
 
 def _values(project: Path, run_id: str, name: str, source: str | None) -> list:
@@ -113,13 +48,6 @@ def _values(project: Path, run_id: str, name: str, source: str | None) -> list:
     return [t if v is None or (isinstance(v, float) and math.isnan(v)) else v for v, t in rows]
 
 
-def _write_inputs(case: Case, folder: Path, version: int) -> None:
-    if case.files:
-        namespace: dict = {}
-        exec((CORPUS / f"{case.files}.py").read_text(), namespace)
-        namespace["write"](folder, version)
-
-
 @pytest.mark.parametrize("script", CASES)
 def test_replay_corpus(script: str, tmp_path: Path) -> None:
     start, cpu0 = time.perf_counter(), _cpu()
@@ -130,7 +58,7 @@ def test_replay_corpus(script: str, tmp_path: Path) -> None:
     git(root, "init", "-q", "-b", "main")
     (root / ".gitignore").write_text("*.pt\nout/\n")
     (root / "train.py").write_text(case.v1)
-    _write_inputs(case, root, 1)
+    write_inputs(case, root, 1)
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "v1")
     run_py(root, "train.py", *case.args)
@@ -146,7 +74,7 @@ def test_replay_corpus(script: str, tmp_path: Path) -> None:
     (fresh_id,) = [r["run_id"] for r in Store(fresh).runs()]
 
     (root / "train.py").write_text(case.v2)
-    _write_inputs(case, root, 2)
+    write_inputs(case, root, 2)
     git(root, "commit", "-q", "-am", "v2")
     outputs = {p: p.read_bytes() for p in root.rglob("*") if _user_output(root, p)}
 
