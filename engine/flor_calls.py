@@ -171,15 +171,22 @@ def loop_call_name(call: cst.Call, imports: FlorImports) -> str | None:
     return literal_string(name_arg.value) if name_arg is not None else None
 
 
-def iterates_loop_cst(node: cst.For, imports: FlorImports, name: str | None) -> bool:
-    """`iterates_loop` for a libcst `for` statement."""
+ANY_LOOP = object()  # iterates_loop_cst's `name` for a flor.loop of any name
+
+
+def iterates_loop_cst(node: cst.For, imports: FlorImports, name: str | object | None) -> bool:
+    """`iterates_loop` for a libcst `for` statement (`name=ANY_LOOP`: any flor.loop)."""
     if name is None:
         return False
     stack: list[cst.CSTNode] = [node.iter]
     while stack:
         sub = stack.pop()
-        if type(sub) is cst.Call and loop_call_name(sub, imports) == name:
-            return True
+        if type(sub) is cst.Call:
+            if name is ANY_LOOP:
+                if imports.api_of(sub.func) == "loop":
+                    return True
+            elif loop_call_name(sub, imports) == name:
+                return True
         stack.extend(sub.children)
     return False
 

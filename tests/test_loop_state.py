@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import git, run_py, write
+from conftest import git, recorded_project, run_py, write
 
 from florwb_engine.analysis.loop_state import loop_state
 from florwb_engine.replay import execute, plan_replay
@@ -34,7 +34,7 @@ def test_a_prefetching_while_style_loop_carries_its_batch_ema_best_and_counter()
         iter_num, best_val, ema, shown = 0, 1e9, None, 0
         with flor.checkpointing(model=net, optimizer=opt):
             for it in flor.loop("iter", range(10)):
-                for micro in range(2):
+                for micro in flor.loop("micro", range(2)):
                     loss = ((net(X) - Y) ** 2).mean()
                     X, Y = get_batch("train")
                     loss.backward()
@@ -71,7 +71,7 @@ def test_an_rl_episode_loop_over_count_carries_its_running_reward():
             running_reward = 10
             for i_episode in flor.loop("episode", count(1)):
                 ep_reward = 0
-                for t in range(1, 100):
+                for t in flor.loop("t", range(1, 100)):
                     ep_reward += t
                 running_reward = 0.05 * ep_reward + (1 - 0.05) * running_reward
                 finish_episode()
@@ -103,7 +103,7 @@ def test_a_helper_function_trainer_with_a_global_best_and_counters():
             with flor.checkpointing(model=net):
                 for epoch in flor.loop("epoch", range(3)):
                     running_loss, correct, total = 0.0, 0, 0
-                    for i in range(3):
+                    for i in flor.loop("step", range(3)):
                         running_loss += i
                         correct += 1
                         total += 2
@@ -118,6 +118,29 @@ def test_a_helper_function_trainer_with_a_global_best_and_counters():
     assert found.global_names == {"best", "steps"}
     assert found.mutated_objects == ("sched",)
     assert found.leaves == ("correct", "running_loss", "total")
+
+
+def test_only_flor_loops_leave_names_anywhere_under_the_main_loop():
+    """A replay skips flor.loops only: a plain `for` runs, so what it sets is no leave. A
+    step loop inside a helper the main loop calls (pytorch-cifar's `train()`) leaves what
+    the helper reads after it, its `return` included."""
+    found = _state(
+        """
+        import florwb as flor
+        def train(loader):
+            total = 0.0
+            for batch_idx, x in flor.loop("step", enumerate(loader)):
+                total += x
+            return total / (batch_idx + 1)
+        for epoch in flor.loop("epoch", range(3)):
+            seen = 0
+            for x in range(4):
+                seen += x
+            flor.log("loss", train([1.0, 2.0]) + seen)
+        """,
+        "epoch",
+    )
+    assert found.leaves == ("batch_idx", "total")
 
 
 def test_a_trainer_method_changing_its_own_attributes_is_not_whole_state():
@@ -377,3 +400,50 @@ def test_a_loop_that_changes_an_unregistered_object_restores_whole_state_or_none
     assert run.from_start
     assert execute(plan).status == "finished"
     assert list(Store(project).dataframe("n").n) == [1, 2, 3, 4]
+
+
+SHUFFLED = """
+import time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+import florwb as flor
+
+torch.manual_seed(0)
+flor.set_checkpoint_budget(1.0)
+data = torch.randn(32, 3)
+generator = torch.Generator()
+generator.manual_seed(7)
+loader = DataLoader(TensorDataset(data), batch_size=8, shuffle=True, generator=generator)
+net = torch.nn.Linear(3, 1)
+opt = torch.optim.SGD(net.parameters(), lr=0.05)
+with flor.checkpointing(model=net, optimizer=opt):
+    for epoch in flor.loop("epoch", range(5)):
+        for (x,) in flor.loop("step", loader):
+            loss = (net(x) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        time.sleep(0.02)
+"""
+SHUFFLED_NEW = SHUFFLED.replace(
+    "            opt.step()\n",
+    '            opt.step()\n            flor.log("first", float(x[0, 0]))\n',
+)
+
+
+def test_a_shuffling_dataloaders_own_generator_is_restored_with_the_checkpoint(tmp_path):
+    """The loader's generator draws each epoch's order: a segment starting at epoch 3
+    must shuffle as the run did there, not as a fresh generator at epoch 0 would."""
+    forward = tmp_path / "forward"
+    write(forward / "train.py", SHUFFLED_NEW)
+    run_py(forward, "train.py")
+    expected = list(Store(forward).dataframe("first")["first"])
+    project = recorded_project(tmp_path / "project", SHUFFLED)
+    saved = torch.load(next((project / ".florwb" / "checkpoints").rglob("epoch-*.pt")))
+    assert set(saved["generators"]) == {"generator"}
+    write(project / "train.py", SHUFFLED_NEW)
+    plan = plan_replay(project, ["first"], workers=2)
+    (run,) = plan.runs
+    assert not run.from_start and run.segments[1].first > 0, run.notes
+    assert execute(plan).status == "finished"
+    assert list(Store(project).dataframe("first")["first"]) == expected

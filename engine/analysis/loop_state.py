@@ -42,7 +42,7 @@ from florwb_engine.analysis.mutations import (
 from florwb_engine.analysis.names import free_names, target_names
 from florwb_engine.analysis.nodes import iter_children
 from florwb_engine.analysis.purity import OUTPUT_METHODS
-from florwb_engine.flor_calls import FlorImports, imports_from_nodes, iterates_loop_cst
+from florwb_engine.flor_calls import ANY_LOOP, FlorImports, imports_from_nodes, iterates_loop_cst
 
 _NESTED_SCOPES = (
     cst.FunctionDef,
@@ -120,13 +120,7 @@ def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = 
         declared = _declared_globals(function)
         local = (_scope_defs(function.body) | _params(function)) - declared
         global_names = frozenset(n for n in carried if n not in local)
-    # leaves: a pass without the back edge, noting what is live after each inner loop
-    leaves_live = _Liveness(summaries, record=True)
-    leaves_live.block(loop.body, set(), _Ctx(set(), set()))
-    leaves = set()
-    for inner, after in leaves_live.after_loops:
-        leaves |= _scope_defs(inner) & after
-    leaves -= excluded
+    leaves = _inner_leaves(loop, functions, summaries, imports) - excluded
     return LoopState(
         found=True,
         at_module=function is None,
@@ -254,6 +248,37 @@ def _called_names(node: cst.CSTNode) -> set[str]:
         for sub in _scope_nodes(node)
         if type(sub) is cst.Call and type(sub.func) is cst.Name
     }
+
+
+def _inner_leaves(
+    loop: cst.For,
+    functions: dict[str, cst.FunctionDef],
+    summaries: dict[str, tuple[set[str], set[str]]],
+    imports: FlorImports,
+) -> set[str]:
+    """Names an inner flor.loop assigns that the code after it reads (before the body or
+    the function holding it ends, a `return` included): in the main loop's body, and in
+    the module-level functions it calls (transitively; a pytorch-cifar `train()` whose step
+    loop leaves `batch_idx` for its `return`). A replay that skips such a loop must put
+    them back. One pass without the back edge, noting what is live after each loop."""
+    leaves: set[str] = set()
+    scopes: list[cst.CSTNode] = [loop.body]
+    seen: set[str] = set()
+    calls = _called_names(loop.body)
+    while calls:
+        name = calls.pop()
+        if name in seen or name not in functions:
+            continue
+        seen.add(name)
+        scopes.append(functions[name].body)
+        calls |= _called_names(functions[name].body)
+    for scope in scopes:
+        live = _Liveness(summaries, record=True)
+        live.block(scope, set(), _Ctx(set(), set()))
+        for inner, after in live.after_loops:
+            if type(inner) is cst.For and iterates_loop_cst(inner, imports, ANY_LOOP):
+                leaves |= _scope_defs(inner) & after
+    return leaves
 
 
 def _summary(function: cst.FunctionDef) -> tuple[set[str], set[str]]:

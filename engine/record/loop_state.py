@@ -28,6 +28,7 @@ from typing import Any
 
 CARRIED = "carried"  # checkpoint key: {name: encoded value}
 UNCARRIED = "uncarried"  # checkpoint key: {name: why it is not in `carried`}
+GENERATORS = "generators"  # checkpoint key: {"loader.generator": a torch.Generator's state}
 
 
 def _max_bytes() -> int:
@@ -187,12 +188,53 @@ def capture(on_event: Any = None) -> dict:
                 "counts": [["loop state not saved", f"{n} ({uncarried[n]})", 1] for n in new],
             }
         )
-    return {CARRIED: carried, UNCARRIED: uncarried}
+    found = {CARRIED: carried, UNCARRIED: uncarried}
+    if frame is not None:
+        found[GENERATORS] = {path: g.get_state() for path, g in _generators(frame).items()}
+    return found
+
+
+def _generators(frame: types.FrameType) -> dict[str, Any]:
+    """The torch.Generator objects the main loop's frame reaches by name: one bound to a
+    name, or held by a DataLoader or sampler as `.generator`. Iterating a shuffling
+    DataLoader draws from its generator every epoch (the order, the workers' seeds): a
+    segment starting from a checkpoint needs its state as the run had it, like the
+    global RNGs (checkpoint.capture_rng)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    kind = torch.Generator
+    found: dict[str, Any] = {}
+    seen: set[int] = set()
+    names = dict(frame.f_globals)
+    if frame.f_locals is not frame.f_globals:
+        names.update(frame.f_locals)
+    for name, value in names.items():
+        for path, obj in ((name, value), (f"{name}.generator", _held_generator(value))):
+            if type(obj) is kind and id(obj) not in seen:
+                seen.add(id(obj))
+                found[path] = obj
+    return found
+
+
+def _held_generator(value: Any) -> Any:
+    """`value.generator` where that is a plain attribute (a DataLoader's, a sampler's);
+    never a property or `__getattr__` of arbitrary user objects, which may do anything."""
+    try:
+        return vars(value).get("generator")
+    except TypeError:  # no __dict__: ints, tensors, modules' slots
+        return None
 
 
 def restore(saved: dict) -> None:
-    """Put the carried names of a checkpoint back into the main loop's frame."""
+    """Put the carried names of a checkpoint back into the main loop's frame, and the
+    states of the torch.Generators it reaches."""
     frame = _KEEPER.frame
+    if frame is not None and saved.get(GENERATORS):
+        reached = _generators(frame)
+        for path, state in saved[GENERATORS].items():
+            if path in reached:
+                reached[path].set_state(state)
     values = saved.get(CARRIED)
     if frame is None or not values:
         return

@@ -118,6 +118,12 @@ def _whole_state(
             f"the {loop} loop changes {listed} in place, which no checkpoint holds "
             "(flor.checkpointing registers what a restore puts back)"
         )
+    if found.leaves:
+        listed = ", ".join(found.leaves[:4])
+        return (
+            f"code after an inner loop of the {loop} loop reads {listed}, which that loop "
+            "sets and no checkpoint holds"
+        )
     carried = ", ".join(found.carried[:4])
     files = {i: name for i, (name, _size) in facts.checkpoints.items() if not is_manifest(name)}
     if not files:
