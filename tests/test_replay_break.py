@@ -180,7 +180,8 @@ def test_the_plan_names_every_recorded_iteration(counted, tmp_path):
 def test_iterations_a_replay_did_not_execute_are_named_missing(counted, tmp_path):
     project = _today(counted["every"], tmp_path, COUNT_NEW)
     # the old script stops where its environment says: here, 10 iterations early
-    proc = florwb(project, "replay", "wn", "--yes", env={"STOP_AT": "20"})
+    # one segment: a later one would start past the stop and replay what follows it
+    proc = florwb(project, "replay", "wn", "--yes", "--workers", "1", env={"STOP_AT": "20"})
     assert "missing: iter 21-30" in proc.stdout
     (run,) = json.loads(florwb(project, "runs", "--json").stdout)
     assert run["verdicts"][-1]["missing"] == "iter 21-30"  # kept with the verdict
