@@ -5,6 +5,7 @@ whose state cannot all be restored re-executes from its start, said in the plan.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -447,3 +448,24 @@ def test_a_shuffling_dataloaders_own_generator_is_restored_with_the_checkpoint(t
     assert not run.from_start and run.segments[1].first > 0, run.notes
     assert execute(plan).status == "finished"
     assert list(Store(project).dataframe("first")["first"]) == expected
+
+
+def test_the_analysis_of_a_script_is_kept_and_reused_by_its_later_runs(tmp_path):
+    """The analysis costs about a second of CPU per run: a second run of the same code
+    reads the answer the first one kept (shown here by an answer edited in between)."""
+    cache = tmp_path / "cache"
+    env = {"XDG_CACHE_HOME": str(cache)}
+    project = tmp_path / "project"
+    write(project / "train.py", SCRIPT)
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "v1")
+    run_py(project, "train.py", env=env)
+    (kept,) = (cache / "florwb" / "loop-state").glob("*.json")
+    answer = json.loads(kept.read_text())
+    assert sorted(answer["carried"]) == ["X", "Y", "best", "ema", "spread"]
+    kept.write_text(json.dumps({**answer, "carried": ["ema"]}))
+    run_py(project, "train.py", env=env)
+    newest = max(Store(project).runs(), key=lambda r: r["start_time"])["run_id"]
+    files = sorted((project / ".florwb" / "checkpoints" / newest).glob("iter-*.pt"))
+    assert sorted(torch.load(files[-1], weights_only=True)["carried"]) == ["ema"]

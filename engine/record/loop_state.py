@@ -4,9 +4,11 @@ The names come from the static analysis (florwb_engine.analysis.loop_state) of t
 that runs the main loop, done once per run in a process of its own started when the main
 loop starts (importing libcst and parsing take most of a second of CPU: on a thread they
 would compete with training for the GIL and inflate the checkpoint costs the policy
-measures) and waited for at the first checkpoint. Values are read from the frame that runs
-the main loop — remembered when it starts, so a checkpoint taken from an inner loop in a
-helper function still reads the main loop's names — and stored in a form
+measures) and waited for at the first checkpoint; the answer is kept in the user's cache
+folder (`~/.cache/florwb/loop-state/`, by the file's bytes, the loop and the analysis's own
+code), so later runs of the same script do not analyse it again. Values are read from the
+frame that runs the main loop — remembered when it starts, so a checkpoint taken from an
+inner loop in a helper function still reads the main loop's names — and stored in a form
 `torch.load(weights_only=True)` accepts: tensors by value, plain values (numbers, strings,
 lists, tuples, dicts of them) copied, numpy arrays as tensors with their dtype. What cannot
 be kept that way (too big, a generator, an open file, any other object) is listed under
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -72,6 +76,7 @@ class _Keeper:
         self.started = False
         self._process: subprocess.Popen | None = None
         self._where = ""
+        self._cache: Path | None = None
         self.reported: set[str] = set()
 
     def start(self, frame: types.FrameType, loop_name: str, analyse: bool) -> None:
@@ -81,6 +86,9 @@ class _Keeper:
         self.started = True
         path = frame.f_code.co_filename
         self._where = f"{Path(path).name}:{frame.f_lineno} (loop {loop_name!r})"
+        self._cache = _cache_file(path, loop_name, frame.f_lineno)
+        if self._cache is not None and self._cache.is_file():
+            return  # this code was analysed before: wait() reads the answer
         try:
             self._process = subprocess.Popen(
                 [sys.executable, "-c", _ANALYSE, path, loop_name, str(frame.f_lineno)],
@@ -94,17 +102,27 @@ class _Keeper:
 
     def wait(self) -> None:
         process, self._process = self._process, None
+        cache, self._cache = self._cache, None
         if process is None:
-            return
+            if cache is None:
+                return
+            try:
+                out, err, returncode = cache.read_text(), "", 0
+            except OSError as exc:  # gone since start(): no answer, said like any failure
+                out, err, returncode = "", f"the cached analysis is unreadable: {exc}", 1
+        else:
+            try:
+                out, err = process.communicate(timeout=ANALYSIS_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                self.failed = f"the analysis of the loop's code took over {ANALYSIS_TIMEOUT_S} s"
+                return
+            returncode = process.returncode
+            if returncode == 0 and cache is not None:
+                _keep(cache, out)
         try:
-            out, err = process.communicate(timeout=ANALYSIS_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
-            self.failed = f"the analysis of the loop's code took over {ANALYSIS_TIMEOUT_S} s"
-            return
-        try:
-            found = json.loads(out) if process.returncode == 0 else None
+            found = json.loads(out) if returncode == 0 else None
         except ValueError:
             found = None
         if found is None:
@@ -114,6 +132,46 @@ class _Keeper:
             self.failed = f"no `for` loop at {self._where}"
         else:
             self.names = tuple(found["carried"])
+
+
+def _cache_file(path: str, loop_name: str, line: int) -> Path | None:
+    """Where the analysis of this code (the file's bytes, the loop, the analysis's own
+    code) is kept: every later run of the same script reuses it instead of paying the
+    analysis's second of CPU again. None where the file cannot be read."""
+    try:
+        source = Path(path).read_bytes()
+    except OSError:
+        return None
+    digest = hashlib.sha256(source)
+    digest.update(f"\0{loop_name}\0{line}\0".encode())
+    digest.update(_analysis_code_digest())
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "florwb" / "loop-state" / f"{digest.hexdigest()}.json"
+
+
+@functools.cache
+def _analysis_code_digest() -> bytes:
+    """The analysis's own code: a florwb that analyses differently never reads an answer
+    an older one kept."""
+    engine = Path(__file__).resolve().parent.parent  # found, not imported: libcst is heavy
+    digest = hashlib.sha256()
+    for file in sorted((engine / "analysis").glob("*.py")):
+        digest.update(file.read_bytes())
+    digest.update((engine / "flor_calls.py").read_bytes())
+    return digest.digest()
+
+
+def _keep(cache: Path, answer: str) -> None:
+    """Keep an analysis for later runs. Only time is lost when this fails (a read-only or
+    full home): the next run analyses again."""
+    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(answer)
+        os.replace(tmp, cache)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 _KEEPER = _Keeper()
