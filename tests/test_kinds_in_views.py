@@ -399,9 +399,10 @@ async def test_compare_opens_every_kind_against_the_replayed_run(matrix):
             app.push_screen(screen)
             try:
                 # the comparison read and drawn, naming the second run
+                second = short_run(run_id)
                 await wait_for(
                     pilot,
-                    lambda t, s=screen, r=short_run(run_id): (
+                    lambda t, s=screen, r=second: (
                         app.screen is s and s.comparison is not None and r in t
                     ),
                     timeout=30,
