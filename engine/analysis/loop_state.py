@@ -40,19 +40,9 @@ from florwb_engine.analysis.mutations import (
     path_of,
 )
 from florwb_engine.analysis.names import free_names, target_names
-from florwb_engine.analysis.nodes import iter_children
+from florwb_engine.analysis.nodes import NESTED_SCOPES, iter_children
 from florwb_engine.analysis.purity import OUTPUT_METHODS
 from florwb_engine.flor_calls import ANY_LOOP, FlorImports, imports_from_nodes, iterates_loop_cst
-
-_NESTED_SCOPES = (
-    cst.FunctionDef,
-    cst.ClassDef,
-    cst.Lambda,
-    cst.ListComp,
-    cst.SetComp,
-    cst.DictComp,
-    cst.GeneratorExp,
-)
 
 
 @dataclass(frozen=True)
@@ -204,7 +194,7 @@ def _scope_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while stack:
         current = stack.pop()
         yield current
-        if current is not node and isinstance(current, _NESTED_SCOPES):
+        if current is not node and isinstance(current, NESTED_SCOPES):
             continue
         stack.extend(child for child, _, _ in iter_children(current))
 
@@ -262,7 +252,20 @@ def _inner_leaves(
     loop leaves `batch_idx` for its `return`). A replay that skips such a loop must put
     them back. One pass without the back edge, noting what is live after each loop."""
     leaves: set[str] = set()
-    scopes: list[cst.CSTNode] = [loop.body]
+    for scope in [loop.body, *(fn.body for fn in _called_functions(loop, functions))]:
+        live = _Liveness(summaries, record=True)
+        live.block(scope, set(), _Ctx(set(), set()))
+        for inner, after in live.after_loops:
+            if type(inner) is cst.For and iterates_loop_cst(inner, imports, ANY_LOOP):
+                leaves |= _scope_defs(inner) & after
+    return leaves
+
+
+def _called_functions(
+    loop: cst.For, functions: dict[str, cst.FunctionDef]
+) -> list[cst.FunctionDef]:
+    """The module-level functions the loop's body calls, and those they call, once each."""
+    found: list[cst.FunctionDef] = []
     seen: set[str] = set()
     calls = _called_names(loop.body)
     while calls:
@@ -270,15 +273,9 @@ def _inner_leaves(
         if name in seen or name not in functions:
             continue
         seen.add(name)
-        scopes.append(functions[name].body)
+        found.append(functions[name])
         calls |= _called_names(functions[name].body)
-    for scope in scopes:
-        live = _Liveness(summaries, record=True)
-        live.block(scope, set(), _Ctx(set(), set()))
-        for inner, after in live.after_loops:
-            if type(inner) is cst.For and iterates_loop_cst(inner, imports, ANY_LOOP):
-                leaves |= _scope_defs(inner) & after
-    return leaves
+    return found
 
 
 def _summary(function: cst.FunctionDef) -> tuple[set[str], set[str]]:
@@ -301,19 +298,11 @@ def _mutated(
     (transitively), changes in place, less what a registered object holds."""
     bound = bound_names(loop)
     found = {p for p in mutated_paths(loop.body, registered, OUTPUT_METHODS) if p[0] not in bound}
-    seen: set[str] = set()
-    calls = _called_names(loop.body)
-    while calls:
-        name = calls.pop()
-        if name in seen or name not in functions:
-            continue
-        seen.add(name)
-        fn = functions[name]
+    for fn in _called_functions(loop, functions):
         local = (_scope_defs(fn.body) | _params(fn)) - _declared_globals(fn)
         found |= {
             p for p in mutated_paths(fn.body, registered, OUTPUT_METHODS) if p[0] not in local
         }
-        calls |= _called_names(fn.body)
     imported = imported_names(module)
     return {
         p for p in found if p[0] not in imported and not any(p[: len(r)] == r for r in registered)

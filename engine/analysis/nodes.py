@@ -77,6 +77,17 @@ FIELD_ORDER: dict[type, tuple[str, ...]] = {
 
 FIELDS_CACHE: dict[type, tuple[str, ...]] = {}
 
+# Nodes that open a scope of their own: names bound inside are not the enclosing code's.
+NESTED_SCOPES = (
+    cst.FunctionDef,
+    cst.ClassDef,
+    cst.Lambda,
+    cst.ListComp,
+    cst.SetComp,
+    cst.DictComp,
+    cst.GeneratorExp,
+)
+
 
 def fields_of(tp: type) -> tuple[str, ...]:
     names = FIELDS_CACHE.get(tp)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import libcst as cst
 
 from florwb_engine.analysis.names import assigned_names
+from florwb_engine.analysis.nodes import NESTED_SCOPES
 from florwb_engine.instrument.syntax import strip_passthrough
 from florwb_engine.instrument.tree import Tree
 
@@ -236,18 +237,7 @@ class Scopes:
         while stack:
             current = stack.pop()
             yield current
-            if current is not node and isinstance(
-                current,
-                (
-                    cst.FunctionDef,
-                    cst.ClassDef,
-                    cst.Lambda,
-                    cst.ListComp,
-                    cst.SetComp,
-                    cst.DictComp,
-                    cst.GeneratorExp,
-                ),
-            ):
+            if current is not node and isinstance(current, NESTED_SCOPES):
                 continue
             stack.extend(reversed(self.tree.children(current)))
 
