@@ -41,8 +41,10 @@ def moment_decision(
     facts: RunFacts,
     loops: tuple[FlorLoop, ...],
     mode: ReplayMode,
+    memoized: frozenset[str] = frozenset(),
 ) -> MomentDecision:
-    """The mode (and whether to run from the start) that the run's checkpoints allow."""
+    """The mode (and whether to run from the start) that the run's checkpoints allow;
+    names in `memoized` are put back where a skipped inner loop would have left them."""
     decision = MomentDecision(mode)
     if mode not in (OUTER, INNER) or not facts.checkpoints:
         return decision
@@ -61,7 +63,7 @@ def moment_decision(
                 "after the code that follows its inner loops: the inner loops are re-executed"
             )
         return decision
-    stale = reads_inner(loops, facts.main_loop)
+    stale = reads_inner(loops, facts.main_loop) - memoized
     if mode == INNER and stale and min(facts.checkpoints) < max(facts.epoch_s, default=0):
         decision.from_start = True
         listed = ", ".join(sorted(stale)[:4])

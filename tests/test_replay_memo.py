@@ -1,0 +1,210 @@
+"""Memoized SkipBlock side effects: the names a step loop leaves for the code after it
+(`running_loss`, the last batch's `loss`, a helper's `train_loss / (batch_idx + 1)`) are
+kept with each checkpoint where the loop ends, so an outer-mode replay of an epoch-level
+statement skips the step loops and still reads what a forward run read; checkpoints
+without them make the run re-execute from its start, said in the plan."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+from conftest import recorded_project, run_py, write
+
+from florwb_engine.replay import execute, plan_replay
+from florwb_engine.store import Store
+
+HEAD = """
+import time
+import torch
+import florwb as flor
+
+torch.manual_seed(0)
+flor.set_checkpoint_budget(1.0)
+data = torch.randn(32, 3)
+target = data.sum(1, keepdim=True)
+net = torch.nn.Linear(3, 1)
+opt = torch.optim.SGD(net.parameters(), lr=0.05)
+n = 4
+"""
+
+PLAIN = (
+    HEAD
+    + """
+with flor.checkpointing(model=net, optimizer=opt):
+    for e in flor.loop("epoch", range(4)):
+        running_loss = 0.0
+        for s in flor.loop("step", range(n)):
+            x, y = data[s * 8 : (s + 1) * 8], target[s * 8 : (s + 1) * 8]
+            loss = ((net(x) - y) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            running_loss += loss.item()
+        print(f"epoch {e} loss {running_loss / n}")
+        flor.log("epoch_loss", running_loss / n)
+        time.sleep(0.02)
+"""
+)
+PLAIN_NEW = PLAIN.replace(
+    '        flor.log("epoch_loss", running_loss / n)\n',
+    '        flor.log("epoch_loss", running_loss / n)\n'
+    '        flor.log("memo_check", running_loss / n + loss.item())\n',
+)
+
+CIFAR = (
+    HEAD
+    + """
+
+def train(epoch):
+    train_loss = 0.0
+    total = 0
+    for batch_idx, s in enumerate(flor.loop("step", range(n))):
+        x, y = data[s * 8 : (s + 1) * 8], target[s * 8 : (s + 1) * 8]
+        loss = ((net(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        train_loss += loss.item()
+        total += y.size(0)
+    return train_loss / (batch_idx + 1) + total
+
+
+with flor.checkpointing(model=net, optimizer=opt):
+    for e in flor.loop("epoch", range(4)):
+        avg = train(e)
+        flor.log("avg", avg)
+        time.sleep(0.02)
+"""
+)
+CIFAR_NEW = CIFAR.replace(
+    '        flor.log("avg", avg)\n',
+    '        flor.log("avg", avg)\n        flor.log("memo_check", avg * 2 + e)\n',
+)
+
+
+def _forward(folder: Path, script: str, name: str) -> list[float]:
+    write(folder / "train.py", script)
+    run_py(folder, "train.py")
+    return list(Store(folder).dataframe(name)[name])
+
+
+def _replayed(root: Path, script: str, new: str, name: str) -> tuple[list[float], object]:
+    project = recorded_project(root, script)
+    write(project / "train.py", new)
+    plan = plan_replay(project, [name], workers=2)
+    (run,) = plan.runs
+    assert execute(plan).status == "finished"
+    return list(Store(project).dataframe(name)[name]), run
+
+
+def _assert_skipped(run) -> None:
+    assert run.mode == "outer", run.notes
+    assert not run.from_start, run.notes
+    assert len(run.segments) == 2 and run.segments[1].first > 0, run.segments
+    assert sum(len(s.skip_inner) for s in run.segments) == 4, run.segments
+    assert any("restored from the values memoized" in note for note in run.notes), run.notes
+
+
+def test_an_epoch_summary_after_the_step_loop_replays_without_the_step_loop(tmp_path):
+    values, run = _replayed(tmp_path / "p", PLAIN, PLAIN_NEW, "memo_check")
+    _assert_skipped(run)
+    assert values == _forward(tmp_path / "f", PLAIN_NEW, "memo_check")
+    files = sorted((tmp_path / "p" / ".florwb" / "checkpoints").rglob("epoch-*.pt"))
+    saved = torch.load(files[1], weights_only=True)
+    assert sorted(saved["left"]["1"]) == ["loss", "running_loss", "s", "x", "y"]
+    assert saved["unmemoized"] == {}
+
+
+def test_a_helper_returning_what_its_step_loop_leaves_is_memoized_in_its_own_frame(tmp_path):
+    values, run = _replayed(tmp_path / "p", CIFAR, CIFAR_NEW, "memo_check")
+    _assert_skipped(run)
+    assert values == _forward(tmp_path / "f", CIFAR_NEW, "memo_check")
+
+
+def test_checkpoints_without_memoized_values_re_execute_from_the_start(tmp_path):
+    project = recorded_project(tmp_path / "p", PLAIN)
+    write(project / "train.py", PLAIN_NEW)
+    for f in (project / ".florwb" / "checkpoints").rglob("epoch-*.pt"):
+        saved = torch.load(f, weights_only=True)
+        del saved["left"], saved["unmemoized"]  # as written before florwb memoized them
+        torch.save(saved, f)
+    plan = plan_replay(project, ["memo_check"], workers=2)
+    (run,) = plan.runs
+    assert run.from_start
+    assert any("written before florwb memoized them" in note for note in run.notes), run.notes
+    assert execute(plan).status == "finished"
+    values = list(Store(project).dataframe("memo_check").memo_check)
+    assert values == _forward(tmp_path / "f", PLAIN_NEW, "memo_check")
+
+
+def test_a_value_too_big_to_memoize_makes_the_run_re_execute(tmp_path):
+    project = recorded_project(tmp_path / "p", PLAIN, env={"FLORWB_CARRIED_MAX_BYTES": "4"})
+    write(project / "train.py", PLAIN_NEW)
+    plan = plan_replay(project, ["memo_check"], workers=2)
+    (run,) = plan.runs
+    assert run.from_start, run.notes
+    assert any("could not be memoized" in note for note in run.notes), run.notes
+
+
+# -- generated loop bodies --------------------------------------------------------------------
+
+INNER = [
+    "acc = acc + float(step_loss)",
+    "acc += float(step_loss)",
+    "last = float(step_loss) * 2",
+    "box.total = box.total + float(step_loss)",
+    "count += 1",
+]
+AFTER = ["acc", "last", "count", "box.total", "acc * count + last"]
+
+
+def _generated(rng: random.Random) -> tuple[str, str]:
+    inner = rng.sample(INNER, 3)
+    read = rng.choice(AFTER)
+    body = "\n".join(f"            {line}" for line in inner)
+    return (
+        HEAD
+        + f"""
+
+class Box:
+    total = 0.0
+
+
+box = Box()
+acc = 0.0
+last = 0.0
+count = 0
+with flor.checkpointing(model=net, optimizer=opt):
+    for e in flor.loop("epoch", range(4)):
+        for s in flor.loop("step", range(n)):
+            x, y = data[s * 8 : (s + 1) * 8], target[s * 8 : (s + 1) * 8]
+            step_loss = ((net(x) - y) ** 2).mean()
+            opt.zero_grad()
+            step_loss.backward()
+            opt.step()
+{body}
+        flor.log("seen", float({read.split(" ")[0]}))
+        time.sleep(0.02)
+""",
+        read,
+    )
+
+
+def test_generated_bodies_replay_the_values_of_a_forward_run(tmp_path):
+    """Whichever names the step loop assigns and the epoch body reads after it (plain,
+    augmented, an attribute of an object the loop changes), a replay — memoized where the
+    checkpoints hold what the loop left, re-executed where they cannot — gives the values
+    of a forward run of the new script."""
+    rng = random.Random(21)
+    for case in range(3):
+        script, read = _generated(rng)
+        new = script.replace(
+            "        time.sleep(0.02)\n",
+            f'        flor.log("memo_check", float({read}))\n        time.sleep(0.02)\n',
+        )
+        values, run = _replayed(tmp_path / f"p{case}", script, new, "memo_check")
+        assert values == _forward(tmp_path / f"f{case}", new, "memo_check"), (script, run.notes)
+        if "box.total = " not in script:  # an unregistered object it changes: from start
+            _assert_skipped(run)
