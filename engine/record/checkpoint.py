@@ -361,7 +361,7 @@ class Checkpointer:
         else:
             state = state_of(self.objects)
             state.update(loop_state.capture(self._on_written))  # the loop-carried names
-        if after_inner and self.rng_only is None:
+        if after_inner:  # a DDP rank > 0 keeps its own: its batch, its loss
             kept, why = loop_state.capture_left(frame)
             left[str(after_inner)] = kept
             unmemoized.update(why)

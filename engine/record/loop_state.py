@@ -12,6 +12,14 @@ lists, tuples, dicts of them) copied, numpy arrays as tensors with their dtype. 
 be kept that way (too big, a generator, an open file, any other object) is listed under
 `uncarried` with the reason, and said once in the run's journal: replay planning then
 re-executes that run from its start instead of restoring part of its state.
+
+The same analysis names what each inner flor.loop assigns: where such a loop ends in an
+iteration being checkpointed, those values are kept too (`left`, read from the frame that
+ran the loop, a helper function's included; `unmemoized` says what could not be kept), and
+a replay that skips the loop puts them back into the frame skipping it (FLOR's SkipBlock
+side-effect memoization): an epoch summary reading `running_loss` after the step loop
+needs no step re-run. All assigned names are kept, not only those the recorded code reads
+after the loop: a statement added later may read any of them.
 """
 
 from __future__ import annotations

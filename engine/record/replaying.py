@@ -234,7 +234,9 @@ class Replayer:
             saved = load(own)
             restore_rng(saved["rng"])
             loop_state.restore(saved)  # this rank's own batch, counters...: not rank 0's
+            self._left = saved.get(loop_state.LEFT) or {}  # what its own inner loops left
         except (OSError, KeyError, RuntimeError) as exc:  # replay goes on; fidelity checks
+            self._left = {}  # never rank 0's values in this rank's frames
             print(f"florwb: rank RNG states not restored from {own.name}: {exc}", file=sys.stderr)
 
     def _progress(self, total: int) -> None:

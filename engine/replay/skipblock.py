@@ -10,9 +10,11 @@ way and are planned otherwise here:
   end, after the code that follows the inner loops (a scheduler step, best-so-far): skipping
   the inner loops and running that code again would apply it twice, so the inner loops are
   re-executed (each segment restores the iteration-end state at its start, which is exact);
-- the rest of the body reads names the inner loops set (`print(loss.item())`): replayed
-  from a checkpoint at a segment's start it would read names nothing set, so the run is
-  re-executed from its first iteration in one segment.
+- the rest of the body reads names the inner loops set (`print(loss.item())`) that the
+  checkpoints did not memoize (written before florwb kept what each inner loop leaves, or
+  a value too big to keep): replayed from a checkpoint it would read names nothing set, so
+  the run is re-executed from its first iteration in one segment. Names they memoized are
+  put back where each skipped loop would have left them (`memoized`, state_decision.py).
 """
 
 from __future__ import annotations
