@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from conftest import recorded_project, run_py, write
 
+from florwb_engine.analysis.loop_state import loop_state
 from florwb_engine.replay import execute, plan_replay
 from florwb_engine.store import Store
 
@@ -208,3 +209,15 @@ def test_generated_bodies_replay_the_values_of_a_forward_run(tmp_path):
         assert values == _forward(tmp_path / f"f{case}", new, "memo_check"), (script, run.notes)
         if "box.total = " not in script:  # an unregistered object it changes: from start
             _assert_skipped(run)
+
+
+def test_the_analysis_says_per_inner_loop_what_it_leaves_and_assigns_by_its_header_lines():
+    code = CIFAR + "\n"
+    found = loop_state(code, "epoch")
+    lines = code.splitlines()
+    ((first, last, left, assigned),) = found.inner_leaves
+    assert 'flor.loop("step"' in lines[first - 1]  # the frame's line where the loop ends
+    assert first <= last
+    assert left == ("batch_idx", "total", "train_loss")
+    assert set(assigned) >= {"batch_idx", "loss", "s", "total", "train_loss", "x", "y"}
+    assert found.leaves == left

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from florwb_engine.analysis.loop_state import loop_state
+from florwb_engine.analysis.loop_state import LoopState, loop_state
 from florwb_engine.project import store_dir
 from florwb_engine.propagate import Placement
 from florwb_engine.record.checkpoint import holds_grads, left_kept, loop_state_kept
@@ -84,12 +84,15 @@ class Memo:
     missing: str | None = None  # why the other names the inner loops leave are not
 
 
-def memoized(project: Path, run_id: str, code: str, facts: RunFacts) -> Memo:
+def memoized(
+    project: Path, run_id: str, code: str, facts: RunFacts, found: LoopState | None = None
+) -> Memo:
     """The names of `found.leaves` every checkpoint of the run memoized (the first and the
     last are read: one florwb version per run, and a value that grows is too big in the
     last one), and why the rest are not. A checkpoint taken at its iteration's end skips
-    no loop and needs none."""
-    found = loop_state(code, facts.main_loop)
+    no loop and needs none. `found`: the loop state of `code`, where the caller has it."""
+    if found is None:
+        found = loop_state(code, facts.main_loop)
     if not found.leaves:
         return Memo()
     files = {i: name for i, (name, _size) in facts.checkpoints.items() if not is_manifest(name)}
@@ -167,7 +170,7 @@ def _whole_state(
             "(flor.checkpointing registers what a restore puts back)"
         )
     if found.leaves:
-        memo = memoized(project, run_id, code, facts)
+        memo = memoized(project, run_id, code, facts, found)
         stale = sorted(set(found.leaves) - memo.names)
         if stale:
             listed = ", ".join(stale[:4])
