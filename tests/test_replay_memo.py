@@ -152,31 +152,38 @@ def test_a_value_too_big_to_memoize_makes_the_run_re_execute(tmp_path):
 # -- generated loop bodies --------------------------------------------------------------------
 
 INNER = [
-    "acc = acc + float(step_loss)",
-    "acc += float(step_loss)",
-    "last = float(step_loss) * 2",
-    "box.total = box.total + float(step_loss)",
-    "count += 1",
+    "acc{k} = acc{k} + float(step_loss) * {k}",
+    "acc{k} += float(step_loss) - {k}",
+    "last{k} = float(step_loss) * 2 + {k}",
+    "box{k}.total = box{k}.total + float(step_loss)",
+    "count{k} += {k}",
 ]
-AFTER = ["acc", "last", "count", "box.total", "acc * count + last"]
+AFTER = ["acc{k}", "last{k}", "count{k}", "box{k}.total", "acc{k} * count{k} + last{k}"]
 
 
-def _generated(rng: random.Random) -> tuple[str, str]:
-    inner = rng.sample(INNER, 3)
-    read = rng.choice(AFTER)
+def _generated(rng: random.Random, bodies: int, attributes: bool) -> tuple[str, str, str]:
+    """(recorded script, today's script logging `memo_check`, its reads): `bodies` generated
+    step-loop bodies side by side (names suffixed by their number), each with a read after
+    the loop; `attributes` lets them write an attribute of an object the loop changes."""
+    grammar = INNER if attributes else [line for line in INNER if "box" not in line]
+    reads = AFTER if attributes else [read for read in AFTER if "box" not in read]
+    inner, after, setup = [], [], []
+    for k in range(1, bodies + 1):
+        inner += [line.format(k=k) for line in rng.sample(grammar, 3)]
+        after.append(rng.choice(reads).format(k=k))
+        setup.append(f"box{k} = Box()\nacc{k} = 0.0\nlast{k} = 0.0\ncount{k} = 0\n")
     body = "\n".join(f"            {line}" for line in inner)
-    return (
+    script = (
         HEAD
-        + f"""
+        + """
 
 class Box:
     total = 0.0
 
 
-box = Box()
-acc = 0.0
-last = 0.0
-count = 0
+"""
+        + "".join(setup)
+        + f"""
 with flor.checkpointing(model=net, optimizer=opt):
     for e in flor.loop("epoch", range(4)):
         for s in flor.loop("step", range(n)):
@@ -186,28 +193,31 @@ with flor.checkpointing(model=net, optimizer=opt):
             step_loss.backward()
             opt.step()
 {body}
-        flor.log("seen", float({read.split(" ")[0]}))
         time.sleep(0.02)
-""",
-        read,
+"""
     )
+    read = " + ".join(f"float({a})" for a in after)
+    new = script.replace(
+        "        time.sleep(0.02)\n",
+        f'        flor.log("memo_check", {read})\n        time.sleep(0.02)\n',
+    )
+    return script, new, read
 
 
 def test_generated_bodies_replay_the_values_of_a_forward_run(tmp_path):
     """Whichever names the step loop assigns and the epoch body reads after it (plain,
-    augmented, an attribute of an object the loop changes), a replay — memoized where the
-    checkpoints hold what the loop left, re-executed where they cannot — gives the values
-    of a forward run of the new script."""
+    augmented, an attribute of an object the loop changes), a replay gives the values of a
+    forward run of the new script: memoized (the step loop skipped) where the checkpoints
+    hold what the loop left, re-executed from the start where they cannot (an object the
+    loop changes that no checkpoint holds)."""
     rng = random.Random(21)
-    for case in range(3):
-        script, read = _generated(rng)
-        new = script.replace(
-            "        time.sleep(0.02)\n",
-            f'        flor.log("memo_check", float({read}))\n        time.sleep(0.02)\n',
-        )
+    for case, attributes in enumerate((False, True)):
+        script, new, read = _generated(rng, 3, attributes)
         values, run = _replayed(tmp_path / f"p{case}", script, new, "memo_check")
-        assert values == _forward(tmp_path / f"f{case}", new, "memo_check"), (script, run.notes)
-        if "box.total = " not in script:  # an unregistered object it changes: from start
+        assert values == _forward(tmp_path / f"f{case}", new, "memo_check"), (read, run.notes)
+        if "box" in new.split("opt.step()")[-1]:
+            assert run.from_start, run.notes
+        else:
             _assert_skipped(run)
 
 
