@@ -207,6 +207,10 @@ def _keep(
         scope = local if name in own else frame.f_globals
         if name not in scope:
             continue  # unbound here: unbound at the segment's start too
+        size = _tensor_bytes(scope[name])
+        if size > budget:  # said before copying: a step's logits may be gigabytes
+            why[name] = f"too big to keep ({size >> 20} MiB; the bound is {MAX_BYTES >> 20} MiB)"
+            continue
         try:
             value, size = _encode(scope[name])
         except Unsaveable as exc:
@@ -221,6 +225,17 @@ def _keep(
         budget -= size
         kept[name] = value
     return budget
+
+
+def _tensor_bytes(value: Any) -> int:
+    """The bytes of a tensor or numpy array (0 for anything else), without copying it."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    return 0
 
 
 def capture_left(frame: types.FrameType | None) -> tuple[dict[str, Any], dict[str, str]]:
