@@ -231,3 +231,29 @@ def test_the_analysis_says_per_inner_loop_what_it_leaves_and_assigns_by_its_head
     assert left == ("batch_idx", "total", "train_loss")
     assert set(assigned) >= {"batch_idx", "loss", "s", "total", "train_loss", "x", "y"}
     assert found.leaves == left
+
+
+def test_a_name_too_big_to_memoize_costs_only_the_statements_that_read_it(tmp_path):
+    """The step loop's `big` is over the bound and named in the checkpoint; a statement that
+    reads only `loss` and `running_loss` is still replayed with the step loop skipped."""
+    script = PLAIN.replace(
+        "            running_loss += loss.item()\n",
+        "            running_loss += loss.item()\n            big = torch.zeros(300_000)\n",
+    )
+    new = PLAIN_NEW.replace(
+        "            running_loss += loss.item()\n",
+        "            running_loss += loss.item()\n            big = torch.zeros(300_000)\n",
+    )
+    project = recorded_project(tmp_path / "p", script, env={"FLORWB_CARRIED_MAX_BYTES": "1000000"})
+    saved = torch.load(
+        sorted((project / ".florwb" / "checkpoints").rglob("epoch-*.pt"))[0], weights_only=True
+    )
+    assert "too big" in saved["unmemoized"]["big"] and "big" not in saved["left"]["1"]
+    assert "loss" in saved["left"]["1"]
+    write(project / "train.py", new)
+    plan = plan_replay(project, ["memo_check"], workers=2)
+    (run,) = plan.runs
+    _assert_skipped(run)
+    assert execute(plan).status == "finished"
+    values = list(Store(project).dataframe("memo_check").memo_check)
+    assert values == _forward(tmp_path / "f", new, "memo_check")
