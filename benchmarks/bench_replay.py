@@ -73,6 +73,12 @@ EPOCH_STATEMENT = (
     f'            flor.log("{EPOCH_NAME}", '
     "torch.cat([p.detach().flatten() for p in net.parameters()]).norm().item())\n"
 )
+# `--epoch-statement last_loss`: an epoch-level statement that reads what the step loop
+# leaves (`loss` of the last batch), as most scripts' epoch summaries do: the replay skips
+# the step loop only where the checkpoints memoized it
+LOSS_NAME = "last_loss"
+LOSS_ANCHOR = "            net.eval()\n"
+LOSS_STATEMENT = f'            flor.log("{LOSS_NAME}", loss.item())\n'
 STEP_NAME = "grad_norm"
 STEP_ANCHOR = "                loss.backward()\n"
 STEP_STATEMENT = (
@@ -493,6 +499,11 @@ def part_ray(args) -> None:
     result("replay_ray_bytes_per_segment", code + ckpt, "B")
 
 
+def use_loss_statement() -> None:
+    global EPOCH_NAME, EPOCH_ANCHOR, EPOCH_STATEMENT
+    EPOCH_NAME, EPOCH_ANCHOR, EPOCH_STATEMENT = LOSS_NAME, LOSS_ANCHOR, LOSS_STATEMENT
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record-s", type=float, default=30.0, help="part 1 recorded run size")
@@ -513,7 +524,15 @@ def main() -> None:
         help="ray: compare the same replay on the local fork server and on Ray (part 3 only)",
     )
     parser.add_argument("--no-flordb", dest="flordb", action="store_false")
+    parser.add_argument(
+        "--epoch-statement",
+        choices=(EPOCH_NAME, LOSS_NAME),
+        default=EPOCH_NAME,
+        help=f"part 1's statement; {LOSS_NAME} reads the step loop's last loss after it",
+    )
     args = parser.parse_args()
+    if args.epoch_statement == LOSS_NAME:
+        use_loss_statement()
     args.runs = max(1, min(args.runs, len(LRS)))
     if args.flordb and not flordb_available():
         note("SKIP flordb: not installed; create it once with: bash benchmarks/flordb_env.sh")

@@ -16,6 +16,9 @@ would start at their pre-loop values. Three answers, for the checkpointed main `
   restoring from a checkpoint is right only when this is empty (whole state or none).
 - `leaves`: names an inner loop assigns that the rest of the outer body reads after it
   (`loss`, `running_loss`, `correct`): what skipping that inner loop would leave stale.
+  `inner_leaves` says it per inner flor.loop, by the lines of its `for` header, with all
+  the names that loop assigns: the recording memoizes those where the loop ends (its
+  frame's line is in the header), since a statement added later may read any of them.
 
 Liveness follows the structure of the code: `if` branches join, handlers may start
 anywhere in their `try`, `break` goes to the loop's exit and `continue` to its head; inner
@@ -56,6 +59,9 @@ class LoopState:
     global_names: frozenset[str] = frozenset()
     mutated_objects: tuple[str, ...] = ()
     leaves: tuple[str, ...] = ()
+    # per inner flor.loop: (first line of its `for` header, last line of it, names it
+    # leaves, names it assigns)
+    inner_leaves: tuple[tuple[int, int, tuple[str, ...], tuple[str, ...]], ...] = ()
     registered: tuple[str, ...] = field(default=())  # flor.checkpointing's objects
 
 
@@ -110,7 +116,13 @@ def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = 
         declared = _declared_globals(function)
         local = (_scope_defs(function.body) | _params(function)) - declared
         global_names = frozenset(n for n in carried if n not in local)
-    leaves = _inner_leaves(loop, functions, summaries, imports) - excluded
+    per_loop = [
+        (first, last, tuple(sorted(names - excluded)), tuple(sorted(assigned - excluded)))
+        for first, last, names, assigned in _inner_leaves(
+            module, loop, functions, summaries, imports
+        )
+    ]
+    leaves = {name for _, _, names, _ in per_loop for name in names}
     return LoopState(
         found=True,
         at_module=function is None,
@@ -120,6 +132,7 @@ def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = 
             sorted(".".join(p) for p in _mutated(module, loop, functions, registered))
         ),
         leaves=tuple(sorted(leaves)),
+        inner_leaves=tuple(sorted(per_loop)),
         registered=tuple(sorted(".".join(p) for p in registered)),
     )
 
@@ -241,24 +254,35 @@ def _called_names(node: cst.CSTNode) -> set[str]:
 
 
 def _inner_leaves(
+    module: cst.Module,
     loop: cst.For,
     functions: dict[str, cst.FunctionDef],
     summaries: dict[str, tuple[set[str], set[str]]],
     imports: FlorImports,
-) -> set[str]:
+) -> list[tuple[int, int, set[str], set[str]]]:
     """Names an inner flor.loop assigns that the code after it reads (before the body or
     the function holding it ends, a `return` included): in the main loop's body, and in
     the module-level functions it calls (transitively; a pytorch-cifar `train()` whose step
     loop leaves `batch_idx` for its `return`). A replay that skips such a loop must put
-    them back. One pass without the back edge, noting what is live after each loop."""
-    leaves: set[str] = set()
+    them back. One pass without the back edge, noting what is live after each loop. Per
+    loop, with the lines its `for` header spans."""
+    found: list[tuple[cst.For, set[str], set[str]]] = []
     for scope in [loop.body, *(fn.body for fn in _called_functions(loop, functions))]:
         live = _Liveness(summaries, record=True)
         live.block(scope, set(), _Ctx(set(), set()))
         for inner, after in live.after_loops:
             if type(inner) is cst.For and iterates_loop_cst(inner, imports, ANY_LOOP):
-                leaves |= _scope_defs(inner) & after
-    return leaves
+                assigned = _scope_defs(inner)
+                found.append((inner, assigned & after, assigned))
+    if not found:
+        return []
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    return [
+        (positions[inner].start.line, positions[inner.body].start.line, names, assigned)
+        for inner, names, assigned in found
+    ]
 
 
 def _called_functions(
@@ -510,7 +534,18 @@ def main(argv: list[str]) -> int:
 
     path, name, line = argv
     found = loop_state(Path(path).read_text(encoding="utf-8"), name, int(line))
-    print(json.dumps({"found": found.found, "carried": list(found.carried)}))
+    print(
+        json.dumps(
+            {
+                "found": found.found,
+                "carried": list(found.carried),
+                # what the recording memoizes: all an inner loop assigns
+                "leaves": [
+                    [first, last, list(assigned)] for first, last, _, assigned in found.inner_leaves
+                ],
+            }
+        )
+    )
     return 0
 
 

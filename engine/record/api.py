@@ -162,7 +162,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
         items = (
             replayer.main_items(iterable)
             if is_main
-            else replayer.inner_items(iterable, len(prefix))
+            else replayer.inner_items(iterable, len(prefix), sys._getframe(1))
         )
         time_extend = replayer.timings(_TIME_EXTEND)
     if main_here:  # its frame holds the loop-carried names checkpoints keep
@@ -194,7 +194,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
         if checkpointed_here and i >= 0 and ckpt.last_iteration != i and ckpt.objects:
             ckpt.save(names[-1], i, ctx)  # the end state is what replay needs most
         if ends_inner:
-            ckpt.inner_loop_ended()
+            ckpt.inner_loop_ended(sys._getframe(1))
     except GeneratorExit:
         # The caller left the loop inside iteration i (break, return, an exception: the
         # generator is closed at its yield); that iteration happened and is recorded.
@@ -202,7 +202,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
         if checkpointed_here:
             ckpt.loop_left(names[-1], i, ctx)
         elif ends_inner:
-            ckpt.inner_loop_ended()
+            ckpt.inner_loop_ended(sys._getframe(1))
         elif is_main and replayer is not None:
             replayer.loop_left(sys._getframe(1))
         raise

@@ -25,6 +25,7 @@ import re
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,6 +201,19 @@ def loop_state_kept(path: Path) -> dict[str, str] | None:
     return dict(saved.get(loop_state.UNCARRIED) or {})
 
 
+def left_kept(path: Path) -> tuple[int, set[str], dict[str, str]] | None:
+    """(after how many inner loops it was taken, the names its inner loops' memoized
+    values hold, {name: why not memoized}) of a checkpoint file, or None for one written
+    before florwb memoized them."""
+    import torch
+
+    saved = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    if not isinstance(saved, dict) or loop_state.LEFT not in saved:
+        return None
+    names = {name for values in saved[loop_state.LEFT].values() for name in values}
+    return int(saved.get(AFTER_INNER, 0)), names, dict(saved.get(loop_state.UNMEMOIZED) or {})
+
+
 def load(path: Path) -> dict:
     import torch
 
@@ -279,7 +293,7 @@ class Checkpointer:
         self._decided = None
         self._decided_s = 0.0
 
-    def inner_loop_ended(self) -> None:
+    def inner_loop_ended(self, frame: types.FrameType | None = None) -> None:
         """A flor.loop nested directly in the main loop's body ended: the SkipBlock moment.
 
         An outer-mode replay skips these loops and restores their end state, then runs the
@@ -287,7 +301,8 @@ class Checkpointer:
         iteration's end would hold that rest's effect and the replay would apply it twice.
         So the state is copied here, each such loop's end replacing the last one's copy,
         and written when the iteration ends. Whether this iteration is checkpointed at all
-        is decided at its first such moment, on the compute time so far."""
+        is decided at its first such moment, on the compute time so far. `frame` runs
+        the loop that ended: the names it leaves for the code after it are read there."""
         if self._iteration is None or not self.objects:
             return
         self._inner_ended += 1
@@ -295,7 +310,7 @@ class Checkpointer:
             self._decided_s = time.perf_counter() - self._started
             self._decided = self._decide(self._decided_s)
         if self._decided:
-            self._snapshot(self._inner_ended)
+            self._snapshot(self._inner_ended, frame)
 
     def end_of_iteration(
         self, loop: str, iteration: int, ctx_id: int, iteration_s: float, total: int | None
@@ -333,15 +348,25 @@ class Checkpointer:
         reserve = not self._last and self._total_known
         return self.policy.should_checkpoint(compute_s, self.estimate_s(), reserve) or self._last
 
-    def _snapshot(self, after_inner: int) -> None:
+    def _snapshot(self, after_inner: int, frame: types.FrameType | None = None) -> None:
         loop_state.wait_for_analysis()  # once per run, not a cost of this checkpoint
         start = time.perf_counter()
+        # what the iteration's inner loops ended so far left, each kept where it ended
+        before = self._pending[0] if self._pending is not None else {}
+        left = dict(before.get(loop_state.LEFT, {}))
+        unmemoized = dict(before.get(loop_state.UNMEMOIZED, {}))
         if self.rng_only is not None:
             state: dict = {"objects": {}, "rng": capture_rng()}
             state.update(loop_state.capture())  # this rank's own loop-carried names
         else:
             state = state_of(self.objects)
             state.update(loop_state.capture(self._on_written))  # the loop-carried names
+        if after_inner:  # a DDP rank > 0 keeps its own: its batch, its loss
+            kept, why = loop_state.capture_left(frame)
+            left[str(after_inner)] = kept
+            unmemoized.update(why)
+        state[loop_state.LEFT] = left
+        state[loop_state.UNMEMOIZED] = unmemoized
         state[AFTER_INNER] = after_inner
         spent = self._pending[1] if self._pending is not None else 0.0
         self._pending = (state, spent + time.perf_counter() - start)

@@ -14,6 +14,14 @@ lists, tuples, dicts of them) copied, numpy arrays as tensors with their dtype. 
 be kept that way (too big, a generator, an open file, any other object) is listed under
 `uncarried` with the reason, and said once in the run's journal: replay planning then
 re-executes that run from its start instead of restoring part of its state.
+
+The same analysis names what each inner flor.loop assigns: where such a loop ends in an
+iteration being checkpointed, those values are kept too (`left`, read from the frame that
+ran the loop, a helper function's included; `unmemoized` says what could not be kept), and
+a replay that skips the loop puts them back into the frame skipping it (FLOR's SkipBlock
+side-effect memoization): an epoch summary reading `running_loss` after the step loop
+needs no step re-run. All assigned names are kept, not only those the recorded code reads
+after the loop: a statement added later may read any of them.
 """
 
 from __future__ import annotations
@@ -33,6 +41,10 @@ from typing import Any
 CARRIED = "carried"  # checkpoint key: {name: encoded value}
 UNCARRIED = "uncarried"  # checkpoint key: {name: why it is not in `carried`}
 GENERATORS = "generators"  # checkpoint key: {"loader.generator": a torch.Generator's state}
+# checkpoint key: {"k": {name: encoded value}}, the names the k-th inner loop of the
+# iteration (1-based, the order they ended) leaves for the code after it, read where it ended
+LEFT = "left"
+UNMEMOIZED = "unmemoized"  # checkpoint key: {name: why it is not in `left`}
 
 
 def _max_bytes() -> int:
@@ -72,6 +84,9 @@ class _Keeper:
     def __init__(self) -> None:
         self.frame: types.FrameType | None = None
         self.names: tuple[str, ...] = ()
+        # (first line, last line of an inner loop's `for` header, the names it leaves)
+        self.leaves: tuple[tuple[int, int, tuple[str, ...]], ...] = ()
+        self.path = ""  # the file the analysis read
         self.failed: str | None = None  # why the analysis gave no answer
         self.started = False
         self._process: subprocess.Popen | None = None
@@ -84,7 +99,7 @@ class _Keeper:
         if not analyse or self.started:
             return
         self.started = True
-        path = frame.f_code.co_filename
+        path = self.path = frame.f_code.co_filename
         self._where = f"{Path(path).name}:{frame.f_lineno} (loop {loop_name!r})"
         self._cache = _cache_file(path, loop_name, frame.f_lineno)
         if self._cache is not None and self._cache.is_file():
@@ -120,7 +135,7 @@ class _Keeper:
                 return
             returncode = process.returncode
             if returncode == 0 and cache is not None:
-                _keep(cache, out)
+                _keep_analysis(cache, out)
         try:
             found = json.loads(out) if returncode == 0 else None
         except ValueError:
@@ -132,6 +147,10 @@ class _Keeper:
             self.failed = f"no `for` loop at {self._where}"
         else:
             self.names = tuple(found["carried"])
+            self.leaves = tuple(
+                (int(first), int(last), tuple(names))
+                for first, last, names in found.get("leaves", ())
+            )
 
 
 def _cache_file(path: str, loop_name: str, line: int) -> Path | None:
@@ -161,7 +180,7 @@ def _analysis_code_digest() -> bytes:
     return digest.digest()
 
 
-def _keep(cache: Path, answer: str) -> None:
+def _keep_analysis(cache: Path, answer: str) -> None:
     """Keep an analysis for later runs. Only time is lost when this fails (a read-only or
     full home): the next run analyses again."""
     tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
@@ -215,28 +234,7 @@ def capture(on_event: Any = None) -> dict:
         if keeper.names:
             uncarried[ANALYSIS] = "taken after the main loop's frame was gone"
     elif keeper.names:
-        local = frame.f_locals
-        own = _local_names(frame)
-        budget = MAX_BYTES
-        for name in keeper.names:
-            scope = local if name in own else frame.f_globals
-            if name not in scope:
-                continue  # unbound here: unbound at the segment's start too
-            try:
-                value, size = _encode(scope[name])
-            except Unsaveable as exc:
-                uncarried[name] = str(exc)
-                continue
-            except Exception as exc:  # noqa: BLE001 - a value's own failure never stops training
-                uncarried[name] = f"copying it failed ({type(exc).__name__}: {exc})"
-                continue
-            if size > budget:
-                uncarried[name] = (
-                    f"too big to keep ({size >> 20} MiB; the bound is {MAX_BYTES >> 20} MiB)"
-                )
-                continue
-            budget -= size
-            carried[name] = value
+        _keep(frame, keeper.names, carried, uncarried, MAX_BYTES)
     new = sorted(set(uncarried) - keeper.reported)
     if new and on_event is not None:
         keeper.reported.update(new)
@@ -250,6 +248,77 @@ def capture(on_event: Any = None) -> dict:
     if frame is not None:
         found[GENERATORS] = {path: g.get_state() for path, g in _generators(frame).items()}
     return found
+
+
+def _keep(
+    frame: types.FrameType,
+    names: tuple[str, ...],
+    kept: dict[str, Any],
+    why: dict[str, str],
+    budget: int,
+) -> int:
+    """Encode `names` as `frame` has them into `kept` ({name: why} in `why` for those that
+    cannot be kept within `budget` bytes); the budget left. An unbound name is left out."""
+    local = frame.f_locals
+    own = _local_names(frame)
+    for name in names:
+        scope = local if name in own else frame.f_globals
+        if name not in scope:
+            continue  # unbound here: unbound at the segment's start too
+        size = _tensor_bytes(scope[name])
+        if size > budget:  # said before copying: a step's logits may be gigabytes
+            why[name] = f"too big to keep ({size >> 20} MiB; the bound is {MAX_BYTES >> 20} MiB)"
+            continue
+        try:
+            value, size = _encode(scope[name])
+        except Unsaveable as exc:
+            why[name] = str(exc)
+            continue
+        except Exception as exc:  # noqa: BLE001 - a value's own failure never stops training
+            why[name] = f"copying it failed ({type(exc).__name__}: {exc})"
+            continue
+        if size > budget:
+            why[name] = f"too big to keep ({size >> 20} MiB; the bound is {MAX_BYTES >> 20} MiB)"
+            continue
+        budget -= size
+        kept[name] = value
+    return budget
+
+
+def _tensor_bytes(value: Any) -> int:
+    """The bytes of a tensor or numpy array (0 for anything else), without copying it."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    return 0
+
+
+def capture_left(frame: types.FrameType | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """({name: encoded value}, {name: why not kept}) of the names the inner loop that just
+    ended in `frame` leaves for the code after it (FLOR's SkipBlock side effects): a
+    replay that skips the loop puts them back into that frame. A loop in a file the
+    analysis did not read (a helper module) is not known here: nothing is kept for it."""
+    keeper = _KEEPER
+    if frame is None or not keeper.leaves or frame.f_code.co_filename != keeper.path:
+        return {}, {}
+    line = frame.f_lineno
+    for first, last, names in keeper.leaves:
+        if first <= line <= last:
+            kept: dict[str, Any] = {}
+            why: dict[str, str] = {}
+            _keep(frame, names, kept, why, MAX_BYTES)
+            return kept, why
+    return {}, {ANALYSIS: f"no inner loop of the analysis has its header at line {line}"}
+
+
+def restore_left(frame: types.FrameType, values: dict[str, Any] | None) -> None:
+    """Put the memoized names an inner loop left (capture_left) into the frame that skips
+    it, as the loop had left them."""
+    if values:
+        _put(frame, {name: _decode(value) for name, value in values.items()})
 
 
 def _generators(frame: types.FrameType) -> dict[str, Any]:
@@ -296,7 +365,12 @@ def restore(saved: dict) -> None:
     values = saved.get(CARRIED)
     if frame is None or not values:
         return
-    decoded = {name: _decode(value) for name, value in values.items()}
+    _put(frame, {name: _decode(value) for name, value in values.items()})
+
+
+def _put(frame: types.FrameType, decoded: dict[str, Any]) -> None:
+    """Bind names in `frame`: its own locals (written through to the running function's
+    fast locals), the rest as globals."""
     own = _local_names(frame)
     local = {n: v for n, v in decoded.items() if n in own}
     frame.f_globals.update({n: v for n, v in decoded.items() if n not in own})

@@ -62,6 +62,8 @@ class Replayer:
         self._inner_started = 0  # inner loops of the current iteration begun so far
         self._skip: float | None = None  # how many of them are skipped (None: not known)
         self._skip_inner = set(spec.skip_inner)
+        # what the skipped inner loops left, by their order in the iteration (loop_state.LEFT)
+        self._left: dict[str, dict] = {}
         self._total = 0
         self._reported = 0.0
         self.done = 0
@@ -114,11 +116,15 @@ class Replayer:
         self._inner_started = 0
         self._skip = None
 
-    def inner_items(self, iterable: Iterable[Any], depth: int = 1) -> Iterator[tuple[int, Any]]:
+    def inner_items(
+        self, iterable: Iterable[Any], depth: int = 1, frame: FrameType | None = None
+    ) -> Iterator[tuple[int, Any]]:
         """Inner loops run, except in an iteration restored at its inner loops: there the
         first `after_inner` loops nested directly in the main loop's body are skipped (all
         of them for a checkpoint taken at the iteration's end) and the checkpoint is
-        restored where the first would have begun."""
+        restored where the first would have begun. Each skipped loop's `frame` (the one
+        running it: the main loop's, or a helper's) gets the names that loop left, as the
+        checkpoint memoized them."""
         i = self.current
         if i is None or depth != 1:
             return enumerate(iterable)
@@ -127,6 +133,8 @@ class Replayer:
             if self._skip is None:
                 self._skip = self._restore_at_inner(i)
             if self._inner_started <= self._skip:
+                if frame is not None:
+                    loop_state.restore_left(frame, self._left.get(str(self._inner_started)))
                 return iter(())
         return enumerate(iterable)
 
@@ -162,9 +170,11 @@ class Replayer:
         it stands for (0: it was taken at the iteration's end after inner loops had run,
         so they are run instead)."""
         saved = self._load(iteration)
+        self._left = {}
         if saved is None:  # the script's own torch.save only: taken at the iteration's end
             self._restore(iteration)
             return math.inf
+        self._left = saved.get(loop_state.LEFT) or {}
         after = saved.get(AFTER_INNER)
         if after == 0:
             return 0
@@ -224,7 +234,9 @@ class Replayer:
             saved = load(own)
             restore_rng(saved["rng"])
             loop_state.restore(saved)  # this rank's own batch, counters...: not rank 0's
+            self._left = saved.get(loop_state.LEFT) or {}  # what its own inner loops left
         except (OSError, KeyError, RuntimeError) as exc:  # replay goes on; fidelity checks
+            self._left = {}  # never rank 0's values in this rank's frames
             print(f"florwb: rank RNG states not restored from {own.name}: {exc}", file=sys.stderr)
 
     def _progress(self, total: int) -> None:

@@ -15,9 +15,13 @@ from florwb_engine.replay.spec import INNER, OUTER, PREFIX, ReplayMode
 
 
 def replay_mode(
-    result: PropagationResult, placed: dict[str, Placement], main_loop: str | None
+    result: PropagationResult,
+    placed: dict[str, Placement],
+    main_loop: str | None,
+    memoized: frozenset[str] = frozenset(),
 ) -> tuple[ReplayMode | None, str | None]:
-    """The replay mode all placed statements need and a note, or (None, reason)."""
+    """The replay mode all placed statements need and a note, or (None, reason). Names in
+    `memoized` are put back where a skipped inner loop would have left them."""
     main = _main_loop(result.loops, main_loop)
     modes: list[ReplayMode] = []
     for name, placement in placed.items():
@@ -39,7 +43,7 @@ def replay_mode(
     mode: ReplayMode = INNER if INNER in modes else OUTER if OUTER in modes else PREFIX
     note = None
     if mode == OUTER:
-        stale = reads_inner(result.loops, main_loop)
+        stale = reads_inner(result.loops, main_loop) - memoized
         if stale:
             mode = INNER
             listed = ", ".join(sorted(stale)[:4])

@@ -39,8 +39,13 @@ from florwb_engine.replay.mode import replay_mode
 from florwb_engine.replay.placing import Placer, placed_statements
 from florwb_engine.replay.saved_state import use_saved_state
 from florwb_engine.replay.skipblock import moment_decision
-from florwb_engine.replay.spec import INNER, PREFIX, ReplayMode
-from florwb_engine.replay.state_decision import state_decision, whole_state_or_none
+from florwb_engine.replay.spec import INNER, OUTER, PREFIX, ReplayMode
+from florwb_engine.replay.state_decision import (
+    Memo,
+    memoized,
+    state_decision,
+    whole_state_or_none,
+)
 from florwb_engine.store import Store
 from florwb_engine.store.repair import again_if_rebuilt
 
@@ -283,7 +288,8 @@ def _plan_run(
     if not placed:
         plan.reason = "; ".join(plan.notes) or "no statement could be placed"
         return plan
-    mode, why = replay_mode(result, placed, facts.main_loop)
+    memo = memoized(project, run.run_id, result.code, facts) if not strict else Memo()
+    mode, why = replay_mode(result, placed, facts.main_loop, memo.names)
     if mode is None:
         plan.reason = why
         return plan
@@ -299,7 +305,7 @@ def _plan_run(
         )
     if state.from_start:
         mode = INNER
-    moment = moment_decision(project, run.run_id, facts, result.loops, mode)
+    moment = moment_decision(project, run.run_id, facts, result.loops, mode, memo.names)
     mode = moment.mode
     plan.from_start = state.from_start or moment.from_start
     plan.notes.extend(state.notes)
@@ -309,6 +315,13 @@ def _plan_run(
     plan.code = result.code
     if why:
         plan.notes.append(why)
+    if memo.missing and (plan.from_start or mode != OUTER):
+        plan.notes.append(f"what the inner loops leave is not all memoized: {memo.missing}")
+    if memo.names and not plan.from_start:
+        plan.notes.append(
+            f"{', '.join(sorted(memo.names)[:4])}, which inner loops leave for the code after "
+            "them, are restored from the values memoized with each checkpoint"
+        )
     if facts.diverged:
         plan.notes.append(f"retries replay {facts.diverged}, which diverged on this run")
     plan.status = READY

@@ -10,9 +10,11 @@ way and are planned otherwise here:
   end, after the code that follows the inner loops (a scheduler step, best-so-far): skipping
   the inner loops and running that code again would apply it twice, so the inner loops are
   re-executed (each segment restores the iteration-end state at its start, which is exact);
-- the rest of the body reads names the inner loops set (`print(loss.item())`): replayed
-  from a checkpoint at a segment's start it would read names nothing set, so the run is
-  re-executed from its first iteration in one segment.
+- the rest of the body reads names the inner loops set (`print(loss.item())`) that the
+  checkpoints did not memoize (written before florwb kept what each inner loop leaves, or
+  a value too big to keep): replayed from a checkpoint it would read names nothing set, so
+  the run is re-executed from its first iteration in one segment. Names they memoized are
+  put back where each skipped loop would have left them (`memoized`, state_decision.py).
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ def moment_decision(
     facts: RunFacts,
     loops: tuple[FlorLoop, ...],
     mode: ReplayMode,
+    memoized: frozenset[str] = frozenset(),
 ) -> MomentDecision:
-    """The mode (and whether to run from the start) that the run's checkpoints allow."""
+    """The mode (and whether to run from the start) that the run's checkpoints allow;
+    names in `memoized` are put back where a skipped inner loop would have left them."""
     decision = MomentDecision(mode)
     if mode not in (OUTER, INNER) or not facts.checkpoints:
         return decision
@@ -61,7 +65,7 @@ def moment_decision(
                 "after the code that follows its inner loops: the inner loops are re-executed"
             )
         return decision
-    stale = reads_inner(loops, facts.main_loop)
+    stale = reads_inner(loops, facts.main_loop) - memoized
     if mode == INNER and stale and min(facts.checkpoints) < max(facts.epoch_s, default=0):
         decision.from_start = True
         listed = ", ".join(sorted(stale)[:4])

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from florwb_engine.analysis.loop_state import loop_state
+from florwb_engine.analysis.loop_state import LoopState, loop_state
 from florwb_engine.project import store_dir
 from florwb_engine.propagate import Placement
-from florwb_engine.record.checkpoint import holds_grads, loop_state_kept
+from florwb_engine.record.checkpoint import holds_grads, left_kept, loop_state_kept
 from florwb_engine.record.save_mirror import is_manifest
 from florwb_engine.replay.facts import RunFacts
 from florwb_engine.replay.spec import INNER, PREFIX, ReplayMode
@@ -75,6 +75,57 @@ def state_decision(
     return decision
 
 
+@dataclass
+class Memo:
+    """What the run's checkpoints memoized of the names skipped inner loops leave for the
+    code after them (loop_state.LEFT): a replay that skips those loops puts them back."""
+
+    names: frozenset[str] = frozenset()  # memoized in every checkpoint that skips loops
+    missing: str | None = None  # why the other names the inner loops leave are not
+
+
+def memoized(
+    project: Path, run_id: str, code: str, facts: RunFacts, found: LoopState | None = None
+) -> Memo:
+    """The names of `found.leaves` every checkpoint of the run memoized (the first and the
+    last are read: one florwb version per run, and a value that grows is too big in the
+    last one), and why the rest are not. A checkpoint taken at its iteration's end skips
+    no loop and needs none. `found`: the loop state of `code`, where the caller has it."""
+    if found is None:
+        found = loop_state(code, facts.main_loop)
+    if not found.leaves:
+        return Memo()
+    files = {i: name for i, (name, _size) in facts.checkpoints.items() if not is_manifest(name)}
+    if not files:
+        return Memo(missing="the run has no flor.checkpointing checkpoint")
+    names = set(found.leaves)
+    for iteration in sorted({min(files), max(files)}):
+        name = files[iteration]
+        path = store_dir(project) / "checkpoints" / run_id / name
+        try:
+            kept = left_kept(path)
+        except (OSError, RuntimeError, ValueError) as exc:
+            return Memo(missing=f"checkpoint {name} cannot be read ({exc})")
+        if kept is None:
+            return Memo(missing="this run's checkpoints were written before florwb memoized them")
+        after_inner, held, why = kept
+        if not after_inner:
+            continue
+        if "*" in why:
+            return Memo(missing=f"they were not memoized with checkpoint {name}: {why['*']}")
+        for lost in sorted(set(why) & names):
+            return Memo(
+                frozenset(names - set(why)),
+                f"{lost} could not be memoized with checkpoint {name}: {why[lost]}",
+            )
+        names &= held
+    missing = set(found.leaves) - names
+    return Memo(
+        frozenset(names),
+        f"checkpoints do not hold {', '.join(sorted(missing)[:4])}" if missing else None,
+    )
+
+
 def whole_state_or_none(project: Path, plan: RunPlanLike, facts: RunFacts) -> None:
     """Restore from checkpoints only when they hold every piece of state the main loop
     keeps; otherwise re-execute the run from its start in one segment, saying why. Runs
@@ -119,11 +170,15 @@ def _whole_state(
             "(flor.checkpointing registers what a restore puts back)"
         )
     if found.leaves:
-        listed = ", ".join(found.leaves[:4])
-        return (
-            f"code after an inner loop of the {loop} loop reads {listed}, which that loop "
-            "sets and no checkpoint holds"
-        )
+        memo = memoized(project, run_id, code, facts, found)
+        stale = sorted(set(found.leaves) - memo.names)
+        if stale:
+            listed = ", ".join(stale[:4])
+            why = f" ({memo.missing})" if memo.missing else ""
+            return (
+                f"code after an inner loop of the {loop} loop reads {listed}, which that loop "
+                f"sets and no checkpoint holds{why}"
+            )
     carried = ", ".join(found.carried[:4])
     files = {i: name for i, (name, _size) in facts.checkpoints.items() if not is_manifest(name)}
     if not files:
