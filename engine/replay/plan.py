@@ -208,6 +208,15 @@ def plan_replay(
                 )
                 plan.inputs, plan.at_risk = inputs.restore, inputs.at_risk
                 plan.hide = inputs.hide
+                if plan.hide and executor != "local":  # a Ray task's folder shows them
+                    plan.status = SKIP
+                    plan.reason = (
+                        f"the run created {', '.join(plan.hide[:3])}, which its replay must "
+                        "not see: it replays with the local executor, not on Ray"
+                    )
+                    work.pop(run.run_id)
+                    plans.append(plan)
+                    continue
                 plan.notes = [
                     *([found.summary] if found.summary else []),
                     *plan.notes,
