@@ -143,8 +143,8 @@ def test_the_iteration_left_through_break_is_timed_and_checkpointed(counted):
     assert saved[AFTER_INNER] == 0  # no inner loop: the state as the loop was left
 
 
-@pytest.mark.parametrize("budget", ["default", "every"])
-@pytest.mark.parametrize("workers", [1, 2])
+# one segment at the default budget; several, cut at checkpoints, with one every iteration
+@pytest.mark.parametrize(("workers", "budget"), [(1, "default"), (2, "every")])
 def test_a_count_loop_left_through_break_is_replayed_to_its_last_iteration(
     counted, forward, tmp_path, budget, workers
 ):
@@ -198,7 +198,7 @@ def test_a_nanogpt_shaped_loop_is_replayed_to_its_break(tmp_path):
     run_py(folder, "train.py")
     expected = list(Store(folder).dataframe("wn")["wn"])
     assert len(expected) == 31
-    for workers in (1, 2):
+    for workers in (2,):  # segments cut at checkpoints: the harder case
         project = _today(recorded, tmp_path / f"w{workers}", NANO_NEW)
         plan = plan_replay(project, ["wn"], workers=workers)
         (run,) = plan.ready()
