@@ -205,8 +205,8 @@ def test_a_loop_left_by_return_or_an_exception_keeps_its_last_iteration(tmp_path
     assert saved["objects"]["scheduler"]["last_epoch"] == 3
 
 
-@pytest.mark.parametrize("workers", [2])  # segments cut at checkpoints: the harder case
-def test_a_loop_left_by_return_is_replayed_to_that_iteration_and_no_further(tmp_path, workers):
+def test_a_loop_left_by_return_is_replayed_to_that_iteration_and_no_further(tmp_path):
+    workers = 2  # segments cut at checkpoints: the harder case
     with pytest.MonkeyPatch.context() as env:
         env.setenv("FLORWB_CKPT_BUDGET", "1000")
         project = recorded_project(tmp_path / "project", TWO_LOOPS_AND_EXITS)
