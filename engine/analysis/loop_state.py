@@ -43,7 +43,7 @@ from florwb_engine.analysis.mutations import (
     path_of,
 )
 from florwb_engine.analysis.names import free_names, target_names
-from florwb_engine.analysis.nodes import NESTED_SCOPES, iter_children
+from florwb_engine.analysis.nodes import NESTED_SCOPES, iter_children, walk
 from florwb_engine.analysis.purity import OUTPUT_METHODS
 from florwb_engine.flor_calls import ANY_LOOP, FlorImports, imports_from_nodes, iterates_loop_cst
 
@@ -78,7 +78,7 @@ def loop_state(source: str, main_loop: str | None, line: int | None = None) -> L
 
 def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = None) -> LoopState:
     """`loop_state` for a parsed module."""
-    imports = imports_from_nodes(_walk(module))
+    imports = imports_from_nodes(walk(module))
     if line is not None:
         found = _loop_at(module, line)
     else:
@@ -140,14 +140,6 @@ def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = 
 # -- finding things ---------------------------------------------------------------------------
 
 
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(child for child, _, _ in iter_children(current))
-
-
 def _main_loop(
     module: cst.Module, imports: FlorImports, name: str | None
 ) -> tuple[cst.For, cst.FunctionDef | None] | None:
@@ -191,7 +183,7 @@ def registered_paths(module: cst.Module, imports: FlorImports) -> frozenset[Dott
 
 def _registered(module: cst.Module, imports: FlorImports) -> frozenset[Dotted]:
     found: set[Dotted] = set()
-    for node in _walk(module):
+    for node in walk(module):
         if type(node) is cst.Call and imports.api_of(node.func) == "checkpointing":
             for arg in node.args:
                 if arg.keyword is not None:

@@ -133,3 +133,12 @@ def iter_children(node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, str, int | N
                     yield child, name, i
         elif kind_of(tp) == NODE:
             yield value, name, None
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`node` and every node below it (trivia left out), depth first."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(child for child, _, _ in iter_children(current))

@@ -43,6 +43,7 @@ import libcst as cst
 
 from florwb_engine.analysis.mutations import changes_any, may_change
 from florwb_engine.analysis.names import BUILTIN_NAMES, self_attributes
+from florwb_engine.analysis.nodes import walk
 from florwb_engine.analysis.purity import pure_call
 from florwb_engine.flor_calls import FlorImports, log_call_parts
 from florwb_engine.propagate.edits import (
@@ -630,7 +631,7 @@ class _Propagation:
         their statement runs count (not inside lambdas, comprehensions, `a if c else b`).
         """
         value = site.value_arg.value
-        if not any(type(n) is cst.Call and not pure_call(n) for n in _walk(value)):
+        if not any(type(n) is cst.Call and not pure_call(n) for n in walk(value)):
             return None  # re-computing e.g. `loss.item()` is harmless: insert as usual
         wanted = subtree_hash(value)
         found: list[TNode] = []
@@ -995,14 +996,6 @@ def _always_evaluated(tn: TNode, statement: TNode, imports: FlorImports) -> bool
             return False  # inside flor.log(...) / flor.arg(...): leave it alone
         node = node.parent
     return node.parent is statement
-
-
-def _walk(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(child for child, _, _ in iter_children(current))
 
 
 def _statements_run_with(block: TNode) -> list[tuple[TNode, bool]]:

@@ -34,7 +34,7 @@ from florwb_engine.analysis.mutations import (
     mutated_paths,
     read_paths,
 )
-from florwb_engine.analysis.nodes import iter_children
+from florwb_engine.analysis.nodes import iter_children, walk
 from florwb_engine.flor_calls import (
     FlorImports,
     imports_from_nodes,
@@ -76,7 +76,7 @@ def state_reads(code: str, placed: dict[str, Placement], main_loop: str | None) 
         module = cst.parse_module(code)
     except (cst.ParserSyntaxError, ValueError):
         return found
-    nodes = list(_walk(module))
+    nodes = list(walk(module))
     imports = imports_from_nodes(nodes)
     values = _logged_values(module, nodes, imports, {p.old_line for p in placed.values()})
     functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
@@ -99,14 +99,6 @@ def state_reads(code: str, placed: dict[str, Placement], main_loop: str | None) 
         if hit:
             found.unheld[name] = hit
     return found
-
-
-def _walk(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(child for child, _, _ in iter_children(current))
 
 
 def _logged_values(
@@ -178,7 +170,7 @@ def _reads_grads(value: cst.CSTNode, functions: Mapping[str, cst.FunctionDef]) -
     stack: list[cst.CSTNode] = [value]
     while stack:
         node = stack.pop()
-        for sub in _walk(node):
+        for sub in walk(node):
             if isinstance(sub, cst.Attribute) and sub.attr.value == "grad":
                 return True
             if isinstance(sub, cst.Call):
