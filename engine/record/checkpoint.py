@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import io
 import os
 import queue
@@ -173,29 +174,38 @@ def restore_grads(objects: dict[str, Any], saved: dict) -> None:
             p.grad = None if grad is None else grad.to(device=p.device, dtype=p.dtype)
 
 
-def holds_grads(path: Path) -> bool:
-    """Whether a checkpoint file carries the gradients (memory-mapped: cheap for big ones)."""
+def _mapped(path: Path) -> Any:
+    """A checkpoint file's contents, memory-mapped (cheap for big ones). Planning asks
+    several questions of a run's first and last checkpoint (gradients held, the moment it
+    was taken, loop state kept, memoized names): the file is read once for all of them."""
+    stat = path.stat()
+    return _mapped_at(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _mapped_at(path: str, _mtime_ns: int, _size: int) -> Any:
     import torch
 
-    saved = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    return torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+
+
+def holds_grads(path: Path) -> bool:
+    """Whether a checkpoint file carries the gradients (memory-mapped: cheap for big ones)."""
+    saved = _mapped(path)
     return isinstance(saved, dict) and GRADS in saved
 
 
 def taken_after_inner(path: Path) -> bool:
     """Whether a checkpoint file notes the moment it was taken (AFTER_INNER): written by a
     florwb that copies the state at the end of the inner loops (memory-mapped: cheap)."""
-    import torch
-
-    saved = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    saved = _mapped(path)
     return isinstance(saved, dict) and AFTER_INNER in saved
 
 
 def loop_state_kept(path: Path) -> dict[str, str] | None:
     """What a checkpoint could not keep of the loop-carried names ({name: why}; empty when
     it kept them all), or None for a checkpoint written before florwb kept them."""
-    import torch
-
-    saved = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    saved = _mapped(path)
     if not isinstance(saved, dict) or loop_state.CARRIED not in saved:
         return None
     return dict(saved.get(loop_state.UNCARRIED) or {})
@@ -205,9 +215,7 @@ def left_kept(path: Path) -> tuple[int, set[str], dict[str, str]] | None:
     """(after how many inner loops it was taken, the names its inner loops' memoized
     values hold, {name: why not memoized}) of a checkpoint file, or None for one written
     before florwb memoized them."""
-    import torch
-
-    saved = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    saved = _mapped(path)
     if not isinstance(saved, dict) or loop_state.LEFT not in saved:
         return None
     names = {name for values in saved[loop_state.LEFT].values() for name in values}

@@ -95,13 +95,11 @@ def memoized(
         found = loop_state(code, facts.main_loop)
     if not found.leaves:
         return Memo()
-    files = {i: name for i, (name, _size) in facts.checkpoints.items() if not is_manifest(name)}
-    if not files:
+    ends = _first_and_last(project, run_id, facts)
+    if not ends:
         return Memo(missing="the run has no flor.checkpointing checkpoint")
     names = set(found.leaves)
-    for iteration in sorted({min(files), max(files)}):
-        name = files[iteration]
-        path = store_dir(project) / "checkpoints" / run_id / name
+    for name, path in ends:
         try:
             kept = left_kept(path)
         except (OSError, RuntimeError, ValueError) as exc:
@@ -180,18 +178,15 @@ def _whole_state(
                 f"sets and no checkpoint holds{why}"
             )
     carried = ", ".join(found.carried[:4])
-    files = {i: name for i, (name, _size) in facts.checkpoints.items() if not is_manifest(name)}
-    if not files:
+    ends = _first_and_last(project, run_id, facts)
+    if not ends:
         if not found.carried:
             return None
         return (
             f"the {loop} loop carries {carried} from one iteration to the next, which the "
             "run's own saves do not hold"
         )
-    # the first and the last checkpoint: a value that grows is too big in the last one
-    for iteration in sorted({min(files), max(files)}):
-        name = files[iteration]
-        path = store_dir(project) / "checkpoints" / run_id / name
+    for name, path in ends:
         try:
             kept = loop_state_kept(path)
         except (OSError, RuntimeError, ValueError) as exc:
@@ -208,6 +203,16 @@ def _whole_state(
             what = "the loop state" if first == "*" else first
             return f"{what} could not be saved with checkpoint {name}: {kept[first]}"
     return None
+
+
+def _first_and_last(project: Path, run_id: str, facts: RunFacts) -> list[tuple[str, Path]]:
+    """The run's first and last flor.checkpointing files (name, path), the ones planning
+    reads for what its checkpoints kept: a value that grows is too big in the last one."""
+    files = {i: name for i, (name, _size) in facts.checkpoints.items() if not is_manifest(name)}
+    folder = store_dir(project) / "checkpoints" / run_id
+    return (
+        [(files[i], folder / files[i]) for i in sorted({min(files), max(files)})] if files else []
+    )
 
 
 def _checkpoints_hold_grads(project: Path, run_id: str, facts: RunFacts) -> bool | str:
