@@ -17,13 +17,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from conftest import florwb, git, run_py, write
-from conftest_app import loaded, make_app, screen_text, wait_for
+from conftest_app import loaded, make_app, wait_for
 from jupyter_client.manager import start_new_kernel
+from textual.screen import Screen
 
 from florwb.screens.chart import ChartScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
@@ -232,6 +233,35 @@ def _failures(results: dict[str, str | None]) -> str:
     return "\n".join(f"{kind}: {why}" for kind, why in results.items() if why)
 
 
+async def _each_kind(
+    app,
+    pilot,
+    runs: dict[str, str],
+    open_screen: Callable[[str, str], Screen],
+    ready: Callable[[str, Screen], bool],
+    judge: Callable[[str, str, Screen, str], str | None] = lambda *_: None,
+    timeout: float = 30,
+) -> dict[str, str | None]:
+    """Open one screen per kind, wait until `ready(text, screen)`, then `judge` it (None: as
+    it should be, else what is wrong); every kind's outcome, so a failure names them all."""
+    results: dict[str, str | None] = {}
+    for kind, run_id in runs.items():
+        screen = open_screen(kind, run_id)
+        app.push_screen(screen)
+        try:
+            text = await wait_for(
+                pilot, lambda t, s=screen: ready(t, s), timeout=timeout, what=kind
+            )
+            results[kind] = judge(kind, run_id, screen, text)
+        except AssertionError as exc:
+            results[kind] = str(exc)[:400]
+        fork_server = getattr(screen, "fork_server", None)
+        if fork_server is not None:  # the plan screen's warm workers
+            fork_server.close()
+        app.pop_screen()
+    return results
+
+
 def test_every_kind_was_built(matrix):
     _project, runs = matrix
     assert set(runs) == set(KINDS)
@@ -351,67 +381,51 @@ async def test_history_shows_every_kind(matrix):
 async def test_run_detail_opens_for_every_kind(matrix):
     project, runs = matrix
     app = make_app(project)
-    results: dict[str, str | None] = {}
     async with app.run_test(size=(120, 40)) as pilot:
         await loaded(pilot)
-        for kind, run_id in runs.items():
-            app.push_screen(RunDetailScreen(app.store, run_id))
-            try:
-                text = await wait_for(
-                    pilot, lambda t: "Metrics" in t and "Args" in t, timeout=20, what=kind
-                )
-                results[kind] = None if "loss" in text or kind == "names" else "no loss shown"
-            except AssertionError as exc:
-                results[kind] = str(exc)[:400]
-            app.pop_screen()
+        results = await _each_kind(
+            app,
+            pilot,
+            runs,
+            lambda _kind, run_id: RunDetailScreen(app.store, run_id),
+            lambda t, _s: "Metrics" in t and "Args" in t,
+            lambda kind, _r, _s, t: None if "loss" in t or kind == "names" else "no loss shown",
+        )
     assert not _failures(results), _failures(results)
 
 
 async def test_chart_draws_every_kind(matrix):
     project, runs = matrix
     app = make_app(project)
-    results: dict[str, str | None] = {}
     async with app.run_test(size=(120, 40)) as pilot:
         await loaded(pilot)
-        for kind, run_id in runs.items():
-            screen = ChartScreen(app.store, [run_id], {run_id: kind}, "loss", kind)
-            app.push_screen(screen)
-            try:
-                await wait_for(pilot, lambda t: "loss vs" in t, timeout=30, what=f"chart {kind}")
-                results[kind] = None
-            except AssertionError as exc:
-                results[kind] = str(exc)[:400]
-            app.pop_screen()
+        results = await _each_kind(
+            app,
+            pilot,
+            runs,
+            lambda kind, run_id: ChartScreen(app.store, [run_id], {run_id: kind}, "loss", kind),
+            lambda t, _s: "loss vs" in t,
+        )
     assert not _failures(results), _failures(results)
 
 
 async def test_compare_opens_every_kind_against_the_replayed_run(matrix):
     project, runs = matrix
     app = make_app(project)
-    results: dict[str, str | None] = {}
+    base = runs["replayed"]
+    others = {kind: run_id for kind, run_id in runs.items() if run_id != base}
     async with app.run_test(size=(120, 40)) as pilot:
         await loaded(pilot)
-        base = runs["replayed"]
-        for kind, run_id in runs.items():
-            if run_id == base:
-                continue
-            screen = RunCompareScreen(project, app.store, base, run_id)
-            app.push_screen(screen)
-            try:
-                # the comparison read and drawn, naming the second run
-                second = short_run(run_id)
-                await wait_for(
-                    pilot,
-                    lambda t, s=screen, r=second: (
-                        app.screen is s and s.comparison is not None and r in t
-                    ),
-                    timeout=30,
-                    what=f"{kind} compared",
-                )
-                results[kind] = None
-            except AssertionError as exc:
-                results[kind] = str(exc)[:400]
-            app.pop_screen()
+        # the comparison read and drawn, naming the second run
+        results = await _each_kind(
+            app,
+            pilot,
+            others,
+            lambda _kind, run_id: RunCompareScreen(project, app.store, base, run_id),
+            lambda t, s: (
+                app.screen is s and s.comparison is not None and short_run(s.run_ids[1]) in t
+            ),
+        )
     assert not _failures(results), _failures(results)
 
 
@@ -439,35 +453,29 @@ async def test_statements_tab_shows_every_script(matrix):
     assert not _failures(results), _failures(results)
 
 
+def _planned_or_refused(_kind: str, run_id: str, screen, text: str) -> str | None:
+    plan = screen.planned
+    if plan is None:
+        return "no plan: " + text[:300]
+    (row,) = [r for r in plan.runs if r.run_id == run_id]
+    return None if row.status == "ready" or row.reason else f"{row.status} without a reason"
+
+
 async def test_replay_plan_answers_for_every_kind(matrix):
     """Each kind is planned or refused with a reason; none breaks the plan screen."""
     project, runs = matrix
     app = make_app(project)
-    results: dict[str, str | None] = {}
     async with app.run_test(size=(160, 48)) as pilot:
         await loaded(pilot)
-        for kind, run_id in runs.items():
-            screen = ReplayPlanScreen(project, ["wnorm"], [run_id], 1)
-            app.push_screen(screen)
-            try:
-                await wait_for(
-                    pilot,
-                    lambda _t, s=screen: s.planned is not None or "rror" in screen_text(app),
-                    timeout=60,
-                    what=f"plan {kind}",
-                )
-                plan = screen.planned
-                if plan is None:
-                    results[kind] = "no plan: " + screen_text(app)[:300]
-                else:
-                    (row,) = [r for r in plan.runs if r.run_id == run_id]
-                    ok = row.status == "ready" or bool(row.reason)
-                    results[kind] = None if ok else f"{row.status} without a reason"
-            except AssertionError as exc:
-                results[kind] = str(exc)[:400]
-            if screen.fork_server is not None:
-                screen.fork_server.close()
-            app.pop_screen()
+        results = await _each_kind(
+            app,
+            pilot,
+            runs,
+            lambda _kind, run_id: ReplayPlanScreen(project, ["wnorm"], [run_id], 1),
+            lambda t, s: s.planned is not None or "rror" in t,
+            _planned_or_refused,
+            timeout=60,
+        )
     assert not _failures(results), _failures(results)
 
 
