@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import git, recorded_project, run_py, write
+from conftest import recorded_project, run_py, write
 
 from florwb_engine.analysis.loop_state import loop_state
 from florwb_engine.replay import execute, plan_replay
@@ -273,11 +273,7 @@ CARRIED_LOGS = ("ema", "best", "next_batch", "spread")
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("project")
-    write(root / "train.py", SCRIPT)
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "v1")
-    run_py(root, "train.py")
+    recorded_project(root, SCRIPT)
     write(root / "train.py", NEW)
     return root
 
@@ -313,11 +309,7 @@ def test_a_segment_starting_mid_run_sees_the_carried_state_of_a_forward_run(reco
 
 def test_checkpoints_without_loop_state_make_the_run_re_execute_from_its_start(tmp_path, forward):
     project = tmp_path / "old"
-    write(project / "train.py", SCRIPT)
-    git(project, "init", "-q")
-    git(project, "add", "-A")
-    git(project, "commit", "-qm", "v1")
-    run_py(project, "train.py")
+    recorded_project(project, SCRIPT)
     write(project / "train.py", NEW)
     for f in (project / ".florwb" / "checkpoints").rglob("iter-*.pt"):
         saved = torch.load(f, weights_only=True)
@@ -356,11 +348,7 @@ with flor.checkpointing(model=net):
 
 def test_what_cannot_be_saved_is_named_and_the_run_re_executes_from_its_start(tmp_path):
     project = tmp_path / "it"
-    write(project / "train.py", ITERATOR)
-    git(project, "init", "-q")
-    git(project, "add", "-A")
-    git(project, "commit", "-qm", "v1")
-    run_py(project, "train.py")
+    recorded_project(project, ITERATOR)
     saved = torch.load(
         sorted((project / ".florwb" / "checkpoints").rglob("epoch-*.pt"))[0], weights_only=True
     )
@@ -385,11 +373,7 @@ def test_a_loop_that_changes_an_unregistered_object_restores_whole_state_or_none
         "        x = next(stream)\n", "        x = next(stream)\n        history.append(x)\n"
     ).replace("stream = iter(range(epoch, 100))", "pass")
     project = tmp_path / "hist"
-    write(project / "train.py", script)
-    git(project, "init", "-q")
-    git(project, "add", "-A")
-    git(project, "commit", "-qm", "v1")
-    run_py(project, "train.py")
+    recorded_project(project, script)
     write(
         project / "train.py",
         script.replace(
@@ -456,11 +440,7 @@ def test_the_analysis_of_a_script_is_kept_and_reused_by_its_later_runs(tmp_path)
     cache = tmp_path / "cache"
     env = {"XDG_CACHE_HOME": str(cache)}
     project = tmp_path / "project"
-    write(project / "train.py", SCRIPT)
-    git(project, "init", "-q")
-    git(project, "add", "-A")
-    git(project, "commit", "-qm", "v1")
-    run_py(project, "train.py", env=env)
+    recorded_project(project, SCRIPT, env=env)
     (kept,) = (cache / "florwb" / "loop-state").glob("*.json")
     answer = json.loads(kept.read_text())
     assert sorted(answer["carried"]) == ["X", "Y", "best", "ema", "spread"]
