@@ -18,6 +18,7 @@ workers, so that threads x workers stays within the cores (`workers_for_threads`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -137,7 +138,8 @@ def limit_threads() -> None:
     torch.set_num_threads(int(value))
     interop = os.environ.get(INTEROP_ENV, "")
     if interop.isdigit() and int(interop) >= 1 and torch.get_num_interop_threads() != int(interop):
-        try:
+        # Refused once the pool has run (a worker forked after torch used it); harmless:
+        # inter-op threads run independent ops side by side, they do not split reductions,
+        # so the values logged are the same.
+        with contextlib.suppress(RuntimeError):
             torch.set_num_interop_threads(int(interop))
-        except RuntimeError:  # the pool ran already; inter-op threads do not split reductions
-            pass
