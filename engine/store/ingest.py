@@ -236,7 +236,7 @@ def _apply(
     shared = _insert_loop_entries(con, keys, entries)
     _insert_iterations(con, keys, batch.timings)
     rows = insert_logs(con, keys, batch.logs, run_ranks.first_seq(old.next_seq, keys.rank))
-    console.insert(con, keys.run_key, keys.source_key, lines)
+    console.insert(con, keys.run_key, keys.source_key, lines, run_ranks.first_seq(0, keys.rank))
     if dead and not done and keys.rank is not None:
         run_ranks.mark_killed(con, keys.run_id, keys.rank)
     elif dead and not done:

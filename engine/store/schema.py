@@ -18,7 +18,7 @@ import duckdb
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
 from florwb_engine.store import console, run_context, verdicts
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # A log row's rank is in its seq's high bits (each rank journal numbers its rows from
 # rank << RANK_SHIFT): the rank costs no column on the hot rows (store/run_ranks.py).
 RANK_SHIFT = 40
@@ -186,6 +186,8 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         for table in ("replay_runs", "withheld_rows", "withheld_name_stats", "run_files"):
             con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({TABLES[table]})")
         verdicts.withhold_recorded_divergences(con)
+        create_views(con)
+    if version < 8:  # console lines say their rank (each rank numbers its lines apart)
         create_views(con)
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")

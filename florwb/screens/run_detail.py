@@ -260,8 +260,11 @@ def _console(detail: RunDetail) -> list:
     lines.add_column(style="dim", no_wrap=True)
     lines.add_column(no_wrap=True)
     lines.add_column(overflow="fold")
+    ranks = any(line.rank for line in detail.console)
     for line in detail.console:
         where = " ".join(f"{k}={v}" for k, v in line.where.items()) or "-"
+        if ranks:
+            where = f"rank {line.rank} {where}"
         text = Text(fmt.clip(line.text, TAIL_LINE_CHARS), CHANNEL_STYLES.get(line.channel, "cyan"))
         if line.n > 1:
             text.append(f" (×{line.n})", "dim")
