@@ -266,6 +266,8 @@ def plan_replay(
         [s.estimate_s / factor for p in plans for s in p.segments], at_once, executor
     )
     denser = _denser_policy(ready, work, facts, workers, at_once, factor, executor)
+    if denser is not None and denser > raw * factor * DENSER_WORTH:
+        denser = None
     return Plan(
         replay_id=time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2),
         project=project,
@@ -277,9 +279,7 @@ def plan_replay(
         estimate_raw_s=raw,
         calibration=factor,
         notes=notes,
-        denser_estimate_s=denser
-        if denser is not None and denser <= raw * factor * DENSER_WORTH
-        else None,
+        denser_estimate_s=denser,
     )
 
 
@@ -407,13 +407,14 @@ def _denser_policy(
 ) -> float | None:
     """What a checkpoint every main-loop iteration would have made of the estimate: each
     run's own (with a note where it is much shorter) and the whole replay's, returned
-    (None when no run would change)."""
+    (None when no run's would change). Each run's `rerun` is set on the way."""
     per_run = _per_run(workers, ready)
     costs: list[float] = []
     changed = False
     for plan in ready:
         own = [s.estimate_s / factor for s in plan.segments]
         found = work[plan.run_id]
+        plan.rerun = list(found.rerun)
         dense = denser_work(
             plan.mode or PREFIX, plan.main_loop, facts[plan.run_id], found, executor
         )
@@ -427,7 +428,7 @@ def _denser_policy(
             continue
         changed = True
         costs += parts
-        plan.denser_estimate_s, plan.rerun = estimate, list(found.rerun)
+        plan.denser_estimate_s = estimate
         loop = plan.main_loop or "main-loop"
         plan.notes.append(
             f"with a checkpoint every {loop} iteration ~{seconds_text(estimate)} instead of "
