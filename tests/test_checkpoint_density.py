@@ -202,3 +202,28 @@ def test_policy_keywords_are_checked_and_objects_under_those_names_still_registe
 
     saved = torch.load(folder / "epoch-000001.pt", weights_only=True)
     assert set(saved["objects"]) == {"model", "every"}
+
+
+def test_every_picks_the_mirrored_saves_too_and_they_are_listed_apart(tmp_path):
+    """A script that saves its own checkpoints: `every=2` keeps the saves of iterations 0,
+    2, 4, whatever they cost; they are not flor.checkpointing's, so the listing names them
+    apart from the restorable iterations (the plan decides whether they hold the state)."""
+    project = recorded_project(
+        tmp_path / "saves",
+        """
+        import torch
+        import florwb as flor
+
+        net = torch.nn.Linear(2, 1)
+        with flor.checkpointing(every=2, budget=0.0):
+            for epoch in flor.loop("epoch", range(5)):
+                flor.log("w", net.weight.sum().item())
+                torch.save({"model": net.state_dict()}, "ckpt.pt")
+        """,
+        files={".gitignore": "ckpt.pt\n"},
+    )
+    (run,) = json.loads(florwb(project, "runs", "--json").stdout)
+    assert run["restorable"] == [] and run["saved_iterations"] == [0, 2, 4]
+    lines = florwb(project, "runs").stdout.splitlines()
+    start = lines[0].index("restorable")
+    assert lines[1][start:].startswith("0/5 +3 saves")

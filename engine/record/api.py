@@ -9,6 +9,7 @@ event carries the outer coordinates once, so nothing per call or per iteration i
 from __future__ import annotations
 
 import itertools
+import numbers
 import os
 import sys
 import time
@@ -251,7 +252,7 @@ def _policy_options(objects: dict[str, Any]) -> dict[str, Any]:
     options = {
         key: objects.pop(key)
         for key in POLICY_KEYWORDS
-        if type(objects.get(key)) in (int, float)  # not bool, not a tensor
+        if isinstance(objects.get(key), numbers.Real) and not isinstance(objects[key], bool)
     }
     every = options.get("every")
     if every is not None and (not float(every).is_integer() or every < 1):
@@ -260,6 +261,7 @@ def _policy_options(objects: dict[str, Any]) -> dict[str, Any]:
         options["every"] = int(every)  # type: ignore[arg-type]
     if "budget" in options:
         _check_budget(options["budget"])
+        options["budget"] = float(options["budget"])
     return options
 
 
