@@ -246,6 +246,8 @@ def _print_plan(plan: Plan, workers_why: str) -> None:
     write_table(
         ["run", "version", "mode", "replays", "estimate", "notes"], rows, sys.stdout, last="full"
     )
+    if note := plan.denser_note():
+        print(note)
 
 
 def _progress_printer():

@@ -9,6 +9,7 @@ event carries the outer coordinates once, so nothing per call or per iteration i
 from __future__ import annotations
 
 import itertools
+import numbers
 import os
 import sys
 import time
@@ -239,30 +240,70 @@ def arg(name: str, default: Any = None) -> Any:
     return value
 
 
+# Keywords of flor.checkpointing that set the run's checkpoint policy instead of naming an
+# object: a plain number under one of these names is a setting (checkpointing a bare number
+# restores nothing); anything else under them (a module, a tensor, a dict) is still an object
+# to checkpoint, as with flordb, whose checkpointing takes any keyword.
+POLICY_KEYWORDS = ("every", "budget")
+
+
+def _policy_options(objects: dict[str, Any]) -> dict[str, Any]:
+    """Take the policy settings out of flor.checkpointing's keywords, checked."""
+    options = {
+        key: objects.pop(key)
+        for key in POLICY_KEYWORDS
+        if isinstance(objects.get(key), numbers.Real) and not isinstance(objects[key], bool)
+    }
+    every = options.get("every")
+    if every is not None and (not float(every).is_integer() or every < 1):
+        raise ValueError(f"checkpointing every={every!r}: a whole number of iterations >= 1")
+    if "every" in options:
+        options["every"] = int(every)  # type: ignore[arg-type]
+    if "budget" in options:
+        _check_budget(options["budget"])
+        options["budget"] = float(options["budget"])
+    return options
+
+
 @contextmanager
 def checkpointing(**objects: Any) -> Iterator[None]:
-    """Register state (model=..., optimizer=...) to checkpoint at the end of outer iterations."""
+    """Register state (model=..., optimizer=...) to checkpoint at the end of outer iterations.
+
+    `every=N` checkpoints iterations 0, N, 2N, ... and the last, whatever they cost (N=1:
+    every iteration); `budget=f` is this run's checkpoint cost allowed as a fraction of
+    compute time (flor.set_checkpoint_budget). Both hold inside the `with` block."""
+    options = _policy_options(objects)
     run = runtime.current() or _start()
     if run is None:
         yield
         return
     ckpt = run.checkpointer
     previous = dict(ckpt.objects)
+    policy = ckpt.policy
+    previous_policy = {key: getattr(policy, key) for key in options}
     ckpt.objects.update(objects)
+    for key, value in options.items():
+        setattr(policy, key, value)
     if objects and run.replayer is None:
         ckpt.start()
     try:
         yield
     finally:
         ckpt.objects = previous
+        for key, value in previous_policy.items():
+            setattr(policy, key, value)
         if not previous:
             ckpt.loop_depth = None
 
 
-def set_checkpoint_budget(fraction: float) -> None:
-    """Checkpoint cost allowed, as a fraction of compute time (default 0.02)."""
+def _check_budget(fraction: float) -> None:
     if not 0 <= fraction <= 1:
         raise ValueError("checkpoint budget must be between 0 and 1")
+
+
+def set_checkpoint_budget(fraction: float) -> None:
+    """Checkpoint cost allowed, as a fraction of compute time (default 0.02)."""
+    _check_budget(fraction)
     run = runtime.current() or _start()
     if run is not None:
         run.checkpointer.policy.budget = fraction

@@ -6,7 +6,10 @@ iteration the loop is left in (break, return, an exception) is always checkpoint
 
 The policy keeps `checkpoint cost <= budget * compute time` at every decision, so cheap
 checkpoints happen every iteration and expensive ones spread out; the last iteration is
-always checkpointed because replay needs the end state. Cost is what the training thread
+always checkpointed because replay needs the end state. A run that asks for a period
+(`flor.checkpointing(..., every=N)`) gets iterations 0, N, 2N, ... and the last instead,
+whatever they cost: each one is an iteration an outer-mode replay restores instead of
+re-executing. Cost is what the training thread
 paid (copying state to host memory, waiting for a free writer slot) plus the background
 write time, so the budget also holds when the writer competes for the GIL or the disk.
 A checkpoint is copied to host memory on the training thread (the tensors keep changing),
@@ -42,6 +45,7 @@ _ASSUMED_BYTES_PER_S = 1e9  # first-checkpoint estimate, before anything was mea
 @dataclass
 class Policy:
     budget: float = DEFAULT_BUDGET
+    every: int | None = None  # a fixed period asked for; None: as the budget allows
     compute_s: float = 0.0
     cost_s: float = 0.0
     count: int = 0
@@ -353,6 +357,10 @@ class Checkpointer:
     def _decide(self, compute_s: float) -> bool:
         if self.rng_only is not None:  # whichever iteration rank 0 keeps, this rank has it
             return True
+        every = self.policy.every
+        if every is not None:  # a period asked for overrides the budget
+            self.policy.computed(compute_s)
+            return self._last or (self._iteration or 0) % every == 0
         reserve = not self._last and self._total_known
         return self.policy.should_checkpoint(compute_s, self.estimate_s(), reserve) or self._last
 

@@ -107,7 +107,7 @@ class Mirror:
         dest = self.folder / f"{stem}.save{k}.pt"
         how = "copy" if _weights_only_safe(obj) else "state_dict"
         size = _size(target) if how == "copy" else _state_bytes(obj)
-        if not self._affordable(size):
+        if not self._affordable(size, iteration):
             return  # like flor.checkpointing's policy: this iteration is not checkpointed
         t1 = time.perf_counter()
         written: list[Path] = []  # removed again if this mirror fails: no orphan on a full disk
@@ -166,7 +166,9 @@ class Mirror:
                 }
             )
 
-    def _affordable(self, size: int) -> bool:
+    def _affordable(self, size: int, iteration: int) -> bool:
+        if self.policy.every is not None:  # flor.checkpointing(..., every=N)'s iterations
+            return iteration % self.policy.every == 0
         expected = size / self._copy_bytes_per_s
         compute = max(time.perf_counter() - self.started, self.policy.compute_s)
         return self.policy.cost_s + expected <= self.policy.budget * compute
