@@ -16,7 +16,10 @@ from florwb_engine.store.console import read_io
 
 CELLS = [
     "import florwb as flor\nimport torch\ntorch.manual_seed(0)\nnet = torch.nn.Linear(2, 1)",
-    'for epoch in flor.loop("epoch", range(3)):\n    flor.log("loss", epoch / 2)\n    print("seen", epoch)',
+    (
+        'for epoch in flor.loop("epoch", range(3)):\n'
+        '    flor.log("loss", epoch / 2)\n    print("seen", epoch)'
+    ),
     'df = flor.dataframe("loss")\nprint("rows", len(df), sorted(df["loss"].tolist()))',
     "flor.commit()",
     'for epoch in flor.loop("epoch", range(2)):\n    flor.log("acc", epoch)',
