@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import florwb
-from conftest_app import copy_demo, loaded, make_app, run_lines, wait_for
+from conftest_app import copy_demo, loaded, make_app, run_lines, wait_for, wait_until
 
 HOLDER = (
     "import duckdb, sys\n"
@@ -168,3 +168,27 @@ async def test_a_query_waiting_on_the_lock_says_who_and_esc_stops_the_wait(demo:
             await wait_for(pilot, lambda t: "■ stopped" in t, what="the wait stopped")
         pane.run_sql("SELECT count(*) AS n FROM runs")
         await wait_for(pilot, lambda t: "✓ 1 row" in t, what="a query once it is free")
+
+
+async def test_an_idle_workbench_holds_nothing_and_forgets_a_holder_once_it_let_go(
+    demo: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Loaded and idle, the workbench has no connection open: another process takes the
+    write lock at the first try. A reload that meets that holder says who it is; the moment
+    the holder lets go, the title says the project again."""
+    from florwb.components.live_monitor import LiveMonitor
+
+    monkeypatch.setenv("FLORWB_LOCK_WAIT_S", "120")  # the same wait gets the file
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_until(
+            pilot, lambda: not any(w.is_running for w in app.workers), what="nothing running"
+        )
+        with held(demo) as holder:
+            app.query_one(LiveMonitor).reload()
+            await wait_until(
+                pilot, lambda: f"(PID {holder.pid}," in app.sub_title, what="who holds it"
+            )
+        await wait_until(pilot, lambda: "held by" not in app.sub_title, what="the holder gone")
+        assert app.sub_title == f"{demo.name} · 4 runs · 2 versions"

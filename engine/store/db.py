@@ -55,8 +55,8 @@ def lock_waits_reported(
 ) -> Iterator[None]:
     """Connections opened inside this block call `listener(holder, waited_s)` every
     LOCK_REPORT_EVERY_S while they wait on another process's lock, and `freed(waited_s)`
-    when they got the file after the listener was told of a holder (whoever shows the
-    holder stops showing it)."""
+    when they got the file after waiting on one at all (whoever shows a holder stops
+    showing it; whoever measures waits adds it up)."""
     token = _lock_wait_listener.set((listener, freed))
     try:
         yield
@@ -202,7 +202,7 @@ def _connected(
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     listeners = _lock_wait_listener.get()
     listener, freed = listeners if listeners is not None else (None, None)
-    told = False
+    waited = False
     began = time.monotonic()
     reported_at = began
     deadline = time.monotonic() + timeout_s
@@ -219,6 +219,7 @@ def _connected(
             if not _is_lock_conflict(exc):
                 raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
             holder = lock_holder(str(exc))
+            waited = True
             if time.monotonic() > deadline:
                 raise StoreBusy(f"{path} stayed locked by {holder} for {timeout_s:.0f} s") from None
             if not said and time.monotonic() > noticed_at and "Conflicting lock" in str(exc):
@@ -229,10 +230,9 @@ def _connected(
                 if now - reported_at >= LOCK_REPORT_EVERY_S:
                     reported_at = now
                     listener(holder, now - began)
-                    told = True
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, RETRY_DELAY_MAX_S)
-    if told and freed is not None:
+    if waited and freed is not None:
         freed(time.monotonic() - began)
     try:
         no_progress_bar(con)

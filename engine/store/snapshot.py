@@ -111,15 +111,16 @@ def _drop_if_unused(shared: Path) -> None:
 def _remove_stale(store_dir: Path, current: Path) -> None:
     """Links of readers that are gone, and shared snapshots of older catalog states that no
     reader links any more."""
-    for path in store_dir.glob(PREFIX + "*"):
-        found = _PRIVATE.match(path.name)
-        if found is not None:
-            if processes.is_gone(int(found.group(1)), None):
-                if path.is_dir():
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    path.unlink(missing_ok=True)
-        elif path != current and path.name.count(".") == 2:  # florwb.duckdb.read-<id>
+    found = sorted(store_dir.glob(PREFIX + "*"))
+    for path in found:
+        private = _PRIVATE.match(path.name)
+        if private is not None and processes.is_gone(int(private.group(1)), None):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    for path in found:  # once the links of the gone are gone
+        if path != current and path.name.count(".") == 2:  # florwb.duckdb.read-<id>
             _drop_if_unused(path)
 
 
