@@ -105,18 +105,33 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
         if state is not None and state.done:
             continue
         try:
+            # What a live run appends while this reader ingests is the next reader's: chasing
+            # it would hold the catalog for as long as the run writes faster than we ingest.
+            # One pass past what was there at the start (it finds a run that died meanwhile,
+            # its id known from the first pass), then it stops.
+            size, passes = _size(path), 0
             while state is None or not state.done:  # until nothing new (a live run) or done
                 rows, new_state = _ingest_one(con, path, state, report)
                 if new_state == state:
                     break
                 report.rows += rows
                 state = new_state
+                passes += 1
+                if state is not None and state.offset >= size and passes >= 2:
+                    break
             report.journals += 1
         except duckdb.Error as exc:  # the database failed: nothing of it kept, tried next read
             _rollback(con)
             report.errors.append(f"{path.name}: {str(exc).splitlines()[0]}")
     con.execute("SET SESSION preserve_insertion_order = true")
     return report
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:  # removed since listed: read_chunks finds nothing new
+        return 0
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:

@@ -9,10 +9,10 @@ other file), no extension autoload/autoinstall, no persistent secrets, and the c
 locked (no SET/RESET/PRAGMA can undo any of that). The textual check stays, as a friendly
 early message only.
 
-DuckDB lets one process write a file, and one process cannot hold the same file read-write
-and read-only at once: pending journals are ingested first in a short write session, which
-is closed before the read-only connection opens. Read-only connections of this process are
-opened one at a time, each a fresh DuckDB instance (the configuration lock is per instance).
+The connection is to a snapshot of the catalog (engine/store/snapshot.py), taken after
+pending journals are ingested: a result read slowly, paged or streamed to a slow pipe, holds
+its own file and never the catalog, so nobody waits on it. Each snapshot connection is its
+own file and its own DuckDB instance (the configuration lock is per instance).
 
 Results stream: callers fetch what they show (`fetch_df_chunk`/`fetchmany`, `ResultStream`
 a page at a time), never the whole result, so `SELECT * FROM range(100000000000)` runs in
@@ -25,20 +25,21 @@ Errors keep DuckDB's whole message (`UserSqlError.detail`: candidate bindings, t
 from __future__ import annotations
 
 import re
-import threading
-import weakref
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from florwb_engine.store import repair, verdicts
-from florwb_engine.store.db import StoreError, connect, on_same_process_conflict
+from florwb_engine.store import repair, snapshot, verdicts
+from florwb_engine.store.db import StoreError
 from florwb_engine.store.repair import again_if_rebuilt
+from florwb_engine.store.schema import literal
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pandas as pd
 
     from florwb_engine.store.catalog import Store
@@ -54,31 +55,8 @@ READ_ONLY_CONFIG: dict[str, Any] = {
     "allow_persistent_secrets": False,
 }
 CHUNK_VECTORS = 1  # one DuckDB vector (2,048 rows) per fetched chunk
-# Held while this process has a read-only connection open (one at a time: DuckDB shares one
-# instance per file and configuration, and the configuration lock is per instance).
-READ_ONLY_HELD = threading.Lock()
 
 
-class Parkable(Protocol):
-    def park(self) -> bool: ...
-
-
-# Open results being paged through (engine/store/result_stream.py): they hold a read-only
-# connection between pages, and let go of it when idle and something else needs the file.
-_HOLDERS: weakref.WeakSet[Parkable] = weakref.WeakSet()
-
-
-def hold(holder: Parkable) -> None:
-    _HOLDERS.add(holder)
-
-
-def park_idle_holders() -> None:
-    """Idle open results close their connection (they reopen when asked for more)."""
-    for holder in list(_HOLDERS):
-        holder.park()
-
-
-on_same_process_conflict(park_idle_holders)
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)
 
 
@@ -135,15 +113,26 @@ def _explained_kind(query: str) -> str | None:
 
 
 @contextmanager
-def read_only_connection(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A connection to the catalog that cannot write anything anywhere; journals are
-    ingested first (a short write session of its own)."""
-    store.ingest()
-    park_idle_holders()
-    with READ_ONLY_HELD, repair.guarded(store.dir):
-        with connect(store.dir, read_only=True, config=READ_ONLY_CONFIG) as con:
-            con.execute("SET lock_configuration = true")
-            yield con
+def read_only_connection(
+    store: Store, *, writable: Path | None = None
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection to a snapshot of the catalog (journals ingested first) that cannot
+    write anything anywhere, or only the one file `writable` (an export's target: DuckDB's
+    `allowed_paths`, set while external access is still on, which it must be at start-up
+    for the setting to take). The configuration is locked before it is handed out."""
+    config = READ_ONLY_CONFIG
+    if writable is not None:
+        config = {k: v for k, v in READ_ONLY_CONFIG.items() if k != "enable_external_access"}
+    with ExitStack() as stack:
+        private = stack.enter_context(snapshot.reading(store))
+        stack.enter_context(repair.guarded(store.dir))
+        con = snapshot.open_read_only(private, config)
+        stack.callback(con.close)
+        if writable is not None:
+            con.execute(f"SET allowed_paths = [{literal(str(writable))}]")
+            con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        yield con
 
 
 _READS_LOGS = re.compile(r"\blogs\b(?!_)", re.IGNORECASE)

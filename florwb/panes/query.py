@@ -19,7 +19,6 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.timer import Timer
 from textual.widgets import Static
 
 from florwb.screens.export_result import ExportScreen
@@ -51,7 +50,6 @@ from florwb_engine.store.result_stream import ResultStream
 from florwb_engine.store.user_export import export_result
 from florwb_engine.store.user_sql import QueryStopped, UserSqlError
 
-IDLE_RELEASE_S = 5.0  # an open result lets go of the catalog file after this long unused
 # `source = 'record'`: a replay re-executes recorded statements too, so without it each
 # replay would add another copy of every value (issue 14, defect 4).
 DEFAULT_SQL = (
@@ -95,7 +93,6 @@ class QueryPane(Vertical):
         self.outline: list[Relation] | None = None
         self._stop_serial = -1
         self._fetching = False
-        self._idle_timer: Timer | None = None
 
     def key_line(self) -> str:
         """The editor's keys in force, under it until the first query runs."""
@@ -176,9 +173,6 @@ class QueryPane(Vertical):
 
     def _close_stream(self) -> None:
         stream, self.stream = self.stream, None
-        if self._idle_timer is not None:
-            self._idle_timer.stop()
-            self._idle_timer = None
         if stream is not None:
             self._discard(stream)
 
@@ -282,21 +276,6 @@ class QueryPane(Vertical):
         if stream.exhausted:
             self.total = stream.fetched
         self._show_rows()
-        self._arm_idle_release(stream)
-
-    def _arm_idle_release(self, stream: ResultStream) -> None:
-        """Let go of the catalog file when the user stops paging (a writer elsewhere, a
-        `florwb runs` in another terminal, would wait on it); paging on reopens it."""
-        if self._idle_timer is not None:
-            self._idle_timer.stop()
-            self._idle_timer = None
-        if stream.is_open:
-            self._idle_timer = self.set_timer(
-                IDLE_RELEASE_S,
-                lambda: run_in_thread(
-                    self, stream.park, group="park", description="letting go of the catalog"
-                ),
-            )
 
     def _show_rows(self) -> None:
         loaded = len(self.results.raw_rows)
