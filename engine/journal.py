@@ -42,6 +42,20 @@ def replay_journal_name(replay_id: str, segment: int | str) -> str:
     return f"replay-{replay_id}-{segment}{SUFFIX}"
 
 
+def recorded_run_of(name: str) -> tuple[str, int | None] | None:
+    """(run id, rank) a recording's journal is named after (`<run>.journal`,
+    `<run>.rank<r>.journal`, record/ranks.py); None for a replay's journal, whose name does
+    not say which run it replays. What is left of a journal whose start event is lost is
+    shown under this name."""
+    if not name.endswith(SUFFIX) or name.startswith("replay-"):
+        return None
+    stem = name[: -len(SUFFIX)]
+    run, dot, rank = stem.rpartition(".rank")
+    if dot and run and rank.isdigit():
+        return run, int(rank)
+    return (stem, None) if stem else None
+
+
 VTYPES = ("float", "int", "bool", "str", "none", "json", "object")
 
 
@@ -205,6 +219,9 @@ class JournalScan:
     chunks: list[Chunk] = field(default_factory=list)
     damaged: list[tuple[int, int]] = field(default_factory=list)
     error: str | None = None
+    # Reading stopped at bytes that cannot be the start of a chunk still being written (the
+    # magic or a checksum is wrong), with no whole chunk after them: damage, not a torn tail.
+    bad_tail: bool = False
 
 
 @dataclass
@@ -247,6 +264,9 @@ def read_chunks(path: Path, offset: int) -> JournalScan:
         return JournalScan(end_offset=offset, size=offset)
     scan = JournalScan(end_offset=offset, size=offset + len(data))
     if head != MAGIC and _legacy(data, offset, scan):
+        # no chunk of either format from its first byte, and not the start of one being
+        # written (a recording writes the magic first): overwritten, or not a journal
+        scan.bad_tail = offset == 0 and not scan.chunks and not MAGIC.startswith(head)
         return scan
     _scan(data, offset, scan)
     return scan
@@ -333,6 +353,7 @@ def _scan(data: bytes, base: int, scan: JournalScan) -> None:
             # A tail being written, or damage: damage only when a whole chunk follows it.
             found = _next_frame(data, view, pos + 1)
             if found is None:
+                scan.bad_tail = kind == "bad"
                 break
             scan.damaged.append((base + pos, base + found[0]))
             pos, kind, value = found

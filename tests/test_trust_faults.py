@@ -10,6 +10,8 @@ from pathlib import Path
 
 from conftest import florwb, git, recorded_project, run_py, write
 
+from florwb_engine import journal
+
 HOSTILE = """
 import florwb as flor
 import torch
@@ -70,3 +72,55 @@ def test_a_project_path_with_a_newline_gets_its_code_version(tmp_path: Path) -> 
     run_py(project, "train.py")
     (run,) = json.loads(florwb(project, "runs", "--json").stdout)
     assert run["version"] and run["git_dirty"] is False and run["message"] is None, run
+
+
+CHUNKS = """
+import florwb as flor
+from florwb_engine.record import runtime
+for epoch in flor.loop("epoch", range(4)):
+    flor.log("e", epoch)
+    runtime.current().flush()  # a chunk per epoch
+"""
+
+
+def _journal(project: Path) -> Path:
+    (path,) = (project / ".florwb" / "journal").glob("*.journal")
+    for catalog in (project / ".florwb").glob("florwb.duckdb*"):
+        catalog.unlink()  # read afresh from the damaged journal
+    return path
+
+
+def test_a_journal_that_lost_its_start_shows_its_run_from_what_is_left(tmp_path: Path) -> None:
+    """Every reader printed a raw NOT NULL constraint error and the run was gone; doctor
+    said the same text. Now the run is listed under its journal's name, with its values,
+    and one line says what is missing."""
+    project = recorded_project(tmp_path, CHUNKS)
+    path = _journal(project)
+    (start, *_rest) = journal.read_chunks(path, 0).chunks
+    assert start.events[0]["kind"] == "start"
+    path.write_bytes(path.read_bytes()[start.end :])
+    runs = florwb(project, "runs", "--json")
+    (run,) = json.loads(runs.stdout)
+    assert run["run_id"] == path.name.removesuffix(".journal") and run["status"] == "finished"
+    assert [i["kind"] for i in run["issues"]] == ["start lost"], run["issues"]
+    assert runs.stderr.count("lost its start") == 1 and "Constraint" not in runs.stderr
+    frame = json.loads(florwb(project, "dataframe", "e", "--format", "json").stdout)
+    assert [row["e"] for row in frame] == [0, 1, 2, 3]  # the start chunk holds no values
+    doctor = florwb(project, "doctor", check=False)
+    assert doctor.returncode == 1 and f"journal {path.name}: lost its start" in doctor.stderr
+
+
+def test_a_journal_overwritten_with_garbage_is_named_by_every_reader_and_doctor(
+    tmp_path: Path,
+) -> None:
+    """The run vanished without a word and doctor said healthy."""
+    project = recorded_project(tmp_path, CHUNKS)
+    path = _journal(project)
+    path.write_bytes(b"\xaa\x55\x13" * (path.stat().st_size // 3))
+    runs = florwb(project, "runs", "--json")
+    (run,) = json.loads(runs.stdout)
+    assert run["run_id"] == path.name.removesuffix(".journal") and run["status"] == "unreadable"
+    assert runs.stderr.count("no readable chunk") == 1, runs.stderr
+    doctor = florwb(project, "doctor", check=False)
+    assert doctor.returncode == 1, doctor.stdout
+    assert f"journal {path.name}: unreadable from byte 0: no readable chunk" in doctor.stderr

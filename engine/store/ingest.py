@@ -144,6 +144,9 @@ def _ingest_one(
     dead = old.run_id is not None and _is_dead(con, old.run_id, old.rank, old.source)
     scan = journal.read_chunks(path, old.offset)
     chunks, next_chunk = _new_chunks(scan.chunks, old.next_chunk)
+    if old.offset == 0 and not scan.chunks and scan.bad_tail:  # overwritten, or not a journal
+        why = f"no readable chunk in its {scan.size} bytes (overwritten, or not a florwb journal)"
+        return 0, _mark_unreadable(con, path, old, 0, why, report)
     if scan.end_offset == old.offset and scan.error is None and not dead:
         return 0, state  # nothing new: a live run between flushes
     try:
@@ -208,6 +211,9 @@ def _apply(
     entries = []
     lines = []  # printed and logged lines (store/console.py)
     unknown: dict[str, int] = {}  # event kinds this florwb does not know -> how many
+    warnings = []
+    if keys.run_id is None and chunks and not any(e.get("kind") == "start" for e in batch.events):
+        warnings.append(_start_lost(con, path, keys))
     for event in batch.events:
         kind = event.get("kind")
         if kind == "console":
@@ -245,7 +251,6 @@ def _apply(
             [keys.run_id],
         )
         done = not chunks  # the process is gone: once nothing new is left, nothing will come
-    warnings = []
     for loop_path, column in shared.items():
         detail = f"loop {loop_path!r} nests loops that share the column {column!r}"
         keys.issues.append(("ambiguous", detail, 1))
@@ -290,6 +295,34 @@ def _apply(
     con.execute("COMMIT")
     report.warnings.extend(warnings)
     return rows, new
+
+
+START_LOST = "start lost"  # run_issues kind: the run is shown from what is left of its journal
+
+
+def _start_lost(con, path: Path, keys: RunKeys) -> str:
+    """The journal's first chunk (the run's start: script, command line, start time, host
+    and process) is gone: the run is created from the journal's name so what is left is
+    shown under it; the line that says so."""
+    named = journal.recorded_run_of(path.name)
+    if named is None:  # a replay's journal does not name the run it replays
+        raise ValueError("its start event is lost (the run it replays is unknown)")
+    keys.run_id, keys.rank = named
+    con.execute(
+        "INSERT OR IGNORE INTO runs (run_id, run_key, status) "
+        "SELECT ?, coalesce(max(run_key), 0) + 1, 'running' FROM runs",
+        [keys.run_id],
+    )
+    if keys.rank is not None:
+        con.execute(
+            "INSERT OR IGNORE INTO run_ranks (run_id, rank, status) VALUES (?, ?, 'running')",
+            [keys.run_id, keys.rank],
+        )
+    missing = "its script, command line, start time and process are unknown"
+    keys.issues.append((START_LOST, f"{path.name}: {missing}", 1))
+    return (
+        f"run {keys.run_id}: journal {path.name} lost its start: shown from what is left; {missing}"
+    )
 
 
 def _mark_unreadable(con, path: Path, state: _State, offset: int, reason: str, report) -> _State:
