@@ -6,6 +6,9 @@ Each test records a real script in a real git repository and reads it back throu
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import florwb, git, recorded_project, run_py, write
@@ -124,3 +127,46 @@ def test_a_journal_overwritten_with_garbage_is_named_by_every_reader_and_doctor(
     doctor = florwb(project, "doctor", check=False)
     assert doctor.returncode == 1, doctor.stdout
     assert f"journal {path.name}: unreadable from byte 0: no readable chunk" in doctor.stderr
+
+
+TERMINATED = """
+import os, signal
+import florwb as flor
+from florwb_engine.record import runtime
+
+runtime.FLUSH_INTERVAL_S = 3600  # a starved flusher: it never runs before the signal
+for epoch in flor.loop("epoch", range(3)):
+    flor.log("e", epoch)
+    if epoch == 1:  # what a launcher does to the other ranks when one dies
+        os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def test_sigterm_writes_what_was_logged_and_still_ends_the_process(tmp_path: Path) -> None:
+    """torchrun stops the surviving ranks with SIGTERM; its default action ended the process
+    with everything logged since the flusher last ran lost (tests/test_ddp.py's killed rank
+    came back without rank 0's values when the flusher had not run yet)."""
+    project = tmp_path / "p"
+    write(project / "train.py", TERMINATED)
+    proc = run_py(project, "train.py", check=False)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    frame = json.loads(florwb(project, "dataframe", "e", "--format", "json").stdout)
+    assert [row["e"] for row in frame] == [0, 1]
+    (run,) = json.loads(florwb(project, "runs", "--json").stdout)
+    assert run["status"] == "killed"
+
+
+def test_bench_faults_survives_a_recording_killed_before_its_first_flush() -> None:
+    """Readers create no `.florwb/`; the benchmark still expected one after every kill and
+    stopped with a NoProject traceback when a recording died before it made one."""
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_faults.py"
+    proc = subprocess.run(
+        [sys.executable, str(bench), "--kinds", "recordings", "--trials", "2"]
+        + ["--kill-after", "0,0", "--seed", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = [line.split()[1:3] for line in proc.stdout.splitlines() if line.startswith("RESULT")]
+    assert ["faults_values_lost", "0"] in results and ["faults_trials_recordings", "2"] in results

@@ -17,6 +17,7 @@ import contextlib
 import marshal
 import os
 import secrets
+import signal
 import socket
 import sys
 import threading
@@ -535,6 +536,34 @@ def _install_hooks() -> None:
     sys.excepthook = excepthook
     atexit.register(end_run)
     os.register_at_fork(after_in_child=_disable_in_child)
+    _flush_on_sigterm()
+
+
+def _flush_on_sigterm() -> None:
+    """Write what the buffers hold when the process is told to stop (SIGTERM), then stop.
+
+    A launcher stops the other workers with SIGTERM when one dies (torchrun, Slurm, k8s);
+    by default that ends the process at once, and values logged since the flusher last ran
+    were lost, however old a starved flusher let them get. Only the default action is
+    replaced (a script's or framework's own handler is left alone), and the process still
+    ends by SIGTERM, as its launcher expects; without an end event the run reads as killed."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set from the main thread
+    with contextlib.suppress(ValueError, OSError):
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, _frame: object) -> None:
+    run = _current
+    # The handler runs in the main thread, which may itself be inside a flush (holding its
+    # lock): then that flush is left as it is rather than waited for forever.
+    if run is not None and run._flush_lock.acquire(timeout=1.0):
+        run._flush_lock.release()
+        with contextlib.suppress(Exception):  # the process is stopping either way
+            run.try_flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _disable_in_child() -> None:
