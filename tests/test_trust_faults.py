@@ -170,3 +170,48 @@ def test_bench_faults_survives_a_recording_killed_before_its_first_flush() -> No
     assert proc.returncode == 0, proc.stderr
     results = [line.split()[1:3] for line in proc.stdout.splitlines() if line.startswith("RESULT")]
     assert ["faults_values_lost", "0"] in results and ["faults_trials_recordings", "2"] in results
+
+
+STEPPED_BACK = """
+import time
+import florwb as flor
+
+flor.log("before", 1)
+wall = time.time
+time.time = lambda: wall() - 3600  # the wall clock steps back an hour (NTP, a VM resumed)
+for epoch in flor.loop("epoch", range(2)):
+    flor.log("e", epoch)
+"""
+
+
+def test_a_wall_clock_stepped_back_gives_no_negative_duration(tmp_path: Path) -> None:
+    project = recorded_project(tmp_path, STEPPED_BACK)
+    (run,) = json.loads(florwb(project, "runs", "--json").stdout)
+    assert run["status"] == "finished"
+    assert 0 <= run["duration_s"] < 600, run  # was about -3600
+
+
+def test_refused_statements_are_named_by_their_own_kind(tmp_path: Path) -> None:
+    """DuckDB files INSTALL under LOAD, CHECKPOINT under CALL, USE under SET and TRUNCATE
+    under DELETE; a comment before EXPLAIN ANALYZE DELETE, or a DELETE inside a WITH,
+    reached DuckDB's raw read-only error instead of the guard's message."""
+    project = recorded_project(tmp_path, 'import florwb as flor\nflor.log("x", 1)\n')
+    refused = {
+        "INSTALL httpfs": "INSTALL",
+        "CHECKPOINT": "CHECKPOINT",
+        "USE memory": "USE",
+        "TRUNCATE logs": "TRUNCATE",
+        "-- why\nEXPLAIN ANALYZE DELETE FROM logs": "DELETE",
+        "/* why */ EXPLAIN ANALYZE DELETE FROM logs": "DELETE",
+        "WITH d AS (DELETE FROM logs RETURNING *) SELECT * FROM d": "DELETE",
+        "WITH d AS (SELECT 1) DELETE FROM logs RETURNING *": "DELETE",
+    }
+    for sql, kind in refused.items():
+        proc = florwb(project, "query", sql, check=False)
+        assert proc.returncode != 0, sql
+        assert f"queries are read-only: {kind} statements are not allowed" in proc.stderr, (
+            sql,
+            proc.stderr,
+        )
+    proc = florwb(project, "query", '-- a note\nSELECT "delete" FROM (SELECT 1 AS "delete")')
+    assert proc.stdout.split()[-1] == "1"

@@ -140,6 +140,9 @@ class Run:
 
     def _write_start_event(self) -> None:
         pid = os.getpid()
+        # The run's length is measured on the monotonic clock: the wall clock may step
+        # back (NTP, a VM resumed) and an end stamped before the start read as negative.
+        self._started_monotonic = time.monotonic()
         EVENTS.append(
             {
                 "kind": "start",
@@ -305,6 +308,7 @@ class Run:
                 "exception": None if exc is None else type(exc).__name__,
                 "message": None if exc is None else str(exc)[:500],
                 "time": time.time(),
+                "elapsed_s": time.monotonic() - self._started_monotonic,
                 "context": self.context.at_end_or_error(),
                 **ranks.end_fields(self.rank),
             }

@@ -14,7 +14,7 @@ import json
 import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from itertools import chain
 from pathlib import Path
@@ -520,19 +520,47 @@ def _apply_event(con, keys: RunKeys, e: dict) -> bool:
         )
     elif kind == "end":
         if keys.source == RECORDED and keys.rank is not None:
-            run_ranks.on_end(con, run_id, keys.rank, e, _ts(e.get("time")))
+            run_ranks.on_end(con, run_id, keys.rank, e, _end_time(con, keys, e))
             if "context" in e:
                 run_context.apply(con, run_id, e["context"])
         elif keys.source == RECORDED:
             con.execute(
                 "UPDATE runs SET end_time = ?, status = ?, exception = ?, "
                 "message = coalesce(?, message) WHERE run_id = ?",
-                [_ts(e.get("time")), e["status"], e.get("exception"), e.get("message"), run_id],
+                [
+                    _end_time(con, keys, e),
+                    e["status"],
+                    e.get("exception"),
+                    e.get("message"),
+                    run_id,
+                ],
             )
             if "context" in e:
                 run_context.apply(con, run_id, e["context"])
         return True
     return False
+
+
+def _end_time(con, keys: RunKeys, e: dict) -> datetime | None:
+    """When the run (or rank) ended: its start plus the time it ran on the monotonic clock
+    (`elapsed_s`), so a wall clock stepped back meanwhile gives no negative duration; the
+    end's own wall-clock time for journals without it, or a run whose start is lost."""
+    elapsed = e.get("elapsed_s")
+    if type(elapsed) is float and elapsed >= 0:
+        if keys.rank is not None:
+            sql, params = (
+                "SELECT start_time FROM run_ranks WHERE run_id = ? AND rank = ?",
+                [
+                    keys.run_id,
+                    keys.rank,
+                ],
+            )
+        else:
+            sql, params = "SELECT start_time FROM runs WHERE run_id = ?", [keys.run_id]
+        row = fetch_one(con, sql, params)
+        if row is not None and row[0] is not None:
+            return row[0] + timedelta(seconds=elapsed)
+    return _ts(e.get("time"))
 
 
 def _arg_value(v) -> tuple[float | None, str | None, str]:
