@@ -6,6 +6,7 @@ Each test records a real script in a real git repository and reads it back throu
 from __future__ import annotations
 
 import json
+import resource
 import signal
 import subprocess
 import sys
@@ -215,3 +216,52 @@ def test_refused_statements_are_named_by_their_own_kind(tmp_path: Path) -> None:
         )
     proc = florwb(project, "query", '-- a note\nSELECT "delete" FROM (SELECT 1 AS "delete")')
     assert proc.stdout.split()[-1] == "1"
+
+
+MANY = """
+import florwb as flor
+for step in flor.loop("step", range(20000)):
+    flor.log("x", step)
+"""
+
+
+def _file_size_limit(limit: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    return apply
+
+
+def test_a_reader_on_a_full_disk_says_so_in_one_line_and_fails(tmp_path: Path) -> None:
+    """A reader whose catalog cannot be written printed DuckDB's raw `.wal` error once per
+    journal and exited 0, serving the catalog as it was. The file size limit gives the
+    same refusal a full disk does (EFBIG instead of ENOSPC), without a mount."""
+    project = recorded_project(tmp_path, MANY)
+    florwb(project, "runs")
+    run_py(project, "train.py")  # a second run, not yet ingested
+    proc = subprocess.run(
+        [sys.executable, "-m", "florwb.cli", "runs"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_file_size_limit(64 << 10),
+    )
+    assert proc.returncode == 1, proc.stdout
+    (line,) = proc.stderr.splitlines()
+    assert "catalog cannot be brought up to date: File too large" in line and ".wal" not in line
+    assert len(json.loads(florwb(project, "runs", "--json").stdout)) == 2  # space again: all
+
+
+def test_kwargs_for_a_dict_default_take_only_a_dict(tmp_path: Path) -> None:
+    """A dict default took `abc` or `[1, 2]` silently: the script then failed far from the
+    command line, or trained with a list where it expected a dict."""
+    script = 'import florwb as flor\ncfg = flor.arg("cfg", {"lr": 0.1})\nflor.log("lr", cfg["lr"])\n'
+    project = recorded_project(tmp_path, script)
+    for given in ("abc", "[1, 2]"):
+        proc = run_py(project, "train.py", "--kwargs", f"cfg={given}", check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert f"--kwargs cfg={given}: expected a dict literal like the default" in proc.stderr
+    run_py(project, "train.py", "--kwargs", "cfg={'lr': 0.5}")
+    frame = json.loads(florwb(project, "dataframe", "lr", "--format", "json").stdout)
+    assert [row["lr"] for row in frame] == [0.1, 0.5]

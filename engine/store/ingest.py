@@ -10,7 +10,9 @@ numpy columns; nothing here loops over log rows in Python unless a batch holds s
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -25,7 +27,7 @@ import numpy as np
 from florwb_engine import journal, processes
 from florwb_engine.journal import VTYPES
 from florwb_engine.store import console, run_context, run_ranks
-from florwb_engine.store.db import fetch_one
+from florwb_engine.store.db import StoreError, fetch_one
 from florwb_engine.store.schema import RECORDED, ensure_loop_columns, quote
 
 _NUMERIC = (float, int, bool)
@@ -114,9 +116,31 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
             report.journals += 1
         except duckdb.Error as exc:  # the database failed: nothing of it kept, tried next read
             _rollback(con)
+            full = _disk_full(exc)
+            if full is not None:  # every journal would fail alike; the reader must not
+                # serve the catalog as if it were up to date
+                raise CatalogDiskFull(
+                    f"the catalog cannot be brought up to date: {full} where "
+                    f"{journal_dir.parent} is; free some space and run it again "
+                    "(nothing is lost: the journals still hold every value)"
+                ) from None
             report.errors.append(f"{path.name}: {str(exc).splitlines()[0]}")
     con.execute("SET SESSION preserve_insertion_order = true")
     return report
+
+
+class CatalogDiskFull(StoreError):
+    """Ingestion could not write the catalog: its disk is full (or a quota or file size
+    limit was reached). One line for the user; a reader stops instead of serving stale rows."""
+
+
+_FULL = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
+
+
+def _disk_full(exc: BaseException) -> str | None:
+    """The reason, in the system's words, when `exc` is the catalog's disk being full."""
+    text = str(exc)
+    return next((reason for reason in _FULL if reason in text), None)
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
