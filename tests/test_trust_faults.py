@@ -256,7 +256,7 @@ def test_a_reader_on_a_full_disk_says_so_in_one_line_and_fails(tmp_path: Path) -
 def test_kwargs_for_a_dict_default_take_only_a_dict(tmp_path: Path) -> None:
     """A dict default took `abc` or `[1, 2]` silently: the script then failed far from the
     command line, or trained with a list where it expected a dict."""
-    script = 'import florwb as flor\ncfg = flor.arg("cfg", {"lr": 0.1})\nflor.log("lr", cfg["lr"])\n'
+    script = 'import florwb as flor\ncfg = flor.arg("cfg", {"lr": 0.1})\nflor.log("lr", cfg["lr"])'
     project = recorded_project(tmp_path, script)
     for given in ("abc", "[1, 2]"):
         proc = run_py(project, "train.py", "--kwargs", f"cfg={given}", check=False)
