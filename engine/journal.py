@@ -163,6 +163,22 @@ class JournalWriter:
             self.seq = max(seqs) + 1 if seqs else 0
         self._fd = fd
 
+    def gone(self) -> bool:
+        """The open journal was deleted (its folder removed by the script, a cleanup job):
+        what is appended would go to a file no reader can open."""
+        if self._fd < 0:
+            return False
+        try:
+            return os.fstat(self._fd).st_nlink == 0
+        except OSError:
+            return False
+
+    def restart(self) -> None:
+        """Let go of a deleted journal: the next append creates a new one at `path`."""
+        self.close()
+        self.seq = 0
+        self._good = 0
+
     def append(self, payload: tuple) -> None:
         if self._fd < 0:
             self._open()

@@ -265,3 +265,47 @@ def test_kwargs_for_a_dict_default_take_only_a_dict(tmp_path: Path) -> None:
     run_py(project, "train.py", "--kwargs", "cfg={'lr': 0.5}")
     frame = json.loads(florwb(project, "dataframe", "lr", "--format", "json").stdout)
     assert [row["lr"] for row in frame] == [0.1, 0.5]
+
+
+DELETES_STORE = """
+import shutil
+import florwb as flor
+from florwb_engine.record import runtime
+
+lr = flor.arg("lr", 0.1)
+for epoch in flor.loop("epoch", range(4)):
+    flor.log("e", epoch)
+    runtime.current().flush()  # epochs 0 and 1 are in the journal when it goes
+    if epoch == 1:
+        shutil.rmtree(".florwb")
+"""
+
+
+def test_a_script_that_deletes_the_store_mid_run_is_told_and_keeps_the_rest(
+    tmp_path: Path,
+) -> None:
+    """Everything after the deletion went into the deleted file, without a word."""
+    project = tmp_path / "p"
+    write(project / "train.py", DELETES_STORE)
+    proc = run_py(project, "train.py")
+    (said,) = [line for line in proc.stderr.splitlines() if "deleted" in line]
+    assert "journal was deleted while it recorded" in said and "2 values" in said, said
+    (run,) = json.loads(florwb(project, "runs", "--json").stdout)
+    assert run["status"] == "finished" and run["args"] == {"lr": 0.1}
+    assert [(i["kind"], i["detail"], i["n"]) for i in run["issues"]] == [
+        ("lost", "journal deleted during the run", 2)
+    ]
+    frame = json.loads(florwb(project, "dataframe", "e", "--format", "json").stdout)
+    assert [(row["epoch"], row["e"]) for row in frame] == [(2, 2), (3, 3)]
+
+
+def test_a_journal_every_user_may_write_is_warned_about(tmp_path: Path) -> None:
+    project = recorded_project(tmp_path, 'import florwb as flor\nflor.log("x", 1)\n')
+    (path,) = (project / ".florwb" / "journal").glob("*.journal")
+    path.chmod(0o666)
+    runs = florwb(project, "runs")
+    (line,) = [x for x in runs.stderr.splitlines() if path.name in x]
+    assert "writable by every user" in line
+    assert path.name not in florwb(project, "runs").stderr  # said when first read
+    doctor = florwb(project, "doctor", check=False)
+    assert doctor.returncode == 1 and "writable by every user" in doctor.stderr

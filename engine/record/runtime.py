@@ -43,6 +43,9 @@ from florwb_engine.replay.spec import ENV as REPLAY_ENV
 from florwb_engine.replay.spec import ReplaySpec
 
 RECORDED = "record"
+# The events that say which run a journal holds and how it was started: a journal made
+# anew after the first was deleted starts with them again.
+_NAMING = frozenset({"start", "version", "version_error", "arg"})
 
 FLUSH_INTERVAL_S = 0.05
 RETRY_INTERVAL_S = 0.5  # between tries to write a journal that failed (disk full...)
@@ -106,6 +109,9 @@ class Run:
         self.finished = False
         self._flush_lock = threading.Lock()
         self._buffer = PendingChunks(BUFFER_LIMIT)
+        self._values_packed = 0  # values handed to the journal so far
+        self._naming_events: list[dict] = []  # what a new journal starts with (_NAMING)
+        self._open_loops: dict[str, dict] = {}  # and the loop entries its rows may refer to
         self._write_failed = False
         self._said_write_failed = False
         self._said_replaced = False
@@ -205,10 +211,13 @@ class Run:
                     payload = (None, None, [])
                 del LOGS[:n_logs], TIMINGS[:n_timings], EVENTS[:n_events]
                 self._buffer.add(payload, n_logs // 3)
+                self._values_packed += n_logs // 3
             issues = REPLACED.take_new() + self._buffer.take_lost()
             if issues:
                 self._buffer.add((None, None, [{"kind": "issues", "counts": issues}]), 0)
                 self._say_replaced_once(issues)
+            if self.journal.gone():
+                self._journal_deleted()
             self._buffer.write(self.journal)
         self._retry_start_rng()
         if self._write_failed:  # written again: say what it cost, once
@@ -220,8 +229,30 @@ class Run:
                 file=sys.stderr,
             )
 
+    def _journal_deleted(self) -> None:
+        """The journal was deleted under the run (a script that removes `.florwb/`): what it
+        held is gone, said once in one line; the run goes on in a new journal that starts
+        again with what names it (start, version, args, the loops it is in) and counts
+        what was lost."""
+        lost = self._values_packed - self._buffer.pending_values
+        print(
+            f"florwb: run {self.run_id}'s journal was deleted while it recorded "
+            f"({self.journal.path}): {lost} values written before are lost; "
+            "recording goes on in a new journal",
+            file=sys.stderr,
+        )
+        self.journal.restart()
+        issue = {"kind": "issues", "counts": [["lost", "journal deleted during the run", lost]]}
+        loops = sorted(self._open_loops.values(), key=lambda e: e.get("entry", 0))
+        self._buffer.add_first((None, None, [*self._naming_events, *loops, issue]))
+
     def _pack(self, n_logs: int, n_timings: int, n_events: int) -> tuple:
         events = EVENTS[:n_events]
+        for e in events:
+            if e.get("kind") in _NAMING:
+                self._naming_events.append(e)
+            elif e.get("kind") == "loop":  # the latest entry of each loop is the open one
+                self._open_loops[repr(e.get("names"))] = e
         timings = pack_timings(TIMINGS, n_timings)
         logs = None
         if n_logs:
@@ -441,6 +472,10 @@ class PendingChunks:
             return []
         lost, self._lost_new = self._lost_new, 0
         return [["lost", "journal could not be written (memory buffer full)", lost]]
+
+    def add_first(self, payload: tuple) -> None:
+        """A chunk that must go before every waiting one (a new journal's start)."""
+        self.chunks.appendleft((payload, 0, 0))
 
     def write(self, writer: JournalWriter) -> None:
         while self.chunks:

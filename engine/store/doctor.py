@@ -113,6 +113,9 @@ def _check_journals(project: Path, store: Store, report: DoctorReport) -> None:
                     continue
         except OSError as exc:
             unreadable.append(f"{path.name} ({exc.strerror})")
+            continue
+        if open_to := ingest.writable_by_others(path):
+            report.problems.append(open_to)
     report.found.append(f"journals: {len(files)} files")
     if unreadable:
         report.problems.append("journals unreadable: " + ", ".join(unreadable))

@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import socket
+import stat
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -106,6 +107,8 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
         state = states.get(path.name)
         if state is not None and state.done:
             continue
+        if state is None and (open_to := writable_by_others(path)):  # said when first read
+            report.warnings.append(open_to)
         try:
             while state is None or not state.done:  # until nothing new (a live run) or done
                 rows, new_state = _ingest_one(con, path, state, report)
@@ -127,6 +130,21 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
             report.errors.append(f"{path.name}: {str(exc).splitlines()[0]}")
     con.execute("SET SESSION preserve_insertion_order = true")
     return report
+
+
+def writable_by_others(path: Path) -> str | None:
+    """The warning for a journal every user may write (what it says a run logged could
+    have been written by anyone on the machine); None otherwise."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if not mode & stat.S_IWOTH:
+        return None
+    return (
+        f"journal {path.name} is writable by every user (mode {stat.filemode(mode)}): "
+        f"anyone could have changed what it holds; `chmod o-w` it"
+    )
 
 
 class CatalogDiskFull(StoreError):
