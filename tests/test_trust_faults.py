@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import resource
 import signal
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 from conftest import florwb, git, recorded_project, run_py, write
 
 from florwb_engine import journal
+from florwb_engine.store import Store
 
 HOSTILE = """
 import florwb as flor
@@ -309,3 +311,48 @@ def test_a_journal_every_user_may_write_is_warned_about(tmp_path: Path) -> None:
     assert path.name not in florwb(project, "runs").stderr  # said when first read
     doctor = florwb(project, "doctor", check=False)
     assert doctor.returncode == 1 and "writable by every user" in doctor.stderr
+
+
+NUMBERS = """
+import florwb as flor
+VALUES = [2**53 + 1, 12345678901234567890, -(2**63), 2**64 + 7, 0.1 + 0.2, -0.0,
+          float("nan"), float("inf"), float("-inf"), 5e-324, 1.7976931348623157e308, 3]
+for i in flor.loop("i", range(len(VALUES))):
+    flor.log("v", VALUES[i])
+"""
+VALUES = [2**53 + 1, 12345678901234567890, -(2**63), 2**64 + 7, 0.1 + 0.2, -0.0]
+VALUES += [float("nan"), float("inf"), float("-inf"), 5e-324, 1.7976931348623157e308, 3]
+
+
+def _same(got: object, want: int | float) -> bool:
+    """Bit for bit: an int's digits, a float's bits (the sign of -0.0, NaN)."""
+    if isinstance(want, int):
+        return type(got) is int and got == want
+    return isinstance(got, float) and struct.pack("<d", got) == struct.pack("<d", want)
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def test_every_number_comes_back_as_logged(tmp_path: Path) -> None:
+    """Ints past 2**53 (and past 2**63), floats to the bit, NaN, infinities and -0.0,
+    through the dataframe, its JSON and CSV, and SQL, which says where it rounds."""
+    project = recorded_project(tmp_path, NUMBERS)
+    frame = json.loads(florwb(project, "dataframe", "v", "--format", "json").stdout)
+    assert all(_same(_number(row["v"]), want) for row, want in zip(frame, VALUES, strict=True))
+    csv = florwb(project, "dataframe", "v", "--format", "csv").stdout.splitlines()[1:]
+    got = [_number(line.rsplit(",", 1)[1]) for line in csv]
+    assert all(_same(g, want) for g, want in zip(got, VALUES, strict=True)), got
+    values = Store(project).dataframe("v")["v"].tolist()  # what flor.dataframe returns
+    assert all(_same(_number(v), want) for v, want in zip(values, VALUES, strict=True))
+    sql = "SELECT value, text, vtype FROM logs ORDER BY seq"
+    query = florwb(project, "query", sql, "--format", "json")
+    rows = json.loads(query.stdout)
+    exact = [_number(r["text"]) if r["text"] is not None else r["value"] for r in rows]
+    assert all(_same(g, want) for g, want in zip(exact[:4], VALUES[:4], strict=True))
+    assert "4 logged int(s) are past 2**53" in query.stderr
+    assert "2**53" not in florwb(project, "query", "SELECT count(*) FROM logs").stderr

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 
+from florwb_engine.journal import VTYPES
 from florwb_engine.store import repair, verdicts
 from florwb_engine.store.db import StoreError, connect, on_same_process_conflict
 from florwb_engine.store.repair import again_if_rebuilt
@@ -191,6 +192,29 @@ def withheld_from(store: Store, sql: str) -> verdicts.Withheld:
         return verdicts.Withheld()
     with read_only_connection(store) as con:
         return verdicts.withheld(con)
+
+
+_READS_VALUE = re.compile(r"\bvalue\b|(?<!\()\*", re.IGNORECASE)
+
+
+@repair.again_if_rebuilt
+def rounded_ints_note(store: Store, sql: str) -> str | None:
+    """What to say when `sql` may read the `value` column of `logs` and the catalog holds
+    ints a DOUBLE cannot hold exactly: there they are rounded; `text` keeps their digits."""
+    if not (_READS_LOGS.search(sql) and _READS_VALUE.search(sql)):
+        return None
+    with read_only_connection(store) as con:
+        row = con.execute(
+            "SELECT count(*) FROM log_rows WHERE vtype = ? AND text IS NOT NULL",
+            [VTYPES.index("int")],
+        ).fetchone()
+    n = int(row[0]) if row else 0
+    if not n:
+        return None
+    return (
+        f"{n} logged int(s) are past 2**53: `value` (a DOUBLE) holds them rounded; "
+        "`text` holds their exact digits"
+    )
 
 
 @contextmanager
