@@ -101,5 +101,10 @@ def cast(name: str, text: str, default: Any) -> Any:
 
 def _kind_name(kind: type) -> str:
     """How a container default's kind is written on the command line."""
-    written = {dict: "a dict literal", list: "a list literal", tuple: "a tuple literal"}
-    return written.get(kind, "a set literal" if kind is set else kind.__name__)
+    written: dict[type, str] = {
+        dict: "a dict literal",
+        list: "a list literal",
+        tuple: "a tuple literal",
+        set: "a set literal",
+    }
+    return written.get(kind, kind.__name__)
