@@ -601,6 +601,8 @@ def _on_sigterm(signum: int, _frame: object) -> None:
         run._flush_lock.release()
         with contextlib.suppress(Exception):  # the process is stopping either way
             run.try_flush()
+    if signal.getsignal(signum) is not _on_sigterm:
+        return  # a framework's handler calls this one in its chain: it decides what stops
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
