@@ -35,8 +35,8 @@ class Remote:  # a remote handle whose connection is gone
 class Items:  # what flor.loop iterates, with the same kind of __getattr__
     def __iter__(self):
         return iter(range(2))
-    def __len__(self):
-        return 2
+    def __len__(self):  # a lazy dataset that cannot say how long it is
+        raise NotImplementedError
     def __getattr__(self, name):
         raise RuntimeError(name)
 

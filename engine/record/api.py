@@ -138,7 +138,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     _ENTRIES[entry] = (names, prefix)
     try:
         total: int | None = len(iterable)  # type: ignore[arg-type]
-    except TypeError:
+    except Exception:  # noqa: BLE001 - no length, or a __len__ that raises (NotImplementedError)
         total = None
     runtime.EVENTS.append(
         {"kind": "loop", "entry": entry, "names": names, "outer": prefix, "total": total}
