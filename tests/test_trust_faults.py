@@ -15,8 +15,11 @@ from pathlib import Path
 
 from conftest import florwb, git, recorded_project, run_py, write
 
+from florwb.ui import format as fmt
 from florwb_engine import journal
 from florwb_engine.store import Store
+from florwb_engine.store.history_values import load_series_values
+from florwb_engine.store.queries import load_run_detail
 
 HOSTILE = """
 import florwb as flor
@@ -356,3 +359,16 @@ def test_every_number_comes_back_as_logged(tmp_path: Path) -> None:
     assert all(_same(g, want) for g, want in zip(exact[:4], VALUES[:4], strict=True))
     assert "4 logged int(s) are past 2**53" in query.stderr
     assert "2**53" not in florwb(project, "query", "SELECT count(*) FROM logs").stderr
+
+
+def test_the_workbench_shows_an_int_past_2_53_as_logged(tmp_path: Path) -> None:
+    """The history's last value and the run detail's read `value` (a DOUBLE): a step
+    counter of 2**53 + 1 showed as 9.007e+15 (its digits lost)."""
+    script = 'import florwb as flor\nflor.log("tokens", 2**53 + 1)\nflor.log("big", 2**70)\n'
+    project = recorded_project(tmp_path, script)
+    store = Store(project)
+    (run_id,) = [run["run_id"] for run in store.runs()]
+    assert load_series_values(store, "tokens").last == {run_id: 2**53 + 1}
+    detail = load_run_detail(store, run_id)
+    assert {m.name: m.last for m in detail.metrics} == {"tokens": 2**53 + 1, "big": 2**70}
+    assert fmt.number(2**53 + 1) == "9,007,199,254,740,993"  # what the workbench draws

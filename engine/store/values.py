@@ -34,6 +34,16 @@ def decode_value(value: float | None, text: str | None, vtype: str | None) -> An
     return text
 
 
+def exact_number(value: float | None, digits: str | None) -> float | None:
+    """A number a reader shows alone (a run's last value): the int of its kept digits when
+    it is an int a float would round (past 2**53), else `value`."""
+    if digits is not None:
+        exact = _exact_int(digits)
+        if isinstance(exact, int):
+            return exact
+    return value
+
+
 def _exact_int(text: str) -> int | str:
     """The int of its digits; past Python's 4,300-digit limit on int <-> text (which every
     str() and JSON writer of it would hit) the digits themselves, as text."""
