@@ -140,6 +140,8 @@ def cmd_query(args: argparse.Namespace) -> int:
             write_chunks(user_sql.fetch_chunks(result), args.format)
     if withheld := user_sql.withheld_from(store, args.sql):
         print(f"florwb: {withheld.note('logs_all')} (with their verdict)", file=sys.stderr)
+    if rounded := user_sql.rounded_ints_note(store, args.sql):
+        print(f"florwb: {rounded}", file=sys.stderr)
     return 0
 
 

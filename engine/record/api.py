@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.record import args as cli_args
 from florwb_engine.record import echo, loop_state, ranks, runtime, save_mirror
-from florwb_engine.record.values import PRIMITIVES, encode, name_text
+from florwb_engine.record.values import PRIMITIVES, attr_of, encode, name_text
 
 T = TypeVar("T")
 
@@ -139,7 +139,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     _ENTRIES[entry] = (names, prefix)
     try:
         total: int | None = len(iterable)  # type: ignore[arg-type]
-    except TypeError:
+    except Exception:  # noqa: BLE001 - no length, or a __len__ that raises (NotImplementedError)
         total = None
     runtime.EVENTS.append(
         {"kind": "loop", "entry": entry, "names": names, "outer": prefix, "total": total}
@@ -210,8 +210,8 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     finally:
         _CTX = parent
         del _ENTRIES[entry]
-        close = getattr(items, "close", None)
-        if close is not None:  # the replayer's generator learns how the loop ended now
+        close = attr_of(items, "close")
+        if callable(close):  # the replayer's generator learns how the loop ended now
             close()
         if main_here:
             loop_state.main_loop_ended()

@@ -37,6 +37,7 @@ from typing import Any
 
 from florwb_engine.record import loop_state
 from florwb_engine.record.atomic import sync_folder, temp_path
+from florwb_engine.record.values import attr_of
 
 DEFAULT_BUDGET = float(os.environ.get("FLORWB_CKPT_BUDGET", "0.02"))
 _ASSUMED_BYTES_PER_S = 1e9  # first-checkpoint estimate, before anything was measured
@@ -77,7 +78,7 @@ class Policy:
 
 def copy_to_host(obj: Any) -> Any:
     """Deep copy with every tensor on the CPU: later training steps must not change it."""
-    if hasattr(obj, "detach") and hasattr(obj, "to"):
+    if attr_of(obj, "detach") is not None and attr_of(obj, "to") is not None:
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
         return type(obj)((k, copy_to_host(v)) for k, v in obj.items())
@@ -135,7 +136,7 @@ def restore_rng(state: dict) -> None:
 def state_of(objects: dict[str, Any]) -> dict:
     states = {}
     for name, obj in objects.items():
-        getter = getattr(obj, "state_dict", None)
+        getter = attr_of(obj, "state_dict")
         states[name] = copy_to_host(getter() if callable(getter) else obj)
     return {"objects": states, "rng": capture_rng(), GRADS: grads_of(objects)}
 
@@ -160,7 +161,7 @@ def grads_of(objects: dict[str, Any]) -> dict:
     gradient are left out (restored as None)."""
     grads: dict[str, dict] = {}
     for name, obj in objects.items():
-        named = getattr(obj, "named_parameters", None)
+        named = attr_of(obj, "named_parameters")
         if not callable(named):
             continue
         grads[name] = {pname: copy_to_host(p.grad) for pname, p in named() if p.grad is not None}
@@ -170,7 +171,7 @@ def grads_of(objects: dict[str, Any]) -> dict:
 def restore_grads(objects: dict[str, Any], saved: dict) -> None:
     """Give the registered modules' parameters the gradients saved with a checkpoint."""
     for name, grads in saved.get(GRADS, {}).items():
-        named = getattr(objects.get(name), "named_parameters", None)
+        named = attr_of(objects.get(name), "named_parameters")
         if not callable(named):
             continue
         for pname, p in named():
@@ -238,10 +239,10 @@ def restore(objects: dict[str, Any], saved: dict, *, rng: bool = True) -> None:
         if name not in saved["objects"]:
             continue
         state = saved["objects"][name]
-        loader = getattr(obj, "load_state_dict", None)
+        loader = attr_of(obj, "load_state_dict")
         if callable(loader):
             loader(state)
-        elif hasattr(obj, "copy_"):
+        elif attr_of(obj, "copy_") is not None:
             obj.copy_(state)
     restore_grads(objects, saved)
     if rng:
@@ -289,7 +290,7 @@ class Checkpointer:
         if not self._state_bytes:
             total = 0
             for obj in self.objects.values():
-                getter = getattr(obj, "state_dict", None)
+                getter = attr_of(obj, "state_dict")
                 for t in tensors_in(getter() if callable(getter) else obj):
                     total += t.numel() * t.element_size()
             self._state_bytes = total
@@ -375,7 +376,14 @@ class Checkpointer:
             state: dict = {"objects": {}, "rng": capture_rng()}
             state.update(loop_state.capture())  # this rank's own loop-carried names
         else:
-            state = state_of(self.objects)
+            try:
+                state = state_of(self.objects)
+            except Exception as exc:  # noqa: BLE001 - a registered object that cannot be copied
+                self._pending = None  # no checkpoint of this iteration rather than a part
+                self.failed += 1
+                if self.failed == 1:  # said once; the run's checkpoints show what exists
+                    print(f"florwb: a checkpoint's state not copied: {exc!r}", file=sys.stderr)
+                return
             state.update(loop_state.capture(self._on_written))  # the loop-carried names
         if after_inner:  # a DDP rank > 0 keeps its own: its batch, its loss
             kept, why = loop_state.capture_left(frame)
@@ -473,7 +481,7 @@ class Checkpointer:
 
 
 def tensors_in(obj: Any):
-    if hasattr(obj, "numel") and hasattr(obj, "element_size"):
+    if attr_of(obj, "numel") is not None and attr_of(obj, "element_size") is not None:
         yield obj
     elif isinstance(obj, dict):
         for v in obj.values():

@@ -39,7 +39,7 @@ from florwb_engine.journal import ITERATION_MASK
 from florwb_engine.record import file_access
 from florwb_engine.record.atomic import sync_folder, write_atomic
 from florwb_engine.record.checkpoint import capture_rng, safe_loop_name
-from florwb_engine.record.values import REPLACED
+from florwb_engine.record.values import REPLACED, attr_of
 
 MANIFEST_SUFFIX = ".saves.json"
 ISSUE = "mirror"
@@ -276,7 +276,7 @@ def _safe_form(obj: Any, depth: int = 0) -> Any:
         return None
     if _is_tensor(obj) or isinstance(obj, _SAFE_LEAVES):
         return obj
-    getter = getattr(obj, "state_dict", None)
+    getter = attr_of(obj, "state_dict")
     if callable(getter) and not isinstance(obj, dict):
         return _safe_form(getter(), depth + 1)
     if isinstance(obj, dict):
@@ -294,7 +294,7 @@ def _is_tensor(obj: Any) -> bool:
 def _state_bytes(obj: Any) -> int:
     from florwb_engine.record.checkpoint import tensors_in
 
-    getter = getattr(obj, "state_dict", None)
+    getter = attr_of(obj, "state_dict")
     if callable(getter) and not isinstance(obj, dict):
         obj = getter()
     return sum(t.numel() * t.element_size() for t in tensors_in(obj))

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from florwb_engine.journal import VTYPES
 from florwb_engine.store import repair, snapshot, verdicts
 from florwb_engine.store.db import StoreError
 from florwb_engine.store.repair import again_if_rebuilt
@@ -94,22 +95,56 @@ def check_read_only(sql: str) -> list[str]:
     if not statements:
         raise StoreError("empty query")
     for statement in statements:
-        kind = statement.type.name
-        if kind == "EXPLAIN":
-            kind = _explained_kind(statement.query) or kind
-        if kind not in READ_ONLY_STATEMENTS:
+        kind = _refused_kind(statement.query, statement.type.name)
+        if kind is not None:
             raise StoreError(f"queries are read-only: {kind} statements are not allowed")
     return [s.query for s in statements]
 
 
-def _explained_kind(query: str) -> str | None:
-    """The kind of statement an EXPLAIN [ANALYZE] wraps, when it reads plainly."""
-    inner = _EXPLAIN.sub("", query, count=1)
-    try:
-        statements = duckdb.extract_statements(inner)
-    except duckdb.Error:
+# Statements that write from inside a reading one: `WITH d AS (DELETE ... RETURNING *)`.
+_WRITES = frozenset({"DELETE", "INSERT", "UPDATE", "MERGE"})
+
+
+def _refused_kind(query: str, kind: str) -> str | None:
+    """What to call `query` when it may not run; None when it only reads.
+
+    DuckDB's parser files several statements under another's type (INSTALL under LOAD,
+    CHECKPOINT under CALL, USE under SET, TRUNCATE under DELETE): the message names the
+    statement's own first word instead. An EXPLAIN is judged by what it explains, past any
+    comments before it."""
+    tokens = _tokens(query)
+    if kind == "EXPLAIN":
+        inner = _EXPLAIN.sub("", query[tokens[0][0] :] if tokens else query, count=1)
+        try:
+            (explained,) = duckdb.extract_statements(inner)
+        except (duckdb.Error, ValueError):
+            return None  # not plainly one statement: the read-only connection judges it
+        return _refused_kind(explained.query, explained.type.name)
+    if kind in READ_ONLY_STATEMENTS:
+        for (_, before), (_, word) in zip(tokens, tokens[1:]):
+            if before == "(" and word.upper() in _WRITES:
+                return word.upper()
         return None
-    return statements[0].type.name if len(statements) == 1 else None
+    words = [text.upper() for _, text in tokens[:2]]
+    if words and words[0] == "FORCE" and words[1:]:
+        return words[1]  # FORCE CHECKPOINT
+    if words and words[0].isalpha() and words[0] != "WITH":
+        return words[0]
+    return kind
+
+
+def _tokens(query: str) -> list[tuple[int, str]]:
+    """(offset, text) of each token of `query` but comments."""
+    try:
+        found = duckdb.tokenize(query)
+    except (duckdb.Error, ValueError, RuntimeError):
+        return []
+    ends = [pos for pos, _ in found[1:]] + [len(query)]
+    return [
+        (pos, query[pos:end].strip())
+        for (pos, token), end in zip(found, ends)
+        if token.name != "comment"
+    ]
 
 
 @contextmanager
@@ -146,6 +181,29 @@ def withheld_from(store: Store, sql: str) -> verdicts.Withheld:
         return verdicts.Withheld()
     with read_only_connection(store) as con:
         return verdicts.withheld(con)
+
+
+_READS_VALUE = re.compile(r"\bvalue\b|(?<!\()\*", re.IGNORECASE)
+
+
+@repair.again_if_rebuilt
+def rounded_ints_note(store: Store, sql: str) -> str | None:
+    """What to say when `sql` may read the `value` column of `logs` and the catalog holds
+    ints a DOUBLE cannot hold exactly: there they are rounded; `text` keeps their digits."""
+    if not (_READS_LOGS.search(sql) and _READS_VALUE.search(sql)):
+        return None
+    with read_only_connection(store) as con:
+        row = con.execute(
+            "SELECT count(*) FROM log_rows WHERE vtype = ? AND text IS NOT NULL",
+            [VTYPES.index("int")],
+        ).fetchone()
+    n = int(row[0]) if row else 0
+    if not n:
+        return None
+    return (
+        f"{n} logged int(s) are past 2**53: `value` (a DOUBLE) holds them rounded; "
+        "`text` holds their exact digits"
+    )
 
 
 @contextmanager
