@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from florwb_engine import versions
-from florwb_engine.project import store_dir
+from florwb_engine.project import checkpoint_dir, store_dir
 from florwb_engine.record.notebook import is_notebook_script
 from florwb_engine.replay import ddp_launch, run_inputs
 from florwb_engine.replay.cores import recorded_threads, workers_for_threads
@@ -46,7 +46,7 @@ from florwb_engine.replay.state_decision import (
     state_decision,
     whole_state_or_none,
 )
-from florwb_engine.store import Store
+from florwb_engine.store import Store, lineage
 from florwb_engine.store.repair import again_if_rebuilt
 
 # What a run's plan says: it will be replayed, it cannot be (with the reason), or it
@@ -94,6 +94,7 @@ class RunPlan:
     from_start: bool = False  # statements read state no checkpoint holds (state_reads.py)
     threads: dict | None = None  # the run's recorded thread settings (cores.RecordedThreads)
     hide: list[str] = field(default_factory=list)  # files the run created: absent in replay
+    starts: list[dict] = field(default_factory=list)  # its flor.load_checkpoint calls
 
 
 @dataclass
@@ -281,6 +282,14 @@ def _plan_run(
     plan.main_loop = facts.main_loop
     plan.checkpoints = {str(i): path for i, (path, _size) in facts.checkpoints.items()}
     wanted = [n for n in names if n not in facts.present]
+    plan.starts = facts.starts
+    gone = [s for s in facts.starts if not (checkpoint_dir(project) / str(s["path"])).is_file()]
+    if gone:
+        plan.reason = (
+            f"it started from {lineage.describe(gone[0])}, whose file is gone: its replay "
+            "cannot start where it started"
+        )
+        return plan
     if is_notebook_script(run.script):
         plan.reason = "recorded in a notebook: replaying notebook runs is not supported"
         return plan
