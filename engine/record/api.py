@@ -117,7 +117,8 @@ def log(name: str, value: T) -> T:
 
 
 def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
-    """Iterate like `iterable`, recording each iteration's coordinates and timings."""
+    """Iterate like `iterable`, recording each iteration's coordinates and timings; an
+    item that is a string (a file name) is logged as `<name>_value`, as flordb does."""
     global _CTX
     run = runtime.current() or _start()
     if run is None:
@@ -171,6 +172,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     clock = time.perf_counter
     echoing = _ECHO if not parent else None  # a summary line per outermost iteration
     base = entry << ENTRY_SHIFT
+    value_name = f"{loop_name}_value"
     i = -1
     ctx = 0
     t1 = 0.0
@@ -180,6 +182,8 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
             t1 = clock()
             ctx = base + i
             _CTX = ctx
+            if type(item) is str:  # flordb's `<loop>_value`: a document's name, joinable
+                _LOGS_EXTEND((value_name, item, ctx))
             if checkpointed_here:
                 ckpt.iteration_started(i, total, t1)
             yield item

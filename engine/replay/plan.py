@@ -23,7 +23,7 @@ from typing import Final, Literal
 from florwb_engine import versions
 from florwb_engine.project import checkpoint_dir, store_dir
 from florwb_engine.record.notebook import is_notebook_script
-from florwb_engine.replay import ddp_launch, run_inputs
+from florwb_engine.replay import ddp_launch, requests, run_inputs
 from florwb_engine.replay.cores import recorded_threads, workers_for_threads
 from florwb_engine.replay.cost import (
     CALIBRATION_BOUNDS,
@@ -305,6 +305,10 @@ def _plan_run(
     placed, plan.notes = placed_statements(result, wanted)
     if not placed:
         plan.reason = "; ".join(plan.notes) or "no statement could be placed"
+        return plan
+    handler = requests.refusal(result.code, {n: p.old_line for n, p in placed.items()})
+    if handler is not None:
+        plan.reason = handler
         return plan
     memo = memoized(project, run.run_id, result.code, facts) if not strict else Memo()
     mode, why = replay_mode(result, placed, facts.main_loop, memo.names)

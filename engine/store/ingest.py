@@ -80,7 +80,18 @@ class _State:
 
 # What a run's journal holds; anything else (a newer florwb's event) is counted and skipped.
 KNOWN_EVENTS = frozenset(
-    {"start", "version", "version_error", "arg", "issues", "checkpoint", "end", "loop", "files"}
+    {
+        "start",
+        "version",
+        "version_error",
+        "arg",
+        "issues",
+        "checkpoint",
+        "end",
+        "loop",
+        "files",
+        "lineage",
+    }
 )
 
 

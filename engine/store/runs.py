@@ -14,7 +14,7 @@ from typing import Any, Literal, cast
 
 import duckdb
 
-from florwb_engine.store import run_context
+from florwb_engine.store import lineage, run_context
 from florwb_engine.store.schema import entry_join
 from florwb_engine.store.values import decode_value
 from florwb_engine.store.verdicts import Verdict, latest_verdict, run_verdicts
@@ -56,6 +56,14 @@ class RunRow:
     # its replays' verdicts, oldest first (store/verdicts.py: replay_id, names, verdict,
     # compared, rows, divergence, missing, strict)
     verdicts: list[dict[str, Any]] = field(default_factory=list)
+    # the checkpoints of other runs it started from, flor.load_checkpoint's calls
+    # (store/lineage.py: name, call, parent, checkpoint, kind, loop, iteration, path)
+    started_from: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def parents(self) -> list[str]:
+        """The runs it started from, first loaded first."""
+        return list(dict.fromkeys(str(s["parent"]) for s in self.started_from))
 
     @property
     def verdict(self) -> Verdict | None:
@@ -97,6 +105,7 @@ class RunRow:
             "launcher": self.launcher,
             "verdict": self.verdict,
             "verdicts": self.verdicts,
+            "started_from": self.started_from,
         }
 
 
@@ -142,6 +151,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
     issues = run_issues(con)
     contexts = run_context.contexts(con)
     verdicts = run_verdicts(con, run_id)
+    loaded = lineage.parents(con)
     out = []
     for r in rows:
         wait_s, loop_s = r[16], r[17]
@@ -172,6 +182,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                 world_size=int(r[19] or 1),
                 launcher=json.loads(r[20]) if r[20] else None,
                 verdicts=verdicts.get(r[0], []),
+                started_from=lineage.lineage_of(con, r[0]) if r[0] in loaded else [],
             )
         )
     return out
