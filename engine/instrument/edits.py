@@ -71,7 +71,7 @@ class Builder:
         records, checkpoints and replays like a `for` loop. `while True:` never ends by
         itself; the loop ends where its `break` is."""
         test = node.test
-        truth = test if _is_true(test) else cst.Call(cst.Name("bool"), [cst.Arg(test)])
+        truth = test if _is_bool(test) else cst.Call(cst.Name("bool"), [cst.Arg(test)])
         condition = cst.Call(
             cst.Name("iter"),
             [
@@ -133,8 +133,14 @@ class Builder:
         )
 
 
-def _is_true(test: cst.BaseExpression) -> bool:
-    return isinstance(test, cst.Name) and test.value == "True"
+def _is_bool(test: cst.BaseExpression) -> bool:
+    """A condition that is a bool already (`True`, `a < b`, `not x`), compared with the
+    iterator's sentinel as it is."""
+    if isinstance(test, cst.Name):
+        return test.value in ("True", "False")
+    if isinstance(test, cst.UnaryOperation):
+        return isinstance(test.operator, cst.Not)
+    return isinstance(test, cst.Comparison)
 
 
 def _quote_style(module: cst.Module) -> str:
