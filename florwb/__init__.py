@@ -78,13 +78,25 @@ def query(sql: str) -> Any:
     return _store().query(sql)
 
 
-def io(run_id: str | None = None, grep: str | None = None) -> Any:
+def io(run_id: str | None = None, grep: str | None = None, *, channel: str | None = None) -> Any:
     """pandas DataFrame of what runs printed (stdout, stderr) and logged (`logging`, the
     level as channel): one row per line with its run, loop coordinates and repeat count
-    `n`. `run_id` (a unique prefix works) picks one run; `grep` is a regular expression."""
+    `n`. `run_id` (a unique prefix works) picks one run; `grep` is a regular expression.
+    flordb's channels pick lines as there: `flor.io("io::stdout")`, `"io::log"` (every
+    logging level), `"io::log::error"` (one level)."""
     from florwb_engine.store.console import read_io
 
-    return read_io(_store(), run_id, grep)
+    if run_id is not None and run_id.startswith("io::") and channel is None:
+        run_id, channel = None, run_id
+    frame = read_io(_store(), run_id, grep)
+    if channel is None:
+        return frame
+    kind = channel.removeprefix("io::")
+    if kind == "log":
+        keep = ~frame["channel"].isin(["stdout", "stderr"])
+    else:
+        keep = frame["channel"] == kind.removeprefix("log::").lower()
+    return frame[keep].reset_index(drop=True)
 
 
 def set_capture(

@@ -243,6 +243,8 @@ def _print_plan(plan: Plan, workers_why: str) -> None:
                 if s.last >= s.first
             )
             what = f"{run.main_loop} {spans}" if spans else "up to the main loop"
+            if not spans and run.main_loop is None:
+                what = "the whole script"
             rows.append(
                 [
                     run.run_id,

@@ -310,6 +310,19 @@ def _plan_run(
     if handler is not None:
         plan.reason = handler
         return plan
+    if facts.main_loop is not None and facts.main_loop in requests.iteration_names(result.code):
+        # the outermost coordinate is a flor.iteration: the loop around it is the script's
+        # own, with no checkpoints to start from, so the script runs whole
+        plan.main_loop = None
+        plan.mode = PREFIX
+        plan.names = list(placed)
+        plan.code = result.code
+        plan.notes.append(
+            f"{facts.main_loop} is a flor.iteration in the script's own loop: the script is "
+            "re-executed whole"
+        )
+        plan.status = READY
+        return plan
     memo = memoized(project, run.run_id, result.code, facts) if not strict else Memo()
     mode, why = replay_mode(result, placed, facts.main_loop, memo.names)
     if mode is None:

@@ -46,6 +46,24 @@ def unreachable_iterations(code: str) -> list[Unreachable]:
     return found
 
 
+def iteration_names(code: str) -> set[str]:
+    """The literal names of the flor.iterations in `code`."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    imports = imports_from_ast(tree)
+    return {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and imports.api_of_ast(node.func) == "iteration"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    }
+
+
 def _called_names(tree: ast.AST) -> set[str]:
     """Names the module calls or hands on as values (`f()`, `obj.f()`, `map(f, xs)`, a
     thread's `target=f`), decorators left out: a decorator registers a function with
