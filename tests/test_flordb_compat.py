@@ -56,9 +56,7 @@ def _accepts(theirs: inspect.Signature, ours: inspect.Signature) -> list[str]:
     **kwargs passed on."""
     problems = []
     required = [p for p in theirs.parameters.values() if p.default is p.empty]
-    positional = [
-        p for p in theirs.parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD
-    ]
+    positional = [p for p in theirs.parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
     base = [object()] * sum(p.kind is p.POSITIONAL_OR_KEYWORD for p in required)
     calls = [(base, {})]
     calls.append(([object()] * len(positional), {}))
@@ -139,9 +137,9 @@ def test_tutorial_then_gradient_norm_hindsight_from_python_and_narrowed(tmp_path
     repo = _project(tmp_path, {"train.py": TUTORIAL})
     run_py(repo, "train.py", "--kwargs", "epochs=3")
     today = TUTORIAL.replace(
-        '            opt.step()\n',
+        "            opt.step()\n",
         '            flor.log("grad_norm", net.weight.grad.norm().item())\n'
-        '            opt.step()\n',
+        "            opt.step()\n",
     ).replace(
         '        flor.log("acc"',
         '        flor.log("w_norm", net.weight.norm().item())\n        flor.log("acc"',
@@ -240,10 +238,13 @@ def test_pipeline_scripts_join_by_document_and_a_request_is_not_replayed(tmp_pat
     ]
     assert out["docs"] == [0, 0]  # no index given: each request's run counts from 0
 
-    write(repo / "feedback.py", FEEDBACK.replace(
-        '        flor.log("label", label)\n',
-        '        flor.log("label", label)\n        flor.log("label_len", len(label))\n',
-    ))
+    write(
+        repo / "feedback.py",
+        FEEDBACK.replace(
+            '        flor.log("label", label)\n',
+            '        flor.log("label", label)\n        flor.log("label_len", len(label))\n',
+        ),
+    )
     plan = plan_replay(repo, ["label_len"])
     reasons = {r.script: r.reason for r in plan.runs}
     assert "a web request cannot be replayed" in reasons["feedback.py"]
@@ -253,7 +254,7 @@ def test_pipeline_scripts_join_by_document_and_a_request_is_not_replayed(tmp_pat
 def test_request_handlers_are_told_from_iterations_the_script_reaches() -> None:
     found = unreachable_iterations(FEEDBACK)
     assert [(u.iteration, u.function) for u in found] == [("'document'", "feedback")]
-    reached = FEEDBACK.replace("app.routes[\"/feedback\"](name, label)", "feedback(name, label)")
+    reached = FEEDBACK.replace('app.routes["/feedback"](name, label)', "feedback(name, label)")
     assert unreachable_iterations(reached) == []
 
 
@@ -292,10 +293,13 @@ def test_iteration_gives_coordinates_and_its_script_replays_whole(tmp_path: Path
         [1, 1, "y.pdf", 11],
     ]
     assert out["ticks"] == [0, 1, 4, 9]  # a never-ending iterable, left by break
-    write(repo / "pipe.py", ITERATIONS.replace(
-        '            flor.log("chars", 10 * i + page)\n',
-        '            flor.log("chars", 10 * i + page)\n            flor.log("odd", page % 2)\n',
-    ))
+    write(
+        repo / "pipe.py",
+        ITERATIONS.replace(
+            '            flor.log("chars", 10 * i + page)\n',
+            '            flor.log("chars", 10 * i + page)\n            flor.log("odd", page % 2)\n',
+        ),
+    )
     florwb(repo, "replay", "odd", "--yes")
     frame = Store(repo).dataframe("odd")
     assert [int(v) for v in frame.odd] == [0, 1, 0, 1]
@@ -359,19 +363,25 @@ def test_fine_tune_records_lineage_and_replays_from_the_same_parent(tmp_path: Pa
     assert (start["parent"], start["checkpoint"], start["iteration"]) == (parent, "ckpt.pth", 2)
     assert parent in florwb(repo, "runs").stdout.split("\n")[2]  # the `from` column
 
-    write(repo / "finetune.py", FINETUNE.replace(
-        '    flor.log("ft_loss", loss.item())\n',
-        '    flor.log("ft_loss", loss.item())\n    flor.log("w0", net.weight[0, 0].item())\n',
-    ))
+    write(
+        repo / "finetune.py",
+        FINETUNE.replace(
+            '    flor.log("ft_loss", loss.item())\n',
+            '    flor.log("ft_loss", loss.item())\n    flor.log("w0", net.weight[0, 0].item())\n',
+        ),
+    )
     proc = florwb(repo, "replay", "w0", "--yes", "--json")
     (result,) = json.loads(proc.stdout)["result"]["runs"]
     assert (result["run_id"], result["verdict"]) == (child, "verified")  # ft_loss re-logged equal
 
     shutil.rmtree(repo / ".florwb" / "checkpoints" / parent)
-    write(repo / "finetune.py", FINETUNE.replace(
-        '    flor.log("ft_loss", loss.item())\n',
-        '    flor.log("ft_loss", loss.item())\n    flor.log("b", net.bias.item())\n',
-    ))
+    write(
+        repo / "finetune.py",
+        FINETUNE.replace(
+            '    flor.log("ft_loss", loss.item())\n',
+            '    flor.log("ft_loss", loss.item())\n    flor.log("b", net.bias.item())\n',
+        ),
+    )
     (planned,) = [r for r in plan_replay(repo, ["b"]).runs if r.run_id == child]
     assert "whose file is gone" in (planned.reason or "")
 

@@ -76,8 +76,6 @@ class RunFacts:
     context: dict | None = None
     # flor.load_checkpoint calls the run made (store/lineage.py): its replay makes the same
     starts: list[dict] = field(default_factory=list)
-    # flor.load_checkpoint calls the run made (store/lineage.py): its replay makes the same
-    starts: list[dict] = field(default_factory=list)
 
 
 def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[SelectedRun]:
