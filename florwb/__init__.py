@@ -196,6 +196,7 @@ def replay(
     plan's one-line summary. Returns `flor.dataframe(*apply_vars)` with the replay's result
     as `frame.attrs["replay"]`. `overrides` are refused: a replay runs what each run ran."""
     from florwb_engine.replay import execute, plan_replay
+    from florwb_engine.replay.cores import available_cores, default_workers
     from florwb_engine.replay.narrow import as_spec, narrow
 
     if overrides:
@@ -205,8 +206,11 @@ def replay(
         )
     names = [apply_vars] if isinstance(apply_vars, str) else list(apply_vars)
     project = _project()
-    plan = plan_replay(project, names, where=where_clause, workers=1)
+    cores = available_cores()
+    plan = plan_replay(project, names, where=where_clause, workers=cores)
     narrow(plan, {name: as_spec(spec) for name, spec in (narrow_iters or [])})
+    segments = sum(len(run.segments) for run in plan.ready())
+    plan.workers = min(plan.workers, default_workers(segments, cores))  # as `florwb replay`
     print(
         f"florwb: replay {', '.join(plan.names)}: {len(plan.ready())} of {len(plan.runs)} "
         f"run(s), estimated {plan.estimate_s:.0f} s"

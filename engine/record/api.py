@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import echo, lineage, loop_state, ranks, runtime, save_mirror
+from florwb_engine.record import echo, lineage, loop_state, notebook, ranks, runtime, save_mirror
 from florwb_engine.record.values import PRIMITIVES, encode, name_text
 
 T = TypeVar("T")
@@ -347,8 +347,12 @@ def load_checkpoint(
     tstamp: Any, name: str | None = None, *, map_location: Any = "cpu", weights_only: bool = True
 ) -> Any:
     """flordb's load of a past run's checkpoint (see lineage.py); a recording run notes
-    that it started from it, and its replay loads the same file."""
-    run = runtime.current() or _start()
+    that it started from it, and its replay loads the same file. A script's first florwb
+    call starts its run here (a fine-tune loads its parent before it trains); a notebook
+    that only reads a checkpoint starts none, as in flordb."""
+    run = runtime.current()
+    if run is None and notebook.shell() is None:
+        run = _start()
     return lineage.load_checkpoint(
         run, tstamp, name, map_location=map_location, weights_only=weights_only
     )
