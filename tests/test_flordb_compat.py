@@ -420,3 +420,14 @@ def test_set_ckpt_interval_is_a_floor_and_retired_calls_say_so_once(tmp_path: Pa
     )
     assert [list(its) for its in counts.its] == [[0, 1, 2, 3], [0, 3]]  # first, then the last
     assert list(store.query("SELECT status FROM runs").status) == ["finished", "finished"]
+
+    first = store.run_rows()[0]
+    loaded = _py(
+        repo,
+        "import florwb as flor\n"
+        f"state = flor.load_checkpoint({first.run_id!r}, 'epoch-000002.pt')\n"
+        f"latest = flor.load_checkpoint(flor.dataframe('x').tstamp.iloc[0])\n"
+        "print(sorted(state), sorted(state['model']), sorted(latest) == sorted(state))",
+    )
+    assert loaded.stdout.split("\n")[0] == "['model'] ['bias', 'weight'] True"
+    assert len(store.run_rows()) == 2  # reading a checkpoint from `python -c` is no run

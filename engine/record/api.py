@@ -349,9 +349,9 @@ def load_checkpoint(
     """flordb's load of a past run's checkpoint (see lineage.py); a recording run notes
     that it started from it, and its replay loads the same file. A script's first florwb
     call starts its run here (a fine-tune loads its parent before it trains); a notebook
-    that only reads a checkpoint starts none, as in flordb."""
+    or `python -c` that only reads a checkpoint starts none, as in flordb."""
     run = runtime.current()
-    if run is None and notebook.shell() is None:
+    if run is None and notebook.shell() is None and runtime.main_script() is not None:
         run = _start()
     return lineage.load_checkpoint(
         run, tstamp, name, map_location=map_location, weights_only=weights_only

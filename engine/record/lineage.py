@@ -227,7 +227,7 @@ def _replayed(
             f"{start['parent']}, the checkpoint it loaded when it recorded",
             file=sys.stderr,
         )
-    row = {"path": str(path), "kind": start.get("checkpoint_kind", KIND_SAVE)}
+    row = {"path": str(path), "kind": start.get("kind") or KIND_SAVE}
     return read(row, map_location, weights_only)
 
 
