@@ -9,6 +9,7 @@ FLORDB_4_0_1 is flordb 4.0.1's public API as its `flordb/__init__.py` exports it
 from __future__ import annotations
 
 import inspect
+import io
 import json
 import shutil
 import subprocess
@@ -17,11 +18,16 @@ from pathlib import Path
 
 import pytest
 from conftest import florwb, git, run_py, write
+from rich.console import Console
 
 import florwb as flor
+from florwb.screens.run_compare import render_header
+from florwb.screens.run_detail import render_detail
 from florwb_engine.replay import plan_replay
 from florwb_engine.replay.requests import unreachable_iterations
+from florwb_engine.run_compare import compare_runs
 from florwb_engine.store import Store
+from florwb_engine.store.queries import load_run_detail
 
 # name -> flordb 4.0.1's signature (its private `_bypass_projection` of log left out)
 FLORDB_4_0_1 = {
@@ -95,6 +101,12 @@ def _py(project: Path, code: str, *, check: bool = True) -> subprocess.Completed
     if check and proc.returncode != 0:
         raise AssertionError(proc.stderr)
     return proc
+
+
+def _rendered(renderable: object) -> str:
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
 
 
 def _commit(repo: Path, message: str) -> None:
@@ -362,6 +374,11 @@ def test_fine_tune_records_lineage_and_replays_from_the_same_parent(tmp_path: Pa
     (start,) = next(r for r in runs if r["run_id"] == child)["started_from"]
     assert (start["parent"], start["checkpoint"], start["iteration"]) == (parent, "ckpt.pth", 2)
     assert parent in florwb(repo, "runs").stdout.split("\n")[2]  # the `from` column
+    store = Store(repo)
+    detail = _rendered(render_detail(load_run_detail(store, child)))
+    assert f"started from ckpt.pth of {parent} (epoch 2)" in detail
+    compared = _rendered(render_header(compare_runs(repo, store, parent, child)))
+    assert "its own initialisation" in compared and parent in compared.split("from", 1)[1]
 
     write(
         repo / "finetune.py",
