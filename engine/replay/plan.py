@@ -187,6 +187,12 @@ def plan_replay(
                 if plan.launch
                 else "a run restored from its own torch.save replays with the local executor"
             )
+        if plan.status == READY and executor != "local" and plan.starts:
+            plan.status = SKIP  # the parent run's checkpoint is not shipped to a Ray task
+            plan.reason = (
+                "a run started from another run's checkpoint (flor.load_checkpoint) replays "
+                "with the local executor, not on Ray"
+            )
         if plan.status == READY:
             assert plan.mode is not None
             found = run_work(
