@@ -66,13 +66,17 @@ def resolve_run(project: Path, tstamp: Any) -> str:
 def _as_datetime(tstamp: Any) -> datetime:
     if isinstance(tstamp, datetime):  # pandas.Timestamp is one
         return tstamp.replace(tzinfo=None)
-    text = str(tstamp).strip()
+    import pandas as pd  # numpy datetime64 and ISO text with nanoseconds, as pandas reads them
+
     try:
-        return datetime.fromisoformat(text)
-    except ValueError:
+        stamp = pd.Timestamp(tstamp)
+    except (TypeError, ValueError):
+        stamp = pd.NaT
+    if pd.isna(stamp):
         raise pull.CheckpointError(
             f"{tstamp!r} names no run: pass a run id or the run's start_time/tstamp"
-        ) from None
+        )
+    return stamp.to_pydatetime().replace(tzinfo=None)
 
 
 def checkpoint_rows(project: Path, run_id: str) -> list[dict[str, Any]]:
