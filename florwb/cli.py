@@ -97,6 +97,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
         "stall",
         "args",
     ]
+    if any(r.started_from for r in runs):  # flor.load_checkpoint: the runs each started from
+        columns.insert(5, "from")
+        for row, r in zip(rows, runs, strict=True):
+            row.insert(5, ",".join(r.parents))
     if any(r.world_size > 1 for r in runs):  # multi-process launches: how many ranks
         columns.insert(3, "procs")
         for row, r in zip(rows, runs):

@@ -51,6 +51,8 @@ class Policy:
     cost_s: float = 0.0
     count: int = 0
     recent: list[float] = field(default_factory=list)
+    min_interval_s: float = 0.0  # flor.set_ckpt_interval: at least this long between two
+    _last_s: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def should_checkpoint(self, iteration_s: float, estimate_s: float, reserve: bool) -> bool:
@@ -61,7 +63,17 @@ class Policy:
             self.compute_s += iteration_s
             expected = max(self.recent) if self.recent else estimate_s
             needed = self.cost_s + expected * (2 if reserve else 1)
-            return needed <= self.budget * self.compute_s
+            return needed <= self.budget * self.compute_s and self._past_interval()
+
+    def _past_interval(self) -> bool:
+        """The interval floor allows a checkpoint now (noted as taken when it does)."""
+        if self.min_interval_s <= 0:
+            return True
+        now = time.monotonic()
+        if self._last_s is not None and now - self._last_s < self.min_interval_s:
+            return False
+        self._last_s = now
+        return True
 
     def computed(self, compute_s: float) -> None:
         """Compute time of an iteration after its checkpoint was decided."""

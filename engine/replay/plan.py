@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Final, Literal
 
 from florwb_engine import versions
-from florwb_engine.project import store_dir
+from florwb_engine.project import checkpoint_dir, store_dir
 from florwb_engine.record.notebook import is_notebook_script
-from florwb_engine.replay import ddp_launch, run_inputs
+from florwb_engine.replay import ddp_launch, requests, run_inputs
 from florwb_engine.replay.cores import recorded_threads, workers_for_threads
 from florwb_engine.replay.cost import (
     CALIBRATION_BOUNDS,
@@ -48,7 +48,7 @@ from florwb_engine.replay.state_decision import (
     state_decision,
     whole_state_or_none,
 )
-from florwb_engine.store import Store
+from florwb_engine.store import Store, lineage
 from florwb_engine.store.repair import again_if_rebuilt
 
 # What a run's plan says: it will be replayed, it cannot be (with the reason), or it
@@ -100,6 +100,7 @@ class RunPlan:
     # and the iterations re-executed now for want of a checkpoint (cost.denser_work)
     denser_estimate_s: float | None = None
     rerun: list[int] = field(default_factory=list)
+    starts: list[dict] = field(default_factory=list)  # its flor.load_checkpoint calls
 
 
 @dataclass
@@ -211,6 +212,12 @@ def plan_replay(
                 if plan.launch
                 else "a run restored from its own torch.save replays with the local executor"
             )
+        if plan.status == READY and executor != "local" and plan.starts:
+            plan.status = SKIP  # the parent run's checkpoint is not shipped to a Ray task
+            plan.reason = (
+                "a run started from another run's checkpoint (flor.load_checkpoint) replays "
+                "with the local executor, not on Ray"
+            )
         if plan.status == READY:
             assert plan.mode is not None
             found = run_work(
@@ -310,6 +317,14 @@ def _plan_run(
     plan.main_loop = facts.main_loop
     plan.checkpoints = {str(i): path for i, (path, _size) in facts.checkpoints.items()}
     wanted = [n for n in names if n not in facts.present]
+    plan.starts = facts.starts
+    gone = [s for s in facts.starts if not (checkpoint_dir(project) / str(s["path"])).is_file()]
+    if gone:
+        plan.reason = (
+            f"it started from {lineage.describe(gone[0])}, whose file is gone: its replay "
+            "cannot start where it started"
+        )
+        return plan
     if is_notebook_script(run.script):
         plan.reason = "recorded in a notebook: replaying notebook runs is not supported"
         return plan
@@ -325,6 +340,23 @@ def _plan_run(
     placed, plan.notes = placed_statements(result, wanted)
     if not placed:
         plan.reason = "; ".join(plan.notes) or "no statement could be placed"
+        return plan
+    handler = requests.refusal(result.code, {n: p.old_line for n, p in placed.items()})
+    if handler is not None:
+        plan.reason = handler
+        return plan
+    if facts.main_loop is not None and facts.main_loop in requests.iteration_names(result.code):
+        # the outermost coordinate is a flor.iteration: the loop around it is the script's
+        # own, with no checkpoints to start from, so the script runs whole
+        plan.main_loop = None
+        plan.mode = PREFIX
+        plan.names = list(placed)
+        plan.code = result.code
+        plan.notes.append(
+            f"{facts.main_loop} is a flor.iteration in the script's own loop: the script is "
+            "re-executed whole"
+        )
+        plan.status = READY
         return plan
     memo = memoized(project, run.run_id, result.code, facts) if not strict else Memo()
     mode, why = replay_mode(result, placed, facts.main_loop, memo.names)

@@ -83,7 +83,18 @@ class _State:
 
 # What a run's journal holds; anything else (a newer florwb's event) is counted and skipped.
 KNOWN_EVENTS = frozenset(
-    {"start", "version", "version_error", "arg", "issues", "checkpoint", "end", "loop", "files"}
+    {
+        "start",
+        "version",
+        "version_error",
+        "arg",
+        "issues",
+        "checkpoint",
+        "end",
+        "loop",
+        "files",
+        "lineage",
+    }
 )
 
 
@@ -560,6 +571,21 @@ def _apply_event(con, keys: RunKeys, e: dict) -> bool:
             )
         if e.get("dropped"):
             keys.issues.append(("files", "project files past the first 10,000 not noted", 1))
+    elif kind == "lineage" and keys.source == RECORDED:
+        con.execute(
+            "INSERT OR IGNORE INTO run_lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                run_id,
+                e.get("name") or "",
+                int(e.get("call", 0)),
+                e.get("parent"),
+                e.get("checkpoint"),
+                e.get("checkpoint_kind"),
+                e.get("loop"),
+                e.get("iteration"),
+                e.get("path"),
+            ],
+        )
     elif kind == "checkpoint":
         con.execute(
             "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

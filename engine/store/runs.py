@@ -15,7 +15,7 @@ from typing import Any, Literal, cast
 import duckdb
 
 from florwb_engine.record.save_mirror import MANIFEST_SUFFIX
-from florwb_engine.store import run_context
+from florwb_engine.store import lineage, run_context
 from florwb_engine.store.schema import entry_join
 from florwb_engine.store.values import decode_value
 from florwb_engine.store.verdicts import Verdict, latest_verdict, run_verdicts
@@ -73,6 +73,15 @@ class RunRow:
         text = f"{len(self.restorable)}/{self.main_iterations}"
         return text + (f" +{len(self.saved)} saves" if self.saved else "")
 
+    # the checkpoints of other runs it started from, flor.load_checkpoint's calls
+    # (store/lineage.py: name, call, parent, checkpoint, kind, loop, iteration, path)
+    started_from: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def parents(self) -> list[str]:
+        """The runs it started from, first loaded first."""
+        return list(dict.fromkeys(str(s["parent"]) for s in self.started_from))
+
     @property
     def verdict(self) -> Verdict | None:
         """The latest replay's verdict: what the run reads as (None: never replayed)."""
@@ -116,6 +125,7 @@ class RunRow:
             "restorable": self.restorable,
             "saved_iterations": self.saved,
             "main_iterations": self.main_iterations,
+            "started_from": self.started_from,
         }
 
 
@@ -163,6 +173,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
     issues = run_issues(con)
     contexts = run_context.contexts(con)
     verdicts = run_verdicts(con, run_id)
+    loaded = lineage.parents(con)
     out = []
     for r in rows:
         wait_s, loop_s = r[16], r[17]
@@ -196,6 +207,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                 restorable=[int(i) for i in r[21]],
                 saved=[int(i) for i in r[22] if int(i) not in set(r[21])],
                 main_iterations=int(r[23]),
+                started_from=lineage.lineage_of(con, r[0]) if r[0] in loaded else [],
             )
         )
     return out

@@ -28,6 +28,7 @@ from florwb.widgets.run_summary import data_wait_line
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.replay.cost import ranges
 from florwb_engine.store import Store
+from florwb_engine.store.lineage import describe
 from florwb_engine.store.queries import RunDetail, load_run_detail
 from florwb_engine.store.runs import RunRow
 
@@ -64,6 +65,8 @@ def render_detail(detail: RunDetail) -> Group:
         "dim",
     )
     parts: list = [head, facts]
+    for start in run.started_from:  # flor.load_checkpoint: the checkpoints it started from
+        parts.append(Text(f"started from {describe(start)}", "dim"))
     if detail.loop_name:
         total = detail.loop_total if detail.loop_total is not None else "?"
         parts.append(Text(f"{detail.loop_name} {detail.loop_done}/{total} iterations done", "dim"))
