@@ -40,6 +40,7 @@ from florwb_engine.replay.facts import main_iterations
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
 from florwb_engine.replay.plan import Plan, RunPlan, Segment, plan_replay
+from florwb_engine.replay.profile import Profiler, WorkerTimes
 from florwb_engine.replay.spec import ENV, PREFIX, ReplaySpec
 from florwb_engine.store import Store, StoreBusy, verdicts
 from florwb_engine.store.replays import (
@@ -98,9 +99,12 @@ class ReplayResult:
     runs: list[RunResult] = field(default_factory=list)
     elapsed_s: float = 0.0
     shipped: dict[int, Shipment] = field(default_factory=dict)  # segment -> bytes sent (ray)
+    profile: dict | None = None  # where the time went (profile.py); not in to_json
 
     def to_json(self) -> dict:
-        return asdict(self)
+        found = asdict(self)
+        del found["profile"]
+        return found
 
 
 @dataclass
@@ -122,6 +126,8 @@ class SegmentTask:
     request: int | None = None  # the fork server's number for this worker
     pid: int | None = None
     returncode: int | None = None
+    requested_at: float | None = None  # Unix times: asked of the fork server, seen ended
+    exited_at: float | None = None
 
 
 def execute(
@@ -131,16 +137,21 @@ def execute(
     cancel: threading.Event | None = None,
     server: ForkServer | None = None,
     executor: Executor = "local",
+    started_at: float | None = None,
 ) -> ReplayResult:
     """Run the plan on `plan.workers` processes forked by `server` (from warm_workers),
     which is used and closed; without one, one is started. `executor="ray"` (or
-    RayOptions) runs the segments as Ray tasks instead (ray_executor.py)."""
+    RayOptions) runs the segments as Ray tasks instead (ray_executor.py). `started_at`:
+    when the user started the replay (Unix time), so the result's profile counts the
+    command's start and planning too."""
     started = time.perf_counter()
+    profiler = Profiler(started_at if started_at is not None else time.time())
     cancel = cancel or threading.Event()
     project = plan.project
     store = Store(project)
     workdir = store_dir(project) / "replays" / plan.replay_id
     remote = _remote_options(executor)
+    profiler.measured_workers = remote is None
     if remote is not None and server is not None:
         server.close()  # a warm local server is not needed: the tasks run on Ray
         server = None
@@ -155,35 +166,46 @@ def execute(
     server = server or (warm_workers(project) if remote is None else None)
     result = ReplayResult(plan.replay_id, "finished")
     tasks: list[SegmentTask] = []
+    ingesting = profiler.span("ingest")
+
+    def ingest_early(store: Store) -> None:
+        with profiler.span("ingest"):
+            _ingest_early(store)
+
     try:
-        with store.session() as con:
+        with ingesting, store.session() as con:
             record_replay(con, plan.replay_id, plan.names, plan.to_json())
         # after its row: a work folder without a running replay is a leftover readers remove
         workdir.mkdir(parents=True, exist_ok=True)
 
         def run(plan: Plan) -> list[SegmentTask]:
-            prepared = _prepare(plan, workdir, server, containment)
+            with profiler.span("materialise"):
+                prepared = _prepare(plan, workdir, server, containment)
             tasks.extend(prepared)
+            began, ingested = time.time(), profiler.spans.get("ingest", 0.0)
             if remote is None:
                 assert server is not None
-                _run_all(prepared, plan.workers, server, store, on_progress, cancel)
+                _run_all(prepared, plan.workers, server, store, on_progress, cancel, ingest_early)
             else:
                 from florwb_engine.replay import ray_executor
 
                 result.shipped.update(
-                    ray_executor.run_all(
-                        prepared, store, on_progress, cancel, remote, _ingest_early
-                    )
+                    ray_executor.run_all(prepared, store, on_progress, cancel, remote, ingest_early)
                 )
+            ingested = profiler.spans.get("ingest", 0.0) - ingested
+            profiler.run_s += max(0.0, time.time() - began - ingested)
+            profiler.workers.extend(filter(None, map(_worker_times, prepared)))
             return prepared
 
         first = run(plan)
         shipped = result.shipped
-        result = _collect(plan, first, store, cancel.is_set())
+        with profiler.span("ingest"):
+            result = _collect(plan, first, store, cancel.is_set())
         result.shipped = shipped
         if any(r.verdict == "diverged" for r in result.runs) and not cancel.is_set():
             _retry_strict(plan, result, first, store, run, cancel)
-        _finish(plan, result, store)
+        with profiler.span("ingest"):
+            _finish(plan, result, store)
     except BaseException:
         _remove_results(store, project, plan.replay_id)
         with store.session() as con:
@@ -197,7 +219,23 @@ def execute(
             if task.contain is not None:
                 contain.remove_scratch(Path(task.contain["scratch"]))
     result.elapsed_s = time.perf_counter() - started
+    result.profile = profiler.result()
     return result
+
+
+def _worker_times(task: SegmentTask) -> WorkerTimes | None:
+    """A local worker's times: the executor's, and what its runtime wrote when it
+    finished (record/replaying.py: `profile` in its progress file)."""
+    if task.requested_at is None or task.exited_at is None:
+        return None
+    times = WorkerTimes(task.requested_at, task.exited_at)
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # it never finished
+        reported = json.loads(task.progress_path.read_text())["profile"]
+        times.run_start = float(reported["run_start"])
+        times.end = float(reported["end"])
+        times.restore_s = float(reported["restore_s"])
+        times.loads = int(reported["loads"])
+    return times
 
 
 def _remote_options(executor: Executor) -> RayOptions | None:
@@ -386,6 +424,7 @@ def _run_all(
     store: Store,
     on_progress,
     cancel: threading.Event,
+    ingest_early: Callable[[Store], None] = lambda store: _ingest_early(store),
 ) -> None:
     notify = on_progress or (lambda _p: None)
     waiting, active = list(tasks), list[SegmentTask]()  # changed in place: fill() sees them
@@ -404,6 +443,7 @@ def _run_all(
             recorded = recorded_threads(task.plan.threads)  # the run's own, where recorded
             env.update(recorded_thread_env(recorded) if recorded is not None else threads)
             env.update(ddp_launch.launch_env(task.plan.launch))  # a free port for mp.spawn
+            task.requested_at = time.time()
             task.request = server.start(task.argv, task.cwd, env, task.log_path, task.contain)
             active.append(task)
 
@@ -421,7 +461,7 @@ def _run_all(
                 _report(tasks, last_seen, notify, cancel.is_set())
                 if any(t.returncode == 0 for t in ended) and (waiting or active):
                     fill()
-                    _ingest_early(store)
+                    ingest_early(store)
             except KeyboardInterrupt:  # Ctrl-C where the handler above is not installed
                 cancel.set()
     _report(tasks, last_seen, notify, cancel.is_set())
@@ -465,10 +505,12 @@ def _update(task: SegmentTask, server: ForkServer) -> None:
         if isinstance(started, str):  # could not fork: say why where its stderr would be
             task.log_path.write_text(started + "\n")
             task.returncode = -1
+            task.exited_at = time.time()
             return
         task.pid = started
     if task.pid is not None and task.pid in server.exited:
         task.returncode = server.exited[task.pid]
+        task.exited_at = time.time()
 
 
 def _stop(task: SegmentTask, stopping: dict[int, float], server: ForkServer) -> None:
