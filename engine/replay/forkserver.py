@@ -303,11 +303,16 @@ def warm_workers(project: Path, names: Iterable[str] = ()) -> ForkServer:
     """Start a replay's fork server now and let it import what today's scripts that log
     `names` import, so the imports overlap with planning. Hand it to `execute`."""
     from florwb_engine.project import store_dir
-    from florwb_engine.store.db import require_store
+    from florwb_engine.replay.contain import probe_soon
 
-    require_store(store_dir(project))  # a replay outside a project creates no .florwb/
-    log = store_dir(project) / "replays" / f"forkserver-{os.getpid()}-{secrets.token_hex(3)}.log"
+    store = store_dir(project)
+    if not store.is_dir():  # the store's own imports (DuckDB) wait until the server runs
+        from florwb_engine.store.db import require_store
+
+        require_store(store)  # a replay outside a project creates no .florwb/
+    log = store / "replays" / f"forkserver-{os.getpid()}-{secrets.token_hex(3)}.log"
     server = ForkServer(log)
+    probe_soon(project)  # execute's containment asks the same: answered meanwhile
     server.preload(likely_imports(project, names), [project])
     return server
 
