@@ -227,9 +227,12 @@ def _replay(
 def _process_start() -> float | None:
     """When this command's process started, so `--profile` counts the interpreter's
     start and the imports before planning as the replay's start."""
-    from florwb_engine.processes import start_time
+    import time
 
-    return start_time(os.getpid())
+    from florwb_engine.processes import running_for
+
+    age = running_for(os.getpid())
+    return None if age is None else time.time() - age
 
 
 def _dump(obj) -> None:

@@ -100,10 +100,11 @@ class ReplayResult:
     elapsed_s: float = 0.0
     shipped: dict[int, Shipment] = field(default_factory=dict)  # segment -> bytes sent (ray)
     profile: dict | None = None  # where the time went (profile.py); not in to_json
+    finished: bool = False  # its status is stored (executor's own bookkeeping; not in to_json)
 
     def to_json(self) -> dict:
         found = asdict(self)
-        del found["profile"]
+        del found["profile"], found["finished"]
         return found
 
 
@@ -200,12 +201,13 @@ def execute(
         first = run(plan)
         shipped = result.shipped
         with profiler.span("ingest"):
-            result = _collect(plan, first, store, cancel.is_set())
+            result = _collect(plan, first, store, cancel.is_set(), finish=True)
         result.shipped = shipped
-        if any(r.verdict == "diverged" for r in result.runs) and not cancel.is_set():
+        if _retried(result) and not cancel.is_set():
             _retry_strict(plan, result, first, store, run, cancel)
-        with profiler.span("ingest"):
-            _finish(plan, result, store)
+        if not result.finished:
+            with profiler.span("ingest"), store.session() as con:
+                _finish(plan, result, con)
     except BaseException:
         _remove_results(store, project, plan.replay_id)
         with store.session() as con:
@@ -551,11 +553,19 @@ def _report(tasks: list[SegmentTask], seen: dict[int, tuple], notify, cancelled:
 
 
 def _collect(
-    plan: Plan, tasks: list[SegmentTask], store: Store, cancelled: bool, *, strict: bool = False
+    plan: Plan,
+    tasks: list[SegmentTask],
+    store: Store,
+    cancelled: bool,
+    *,
+    strict: bool = False,
+    finish: bool = False,
 ) -> ReplayResult:
     """Ingest the replay journals, check each run against what it recorded and store its
     verdict (a diverged run's rows withheld: store/verdicts.py). `strict`: the runs of a
-    strict re-run; the rest of the replay is not touched even when it was cancelled."""
+    strict re-run; the rest of the replay is not touched even when it was cancelled.
+    `finish`: the replay is finished in the same session (one catalog connection less)
+    unless a run diverged and will be retried; `result.finished` says whether it was."""
     project = plan.project
     by_run: dict[str, list[SegmentTask]] = {}
     for task in tasks:
@@ -630,7 +640,15 @@ def _collect(
                     "INSERT OR REPLACE INTO run_issues VALUES (?, ?, 'input changed', ?, 1)",
                     [run.run_id, plan.replay_id, f"{path} changed since the run"],
                 )
-    return ReplayResult(plan.replay_id, _overall(results), results)
+        collected = ReplayResult(plan.replay_id, _overall(results), results)
+        if finish and not (_retried(collected) and not cancelled):
+            _finish(plan, collected, con)
+    return collected
+
+
+def _retried(result: ReplayResult) -> bool:
+    """Whether a run diverged: it is retried strictly before the replay finishes."""
+    return any(r.verdict == "diverged" for r in result.runs)
 
 
 def _overall(results: list[RunResult]) -> ReplayStatus:
@@ -644,8 +662,9 @@ def _overall(results: list[RunResult]) -> ReplayStatus:
     return "partial" if "failed" in statuses else "finished"
 
 
-def _finish(plan: Plan, result: ReplayResult, store: Store) -> None:
+def _finish(plan: Plan, result: ReplayResult, con: duckdb.DuckDBPyConnection) -> None:
     result.status = _overall(result.runs) if result.runs else result.status
+    result.finished = True
     kept = {
         r.run_id: {
             k: getattr(r, k) for k in ("verdict", "compared", "rows", "divergence", "strict")
@@ -656,8 +675,7 @@ def _finish(plan: Plan, result: ReplayResult, store: Store) -> None:
     if kept:  # beside the journals, for a catalog rebuilt from them (store/verdicts.py)
         verdicts.write_sidecar(journal_dir(plan.project), plan.replay_id, kept)
     detail = {**plan.to_json(), "results": [asdict(r) for r in result.runs]}
-    with store.session() as con:
-        finish_replay(con, plan.replay_id, result.status, detail)
+    finish_replay(con, plan.replay_id, result.status, detail)
 
 
 def _unlink_journals(project: Path, replay_id: str, tasks: list[SegmentTask]) -> None:

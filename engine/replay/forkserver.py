@@ -288,6 +288,11 @@ def run_child(request: dict, boot: set[str]) -> None:
 def main(boot: set[str], log: str) -> None:
     """`boot`: the modules loaded before the server's own imports; `log`: the server's
     stderr, which the replay removes when it closes the server (here if it never does)."""
+    # every worker imports the recording runtime (the script's `import florwb`, and
+    # run_child's RNG states): once here. It reads its settings from this environment,
+    # which is the workers' but for the replay's own variables, read when the run starts.
+    import florwb_engine.record  # noqa: F401
+
     request = serve()
     if request is None:
         with contextlib.suppress(OSError):  # the replay removed it already
