@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Literal, Union
 import duckdb
 
 from florwb_engine import versions
+from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.record import start_rng
 from florwb_engine.replay import contain, ddp_launch
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
     from florwb_engine.replay.ray_executor import RayOptions, Shipment
 
 POLL_S = 0.2
+# journal bytes that finished segments wrote worth ingesting while the others still run
+EARLY_INGEST_BYTES = 1 << 20
 
 # A segment's process: queued, forked, or ended (`cancelled` when the replay was).
 SegmentState = Literal["waiting", "running", "finished", "failed", "cancelled"]
@@ -168,10 +171,19 @@ def execute(
     result = ReplayResult(plan.replay_id, "finished")
     tasks: list[SegmentTask] = []
     ingesting = profiler.span("ingest")
+    journals = journal_dir(project)
+    ingested_bytes = 0  # of the replay's journals, when they were last ingested
 
     def ingest_early(store: Store) -> None:
+        """Finished segments' rows in while the others run, when they are many: a catalog
+        session of its own costs more than a few rows ingested with the rest at the end."""
+        nonlocal ingested_bytes
+        size = _journal_bytes(journals, plan.replay_id)
+        if size - ingested_bytes < EARLY_INGEST_BYTES:
+            return
         with profiler.span("ingest"):
             _ingest_early(store)
+        ingested_bytes = size
 
     try:
         with ingesting, store.session() as con:
@@ -223,6 +235,15 @@ def execute(
     result.elapsed_s = time.perf_counter() - started
     result.profile = profiler.result()
     return result
+
+
+def _journal_bytes(journals: Path, replay_id: str) -> int:
+    """The size of a replay's journals so far (every segment's, every rank's)."""
+    total = 0
+    for path in journals.glob(replay_journal_name(replay_id, "*")):
+        with contextlib.suppress(OSError):  # removed meanwhile (a failed segment's)
+            total += path.stat().st_size
+    return total
 
 
 def _worker_times(task: SegmentTask) -> WorkerTimes | None:
