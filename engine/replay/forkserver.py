@@ -186,10 +186,14 @@ def serve() -> dict | None:
 
 def _serve(children: set[int]) -> dict | None:
     pending = b""
+    woken = _wake_on_child_exit()
     while True:
-        ready, _, _ = select.select([0], [], [], 0.05)
+        ready, _, _ = select.select([0, woken], [], [], 1.0)
+        if woken in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(woken, 4096)
         _reap(children)
-        if not ready:
+        if 0 not in ready:
             continue
         chunk = os.read(0, 65536)
         if not chunk:
@@ -208,9 +212,35 @@ def _serve(children: set[int]) -> dict | None:
                     _send({"started": request["start"], "error": str(exc)})
                     continue
                 if pid == 0:
+                    _child_signals_as_they_were(woken)
                     return request
                 children.add(pid)
                 _send({"started": request["start"], "pid": pid})
+
+
+_WAKE_WRITE = -1  # the write end of the pipe SIGCHLD wakes the server's select through
+
+
+def _wake_on_child_exit() -> int:
+    """A pipe that a byte arrives on whenever a worker ends (SIGCHLD), so the server
+    reports it at once instead of at its next poll; its read end."""
+    global _WAKE_WRITE
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    _WAKE_WRITE = write
+    signal.set_wakeup_fd(write)
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+    return read
+
+
+def _child_signals_as_they_were(woken: int) -> None:
+    """A worker runs the old script as `python script.py` would: SIGCHLD at its default,
+    no wake-up pipe."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.close(woken)
+    os.close(_WAKE_WRITE)
 
 
 def _end_orphans(children: set[int], grace_s: float = 3.0) -> None:
