@@ -170,7 +170,6 @@ def execute(
     server = server or (warm_workers(project) if remote is None else None)
     result = ReplayResult(plan.replay_id, "finished")
     tasks: list[SegmentTask] = []
-    ingesting = profiler.span("ingest")
     journals = journal_dir(project)
     ingested_bytes = 0  # of the replay's journals, when they were last ingested
 
@@ -186,7 +185,7 @@ def execute(
         ingested_bytes = size
 
     try:
-        with ingesting, store.session() as con:
+        with profiler.span("ingest"), store.session() as con:
             record_replay(con, plan.replay_id, plan.names, plan.to_json())
         # after its row: a work folder without a running replay is a leftover readers remove
         workdir.mkdir(parents=True, exist_ok=True)

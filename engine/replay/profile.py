@@ -99,6 +99,9 @@ class Profiler:
             for part, seconds in summed.items():
                 parts[part] += seconds * scale
         parts["other"] = 0.0
+        measured = sum(parts.values())
+        if measured > wall > 0:  # clocks read a tick apart: never more than the wall time
+            parts = {part: seconds * wall / measured for part, seconds in parts.items()}
         parts["other"] = max(0.0, wall - sum(parts.values()))
         return {
             "wall_s": wall,
