@@ -242,7 +242,7 @@ def florwb_epoch(repo: Path, sizes: dict[str, str], repeats: int) -> dict | None
     walls, values = [], None
     for i in range(repeats):
         copy = fresh_copy(repo, f"florwb-epoch-{i}")
-        ran = florwb_cli(copy, "replay", EPOCH_NAME, "--yes", "--json")
+        ran = florwb_cli(copy, "replay", EPOCH_NAME, "--yes", "--json", "--profile")
         walls.append(ran.wall)
         report = json.loads(ran.stdout)
         run = report["plan"]["runs"][0]
@@ -253,6 +253,8 @@ def florwb_epoch(repo: Path, sizes: dict[str, str], repeats: int) -> dict | None
             f"estimate {report['plan']['estimate_s']:.1f} s, executor {res['elapsed_s']:.2f} s, "
             f"status {res['status']}; {load()}"
         )
+        parts = report["profile"]["parts"]
+        note("  profile: " + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items()))
         rows = florwb_json(copy, "dataframe", EPOCH_NAME, "--format", "json")
         got = {int(r["epoch"]): r[EPOCH_NAME] for r in rows if r.get(EPOCH_NAME) is not None}
         check_epochs("florwb", got, int(sizes["BENCH_EPOCHS"]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 
 def start_ticks(pid: int) -> int | None:
@@ -52,3 +53,12 @@ def start_time(pid: int) -> float | None:
     except (OSError, StopIteration, ValueError, IndexError):
         return None
     return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def running_for(pid: int) -> float | None:
+    """Seconds since a process started (Linux), to the kernel's tick: its start ticks
+    against the clock since boot, not the boot time /proc/stat rounds to a second."""
+    ticks = start_ticks(pid)
+    if ticks is None or not hasattr(time, "CLOCK_BOOTTIME"):
+        return None
+    return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))

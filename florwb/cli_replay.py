@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -50,6 +51,11 @@ def add_parsers(sub) -> None:
     )
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="print the plan (and result) as JSON")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="say where the replay's time went (start, worker start, restore, compute, ...)",
+    )
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("propagate", help="place NEW's missing log statements into OLD")
@@ -208,17 +214,38 @@ def _replay(
     progress = None if args.json else _progress_printer()
     try:
         result = execute(
-            plan, on_progress=progress, cancel=cancel, server=server, executor=executor
+            plan,
+            on_progress=progress,
+            cancel=cancel,
+            server=server,
+            executor=executor,
+            started_at=_process_start(),
         )
     except ContainmentError as exc:
         raise ReplayCommandError(str(exc)) from None
+    profiled = {"profile": result.profile} if args.profile else {}
     if args.json:
-        _dump({"plan": {**plan.to_json(), **sharing}, "result": result.to_json()})
+        _dump({"plan": {**plan.to_json(), **sharing}, "result": result.to_json(), **profiled})
     else:
         _print_result(result)
+        if args.profile and result.profile:
+            from florwb_engine.replay.profile import text
+
+            print("\n".join(text(result.profile)))
     if result.status == "cancelled":
         return 130
     return 1 if any(r.status == "failed" for r in result.runs) else 0
+
+
+def _process_start() -> float | None:
+    """When this command's process started, so `--profile` counts the interpreter's
+    start and the imports before planning as the replay's start."""
+    import time
+
+    from florwb_engine.processes import running_for
+
+    age = running_for(os.getpid())
+    return None if age is None else time.time() - age
 
 
 def _dump(obj) -> None:

@@ -53,9 +53,14 @@ def blob_text(data: bytes) -> str:
 
 
 def _is_missing(value: Any) -> bool:
+    """None, NaN, NaT, pandas' NA. Without pandas loaded no pandas value can be here, and
+    importing it (seconds on a busy machine) only to ask would slow `florwb replay`'s plan."""
+    if value is None:
+        return True
+    pd = sys.modules.get("pandas")
     try:
-        import pandas as pd
-
+        if pd is None:
+            return bool(value != value)  # NaN and NaT only are unequal to themselves
         return bool(pd.isna(value))
     except (TypeError, ValueError):
         return False

@@ -88,6 +88,20 @@ def test_exit_codes_and_tracebacks_are_those_of_a_plain_run(server, tmp_path):
     assert "ValueError: bad epoch" in failed["err"].splitlines()[-1]
 
 
+def test_a_worker_has_sigchld_and_wakeup_fd_as_a_plain_run(server, tmp_path):
+    """The server wakes on SIGCHLD (a worker's end is reported at once); the old script
+    must not inherit that: its own subprocesses are reaped the usual way."""
+    body = (
+        "import signal, subprocess\n"
+        "out['sigchld'] = signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL\n"
+        "out['wakeup'] = signal.set_wakeup_fd(-1)\n"
+        "out['child'] = subprocess.run([sys.executable, '-c', 'pass']).returncode\n"
+    )
+    got = _run(server, tmp_path, body)
+    assert got["code"] == 0, got["err"]
+    assert got["sigchld"] is True and got["wakeup"] == -1 and got["child"] == 0
+
+
 def test_a_stopped_worker_reports_the_signal(server, tmp_path):
     script = tmp_path / "sleep.py"
     script.write_text("import time\ntime.sleep(60)\n")

@@ -29,6 +29,7 @@ value, so where the code is unclear the analysis errs towards more carried names
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,10 +66,13 @@ class LoopState:
     registered: tuple[str, ...] = field(default=())  # flor.checkpointing's objects
 
 
+@functools.lru_cache(maxsize=32)
 def loop_state(source: str, main_loop: str | None, line: int | None = None) -> LoopState:
     """The loop state of the first (outermost) `for ... in flor.loop(main_loop, ...)`, or,
     with `line`, of the `for` whose header spans that line (what the running loop's frame
-    says: found also where flor is imported in a way the code does not show)."""
+    says: found also where flor is imported in a way the code does not show). Kept per
+    source: planning asks it of each run's code several times (memoized names, whole
+    state), and runs of one version share their code."""
     try:
         module = cst.parse_module(source)
     except (cst.ParserSyntaxError, ValueError):

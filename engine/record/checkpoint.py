@@ -18,11 +18,14 @@ then written by one background thread to a temp file and atomically renamed.
 
 from __future__ import annotations
 
+import codecs
+import collections
 import contextlib
 import copy
 import functools
 import io
 import os
+import pickle
 import queue
 import random
 import re
@@ -30,6 +33,7 @@ import sys
 import threading
 import time
 import types
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,9 +205,63 @@ def _mapped(path: Path) -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _mapped_at(path: str, _mtime_ns: int, _size: int) -> Any:
+    found = _read_without_torch(path)
+    if found is not None:
+        return found
     import torch
 
     return torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+
+
+class _Opaque:
+    """A tensor, storage, dtype or size of a checkpoint read without torch: planning asks
+    which keys a checkpoint holds and the names and notes kept beside the tensors, never
+    a tensor's value."""
+
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> _Opaque:
+        return object.__new__(cls)
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, _state: Any) -> None:
+        pass
+
+
+class _WithoutTorch(pickle.Unpickler):
+    """torch.save's pickle with torch's classes as _Opaque (and its storages, the
+    persistent ids): the rest (dicts, strings, numbers) comes out as it is."""
+
+    _PLAIN = {
+        ("collections", "OrderedDict"): collections.OrderedDict,
+        ("_codecs", "encode"): codecs.encode,  # bytes, in pickle protocol 2
+        ("builtins", "set"): set,
+        ("builtins", "frozenset"): frozenset,
+        ("builtins", "complex"): complex,
+        ("builtins", "slice"): slice,
+        ("builtins", "bytearray"): bytearray,
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        return self._PLAIN.get((module, name), _Opaque)
+
+    def persistent_load(self, pid: Any) -> Any:
+        return _Opaque()
+
+
+def _read_without_torch(path: str) -> Any | None:
+    """A checkpoint's pickle without importing torch (seconds, in a replay's planning),
+    its tensors left opaque; None where it is not a torch.save zip file as expected
+    (then torch reads it)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            pickled = [n for n in archive.namelist() if n.rsplit("/", 1)[-1] == "data.pkl"]
+            if len(pickled) != 1:
+                return None
+            with archive.open(pickled[0]) as data:
+                return _WithoutTorch(data).load()
+    except Exception:  # noqa: BLE001 - torch reads it instead, and says what is wrong
+        return None
 
 
 def holds_grads(path: Path) -> bool:

@@ -64,10 +64,15 @@ class Replayer:
         self._skip_inner = set(spec.skip_inner)
         # what the skipped inner loops left, by their order in the iteration (loop_state.LEFT)
         self._left: dict[str, dict] = {}
-        self._total = 0
+        self._total = spec.last - spec.first + 1
         self._reported = 0.0
         self.done = 0
         self.on_finish: Callable[[], None] = lambda: None
+        # for `florwb replay --profile` (replay/profile.py): the first florwb call, and the
+        # seconds spent reading and restoring checkpoints
+        self.started_at = time.time()
+        self.restore_s = 0.0
+        self.loads = 0
 
     def is_main(self, name: str, depth: int) -> bool:
         return depth == 0 and self.current is None and name == (self.spec.main_loop or name)
@@ -194,7 +199,9 @@ class Replayer:
             return None
         if self._kept is not None and self._kept[0] == iteration:
             return self._kept[1]
-        saved = load(path)
+        with self._restoring():
+            saved = load(path)
+        self.loads += 1
         # a big one only until it is restored: memory for a second copy of the state
         self._kept = (iteration, saved)
         self._kept_big = path.stat().st_size > KEEP_BYTES
@@ -207,9 +214,20 @@ class Replayer:
         own = self.spec.mirrored_checkpoint(iteration) if iteration >= 0 else None
         saved = self._load(iteration)
         if own is not None:  # the script's own torch.save (flor.checkpointing's wins)
-            restore_own_saves(own, self.spec.saved_map, self._objects(), rng=saved is None)
+            with self._restoring():
+                restore_own_saves(own, self.spec.saved_map, self._objects(), rng=saved is None)
+            self.loads += 1
         if saved is not None:
-            self._apply(iteration, saved)
+            with self._restoring():
+                self._apply(iteration, saved)
+
+    @contextlib.contextmanager
+    def _restoring(self) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.restore_s += time.perf_counter() - t
 
     def _apply(self, iteration: int, saved: dict) -> None:
         """Put a checkpoint into the live objects. From a copy: optimizers keep the tensors
@@ -239,21 +257,36 @@ class Replayer:
             self._left = {}  # never rank 0's values in this rank's frames
             print(f"florwb: rank RNG states not restored from {own.name}: {exc}", file=sys.stderr)
 
-    def _progress(self, total: int) -> None:
+    def _progress(self, total: int, profile: dict | None = None) -> None:
         if not self.spec.progress_file or (self.rank is not None and self.rank.rank != 0):
             return  # one progress file per segment: rank 0 writes it
         now = time.monotonic()
-        if 0 < self.done < total and now - self._reported < PROGRESS_EVERY_S:
+        if profile is None and 0 < self.done < total and now - self._reported < PROGRESS_EVERY_S:
             return  # the executor looks 5 times a second; a file per iteration is too many
         self._reported = now
         path = Path(self.spec.progress_file)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"done": self.done, "total": total}))
+        report: dict[str, Any] = {"done": self.done, "total": total}
+        if profile is not None:
+            report["profile"] = profile
+        tmp.write_text(json.dumps(report))
         os.replace(tmp, path)
 
     def finish(self) -> None:
-        """End the replay here: nothing after the main loop of the old script may run."""
+        """End the replay here: nothing after the main loop of the old script may run.
+        Its times go into the progress file last, for the executor's profile."""
+        ended = time.time()
         self.on_finish()
+        with contextlib.suppress(OSError):  # only the profile is lost; the rows are written
+            self._progress(
+                self._total,
+                {
+                    "run_start": self.started_at,
+                    "end": ended,
+                    "restore_s": self.restore_s,
+                    "loads": self.loads,
+                },
+            )
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):  # a closed or broken stream
                 stream.flush()

@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +126,23 @@ def _overlaid(project: Path) -> tuple[Path, ...]:
 
 
 _PROBED: dict[str, str | None] = {}
+_PROBING: dict[str, threading.Thread] = {}  # probes started ahead (probe_soon)
+_PROBING_LOCK = threading.Lock()
+
+
+def probe_soon(project: Path) -> None:
+    """Start probing the namespace for `project`'s folders now, in a thread: the probe's
+    fresh interpreter then starts while the replay is planned, and `choose` waits for it."""
+    if os.environ.get(MODE_ENV, "auto").strip().lower() == "copy":
+        return
+    lowers = _overlaid(project.resolve())
+    key = "\0".join(map(str, lowers))
+    with _PROBING_LOCK:
+        if key in _PROBED or key in _PROBING:
+            return
+        thread = threading.Thread(target=_probe, args=(lowers,), name="florwb-probe", daemon=True)
+        _PROBING[key] = thread
+    thread.start()
 
 
 def _probe(real: tuple[Path, ...] = ()) -> str | None:
@@ -133,6 +151,10 @@ def _probe(real: tuple[Path, ...] = ()) -> str | None:
     else the reason, in words. Run in a fresh interpreter, once per set of folders: the
     caller may have threads."""
     key = "\0".join(map(str, real))
+    with _PROBING_LOCK:
+        ahead = _PROBING.get(key)
+    if ahead is not None and ahead is not threading.current_thread():
+        ahead.join()  # started by probe_soon: its answer is the one
     if key in _PROBED:
         return _PROBED[key]
     if not sys.platform.startswith("linux"):

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Literal, Union
 import duckdb
 
 from florwb_engine import versions
+from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.record import start_rng
 from florwb_engine.replay import contain, ddp_launch
@@ -40,6 +41,7 @@ from florwb_engine.replay.facts import main_iterations
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker, warm_workers
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
 from florwb_engine.replay.plan import Plan, RunPlan, Segment, plan_replay
+from florwb_engine.replay.profile import Profiler, WorkerTimes
 from florwb_engine.replay.spec import ENV, PREFIX, ReplaySpec
 from florwb_engine.store import Store, StoreBusy, verdicts
 from florwb_engine.store.replays import (
@@ -57,6 +59,8 @@ if TYPE_CHECKING:
     from florwb_engine.replay.ray_executor import RayOptions, Shipment
 
 POLL_S = 0.2
+# journal bytes that finished segments wrote worth ingesting while the others still run
+EARLY_INGEST_BYTES = 1 << 20
 
 # A segment's process: queued, forked, or ended (`cancelled` when the replay was).
 SegmentState = Literal["waiting", "running", "finished", "failed", "cancelled"]
@@ -98,9 +102,13 @@ class ReplayResult:
     runs: list[RunResult] = field(default_factory=list)
     elapsed_s: float = 0.0
     shipped: dict[int, Shipment] = field(default_factory=dict)  # segment -> bytes sent (ray)
+    profile: dict | None = None  # where the time went (profile.py); not in to_json
+    finished: bool = False  # its status is stored (executor's own bookkeeping; not in to_json)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        found = asdict(self)
+        del found["profile"], found["finished"]
+        return found
 
 
 @dataclass
@@ -122,6 +130,8 @@ class SegmentTask:
     request: int | None = None  # the fork server's number for this worker
     pid: int | None = None
     returncode: int | None = None
+    requested_at: float | None = None  # Unix times: asked of the fork server, seen ended
+    exited_at: float | None = None
 
 
 def execute(
@@ -131,16 +141,21 @@ def execute(
     cancel: threading.Event | None = None,
     server: ForkServer | None = None,
     executor: Executor = "local",
+    started_at: float | None = None,
 ) -> ReplayResult:
     """Run the plan on `plan.workers` processes forked by `server` (from warm_workers),
     which is used and closed; without one, one is started. `executor="ray"` (or
-    RayOptions) runs the segments as Ray tasks instead (ray_executor.py)."""
+    RayOptions) runs the segments as Ray tasks instead (ray_executor.py). `started_at`:
+    when the user started the replay (Unix time), so the result's profile counts the
+    command's start and planning too."""
     started = time.perf_counter()
+    profiler = Profiler(started_at if started_at is not None else time.time())
     cancel = cancel or threading.Event()
     project = plan.project
     store = Store(project)
     workdir = store_dir(project) / "replays" / plan.replay_id
     remote = _remote_options(executor)
+    profiler.measured_workers = remote is None
     if remote is not None and server is not None:
         server.close()  # a warm local server is not needed: the tasks run on Ray
         server = None
@@ -155,35 +170,55 @@ def execute(
     server = server or (warm_workers(project) if remote is None else None)
     result = ReplayResult(plan.replay_id, "finished")
     tasks: list[SegmentTask] = []
+    journals = journal_dir(project)
+    ingested_bytes = 0  # of the replay's journals, when they were last ingested
+
+    def ingest_early(store: Store) -> None:
+        """Finished segments' rows in while the others run, when they are many: a catalog
+        session of its own costs more than a few rows ingested with the rest at the end."""
+        nonlocal ingested_bytes
+        size = _journal_bytes(journals, plan.replay_id)
+        if size - ingested_bytes < EARLY_INGEST_BYTES:
+            return
+        with profiler.span("ingest"):
+            _ingest_early(store)
+        ingested_bytes = size
+
     try:
-        with store.session() as con:
+        with profiler.span("ingest"), store.session() as con:
             record_replay(con, plan.replay_id, plan.names, plan.to_json())
         # after its row: a work folder without a running replay is a leftover readers remove
         workdir.mkdir(parents=True, exist_ok=True)
 
         def run(plan: Plan) -> list[SegmentTask]:
-            prepared = _prepare(plan, workdir, server, containment)
+            with profiler.span("materialise"):
+                prepared = _prepare(plan, workdir, server, containment)
             tasks.extend(prepared)
+            began, ingested = time.time(), profiler.spans.get("ingest", 0.0)
             if remote is None:
                 assert server is not None
-                _run_all(prepared, plan.workers, server, store, on_progress, cancel)
+                _run_all(prepared, plan.workers, server, store, on_progress, cancel, ingest_early)
             else:
                 from florwb_engine.replay import ray_executor
 
                 result.shipped.update(
-                    ray_executor.run_all(
-                        prepared, store, on_progress, cancel, remote, _ingest_early
-                    )
+                    ray_executor.run_all(prepared, store, on_progress, cancel, remote, ingest_early)
                 )
+            ingested = profiler.spans.get("ingest", 0.0) - ingested
+            profiler.run_s += max(0.0, time.time() - began - ingested)
+            profiler.workers.extend(filter(None, map(_worker_times, prepared)))
             return prepared
 
         first = run(plan)
         shipped = result.shipped
-        result = _collect(plan, first, store, cancel.is_set())
+        with profiler.span("ingest"):
+            result = _collect(plan, first, store, cancel.is_set(), finish=True)
         result.shipped = shipped
-        if any(r.verdict == "diverged" for r in result.runs) and not cancel.is_set():
+        if _retried(result) and not cancel.is_set():
             _retry_strict(plan, result, first, store, run, cancel)
-        _finish(plan, result, store)
+        if not result.finished:
+            with profiler.span("ingest"), store.session() as con:
+                _finish(plan, result, con)
     except BaseException:
         _remove_results(store, project, plan.replay_id)
         with store.session() as con:
@@ -197,7 +232,32 @@ def execute(
             if task.contain is not None:
                 contain.remove_scratch(Path(task.contain["scratch"]))
     result.elapsed_s = time.perf_counter() - started
+    result.profile = profiler.result()
     return result
+
+
+def _journal_bytes(journals: Path, replay_id: str) -> int:
+    """The size of a replay's journals so far (every segment's, every rank's)."""
+    total = 0
+    for path in journals.glob(replay_journal_name(replay_id, "*")):
+        with contextlib.suppress(OSError):  # removed meanwhile (a failed segment's)
+            total += path.stat().st_size
+    return total
+
+
+def _worker_times(task: SegmentTask) -> WorkerTimes | None:
+    """A local worker's times: the executor's, and what its runtime wrote when it
+    finished (record/replaying.py: `profile` in its progress file)."""
+    if task.requested_at is None or task.exited_at is None:
+        return None
+    times = WorkerTimes(task.requested_at, task.exited_at)
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # it never finished
+        reported = json.loads(task.progress_path.read_text())["profile"]
+        times.run_start = float(reported["run_start"])
+        times.end = float(reported["end"])
+        times.restore_s = float(reported["restore_s"])
+        times.loads = int(reported["loads"])
+    return times
 
 
 def _remote_options(executor: Executor) -> RayOptions | None:
@@ -387,6 +447,7 @@ def _run_all(
     store: Store,
     on_progress,
     cancel: threading.Event,
+    ingest_early: Callable[[Store], None] = lambda store: _ingest_early(store),
 ) -> None:
     notify = on_progress or (lambda _p: None)
     waiting, active = list(tasks), list[SegmentTask]()  # changed in place: fill() sees them
@@ -405,6 +466,7 @@ def _run_all(
             recorded = recorded_threads(task.plan.threads)  # the run's own, where recorded
             env.update(recorded_thread_env(recorded) if recorded is not None else threads)
             env.update(ddp_launch.launch_env(task.plan.launch))  # a free port for mp.spawn
+            task.requested_at = time.time()
             task.request = server.start(task.argv, task.cwd, env, task.log_path, task.contain)
             active.append(task)
 
@@ -422,7 +484,7 @@ def _run_all(
                 _report(tasks, last_seen, notify, cancel.is_set())
                 if any(t.returncode == 0 for t in ended) and (waiting or active):
                     fill()
-                    _ingest_early(store)
+                    ingest_early(store)
             except KeyboardInterrupt:  # Ctrl-C where the handler above is not installed
                 cancel.set()
     _report(tasks, last_seen, notify, cancel.is_set())
@@ -466,10 +528,12 @@ def _update(task: SegmentTask, server: ForkServer) -> None:
         if isinstance(started, str):  # could not fork: say why where its stderr would be
             task.log_path.write_text(started + "\n")
             task.returncode = -1
+            task.exited_at = time.time()
             return
         task.pid = started
     if task.pid is not None and task.pid in server.exited:
         task.returncode = server.exited[task.pid]
+        task.exited_at = time.time()
 
 
 def _stop(task: SegmentTask, stopping: dict[int, float], server: ForkServer) -> None:
@@ -510,11 +574,19 @@ def _report(tasks: list[SegmentTask], seen: dict[int, tuple], notify, cancelled:
 
 
 def _collect(
-    plan: Plan, tasks: list[SegmentTask], store: Store, cancelled: bool, *, strict: bool = False
+    plan: Plan,
+    tasks: list[SegmentTask],
+    store: Store,
+    cancelled: bool,
+    *,
+    strict: bool = False,
+    finish: bool = False,
 ) -> ReplayResult:
     """Ingest the replay journals, check each run against what it recorded and store its
     verdict (a diverged run's rows withheld: store/verdicts.py). `strict`: the runs of a
-    strict re-run; the rest of the replay is not touched even when it was cancelled."""
+    strict re-run; the rest of the replay is not touched even when it was cancelled.
+    `finish`: the replay is finished in the same session (one catalog connection less)
+    unless a run diverged and will be retried; `result.finished` says whether it was."""
     project = plan.project
     by_run: dict[str, list[SegmentTask]] = {}
     for task in tasks:
@@ -589,7 +661,15 @@ def _collect(
                     "INSERT OR REPLACE INTO run_issues VALUES (?, ?, 'input changed', ?, 1)",
                     [run.run_id, plan.replay_id, f"{path} changed since the run"],
                 )
-    return ReplayResult(plan.replay_id, _overall(results), results)
+        collected = ReplayResult(plan.replay_id, _overall(results), results)
+        if finish and not (_retried(collected) and not cancelled):
+            _finish(plan, collected, con)
+    return collected
+
+
+def _retried(result: ReplayResult) -> bool:
+    """Whether a run diverged: it is retried strictly before the replay finishes."""
+    return any(r.verdict == "diverged" for r in result.runs)
 
 
 def _overall(results: list[RunResult]) -> ReplayStatus:
@@ -603,8 +683,9 @@ def _overall(results: list[RunResult]) -> ReplayStatus:
     return "partial" if "failed" in statuses else "finished"
 
 
-def _finish(plan: Plan, result: ReplayResult, store: Store) -> None:
+def _finish(plan: Plan, result: ReplayResult, con: duckdb.DuckDBPyConnection) -> None:
     result.status = _overall(result.runs) if result.runs else result.status
+    result.finished = True
     kept = {
         r.run_id: {
             k: getattr(r, k) for k in ("verdict", "compared", "rows", "divergence", "strict")
@@ -615,8 +696,7 @@ def _finish(plan: Plan, result: ReplayResult, store: Store) -> None:
     if kept:  # beside the journals, for a catalog rebuilt from them (store/verdicts.py)
         verdicts.write_sidecar(journal_dir(plan.project), plan.replay_id, kept)
     detail = {**plan.to_json(), "results": [asdict(r) for r in result.runs]}
-    with store.session() as con:
-        finish_replay(con, plan.replay_id, result.status, detail)
+    finish_replay(con, plan.replay_id, result.status, detail)
 
 
 def _unlink_journals(project: Path, replay_id: str, tasks: list[SegmentTask]) -> None:

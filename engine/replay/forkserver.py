@@ -186,10 +186,14 @@ def serve() -> dict | None:
 
 def _serve(children: set[int]) -> dict | None:
     pending = b""
+    woken = _wake_on_child_exit()
     while True:
-        ready, _, _ = select.select([0], [], [], 0.05)
+        ready, _, _ = select.select([0, woken], [], [], 1.0)
+        if woken in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(woken, 4096)
         _reap(children)
-        if not ready:
+        if 0 not in ready:
             continue
         chunk = os.read(0, 65536)
         if not chunk:
@@ -208,9 +212,35 @@ def _serve(children: set[int]) -> dict | None:
                     _send({"started": request["start"], "error": str(exc)})
                     continue
                 if pid == 0:
+                    _child_signals_as_they_were(woken)
                     return request
                 children.add(pid)
                 _send({"started": request["start"], "pid": pid})
+
+
+_WAKE_WRITE = -1  # the write end of the pipe SIGCHLD wakes the server's select through
+
+
+def _wake_on_child_exit() -> int:
+    """A pipe that a byte arrives on whenever a worker ends (SIGCHLD), so the server
+    reports it at once instead of at its next poll; its read end."""
+    global _WAKE_WRITE
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    _WAKE_WRITE = write
+    signal.set_wakeup_fd(write)
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+    return read
+
+
+def _child_signals_as_they_were(woken: int) -> None:
+    """A worker runs the old script as `python script.py` would: SIGCHLD at its default,
+    no wake-up pipe."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.close(woken)
+    os.close(_WAKE_WRITE)
 
 
 def _end_orphans(children: set[int], grace_s: float = 3.0) -> None:
@@ -288,6 +318,11 @@ def run_child(request: dict, boot: set[str]) -> None:
 def main(boot: set[str], log: str) -> None:
     """`boot`: the modules loaded before the server's own imports; `log`: the server's
     stderr, which the replay removes when it closes the server (here if it never does)."""
+    # every worker imports the recording runtime (the script's `import florwb`, and
+    # run_child's RNG states): once here. It reads its settings from this environment,
+    # which is the workers' but for the replay's own variables, read when the run starts.
+    import florwb_engine.record  # noqa: F401
+
     request = serve()
     if request is None:
         with contextlib.suppress(OSError):  # the replay removed it already
@@ -303,11 +338,16 @@ def warm_workers(project: Path, names: Iterable[str] = ()) -> ForkServer:
     """Start a replay's fork server now and let it import what today's scripts that log
     `names` import, so the imports overlap with planning. Hand it to `execute`."""
     from florwb_engine.project import store_dir
-    from florwb_engine.store.db import require_store
+    from florwb_engine.replay.contain import probe_soon
 
-    require_store(store_dir(project))  # a replay outside a project creates no .florwb/
-    log = store_dir(project) / "replays" / f"forkserver-{os.getpid()}-{secrets.token_hex(3)}.log"
+    store = store_dir(project)
+    if not store.is_dir():  # the store's own imports (DuckDB) wait until the server runs
+        from florwb_engine.store.db import require_store
+
+        require_store(store)  # a replay outside a project creates no .florwb/
+    log = store / "replays" / f"forkserver-{os.getpid()}-{secrets.token_hex(3)}.log"
     server = ForkServer(log)
+    probe_soon(project)  # execute's containment asks the same: answered meanwhile
     server.preload(likely_imports(project, names), [project])
     return server
 

@@ -141,12 +141,18 @@ def changed_paths(
 
 
 def _resolve(store_dir: Path, version: str) -> tuple[Path, str]:
-    """(git_dir, full tree id) for a version id, or VersionError if it is not stored."""
+    """(git_dir, full tree id) for a version id, or VersionError if it is not stored. A
+    full id names one tree for good: its answer is kept (a replay asks for the run's
+    version when planning and again when materialising it); a short one may become
+    ambiguous as versions are added, so it is asked each time."""
     git_dir = Path(store_dir) / REPO_DIRNAME
     if not isinstance(version, str) or not _VERSION_RE.fullmatch(version):
         raise VersionError(f"not a version id: {version!r}")
     if not (git_dir / "HEAD").is_file():
         raise VersionError(f"unknown version {version}: no versions stored in {store_dir}")
+    key = (str(git_dir), version.lower())
+    if key in _TREES:
+        return git_dir, _TREES[key]
     proc = git(
         ["rev-parse", "-q", "--verify", f"{version}^{{tree}}"],
         cwd=git_dir,
@@ -155,7 +161,13 @@ def _resolve(store_dir: Path, version: str) -> tuple[Path, str]:
     )
     if proc.returncode != 0:
         raise VersionError(f"unknown version {version}")
-    return git_dir, proc.stdout.decode().strip()
+    tree = proc.stdout.decode().strip()
+    if len(version) in (40, 64):
+        _TREES[key] = tree
+    return git_dir, tree
+
+
+_TREES: dict[tuple[str, str], str] = {}  # (git dir, full version id) -> its tree id
 
 
 def materialize(store_dir: Path, version: str, dest_dir: Path) -> None:
