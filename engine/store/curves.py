@@ -6,11 +6,21 @@ the run recorded the name, else the replay that filled it in; a replay's re-chec
 recorded name is not drawn twice), with x on one of three axes shared by all runs:
 
 - `step`: iterations of the run's innermost loop done when the value was logged (a value
-  logged once per epoch sits at the steps done by the end of that epoch);
+  logged once per epoch after its steps sits at the steps done by the end of that epoch,
+  one logged before them at the steps done when the epoch began);
 - `epoch`: epochs done (the outer loop), fractional inside an epoch: step i of n in epoch e
-  is at e + (i + 1) / n, a value logged after the inner loop at e + 1;
+  is at e + (i + 1) / n, a value logged after the inner loop at e + 1, before it at e;
 - `wall`: seconds from the start of the run's first loop iteration to the end of the
-  iteration the value was logged in, from the recorded iteration timings.
+  iteration the value was logged in (to its start for a value logged before its inner
+  loops), from the recorded iteration timings.
+
+"Before its inner loops" is read from the journal's order: a value whose seq comes before
+every row logged inside the inner loops of its iteration. An iteration whose inner loops
+logged nothing gives no such order; its values count as logged after them.
+
+NaN and infinite values are kept (y is NaN or ±inf there): the chart breaks its lines at
+them and counts them, rather than joining their neighbours as if nothing happened. Each
+point also carries its step and wall time whatever the axis, for the chart's cursor.
 
 x comes from the value's loop coordinates looked up in the *recorded* run's iterations, so
 a value a replay computed for epoch 3 lands where epoch 3 was in training, not where (or
@@ -47,11 +57,17 @@ class Curve:
     run_id: str
     source: str  # "record", or the replay id that computed these values
     x: np.ndarray
-    y: np.ndarray
+    y: np.ndarray  # NaN / ±inf where the run logged them
+    step: np.ndarray | None = None  # each point's steps done, whatever the axis
+    wall: np.ndarray | None = None  # each point's seconds of training
 
     @property
     def replayed(self) -> bool:
         return self.source != RECORDED
+
+    @property
+    def finite(self) -> np.ndarray:
+        return np.isfinite(self.y)
 
 
 @dataclass
@@ -102,14 +118,14 @@ def load_curves(
         values = con.execute(
             f"""
             SELECT l.run_key, l.source_key, l.ctx_id >> {ENTRY_SHIFT},
-                   l.ctx_id & {ITERATION_MASK}, l.value
+                   l.ctx_id & {ITERATION_MASK}, l.value, l.seq
             FROM log_rows l JOIN ({CHOSEN}) c USING (run_key, name_key, source_key)
             WHERE l.name_key = ? AND l.run_key IN (SELECT unnest(?)) AND l.vtype <= 2
-              AND isfinite(l.value)
             ORDER BY l.run_key, l.source_key, l.seq
             """,
             [name_key, list(keys)],
         ).fetchnumpy()
+        first_inside = _first_seq_per_entry(con, list(keys))
         timings = con.execute(
             f"""
             SELECT run_key, ctx_id >> {ENTRY_SHIFT}, ctx_id & {ITERATION_MASK}, wait_s + iter_s
@@ -120,21 +136,24 @@ def load_curves(
         sources = dict(con.execute("SELECT source_key, source FROM sources").fetchall())
         held = withheld(con, [chosen], list(keys.values()))
     out = Curves(chosen, axis, metrics=metrics, withheld=held)
-    run_col, source_col, entry_col, iter_col, value_col = (values[k] for k in values)
+    run_col, source_col, entry_col, iter_col, value_col, seq_col = (values[k] for k in values)
     t_run, t_entry, t_iter, t_dur = (timings[k] for k in timings)
     for run_key in sorted(keys, key=lambda k: keys[k]):
         mine = run_col == run_key
         if not mine.any():
             continue
-        found = {
-            int(source_key): prefixes.coordinates(
+        found = {}
+        for source_key in np.unique(source_col[mine]):
+            rows = mine & (source_col == source_key)
+            coords = prefixes.coordinates(run_key, int(source_key), entry_col[rows], iter_col[rows])
+            coords.early = prefixes.before_inner_loops(
                 run_key,
                 int(source_key),
-                entry_col[mine & (source_col == source_key)],
-                iter_col[mine & (source_col == source_key)],
+                first_inside.get((run_key, int(source_key)), {}),
+                coords,
+                seq_col[rows][coords.inside],
             )
-            for source_key in np.unique(source_col[mine])
-        }
+            found[int(source_key)] = coords
         timed = t_run == run_key
         recorded = prefixes.coordinates(run_key, 0, t_entry[timed], t_iter[timed])
         frame = _Timeline(recorded, t_dur[timed].astype(np.float64), list(found.values()))
@@ -147,7 +166,30 @@ def load_curves(
             y = value_col[rows][coords.inside].astype(np.float64)
             order = np.argsort(x, kind="stable")
             source = sources.get(source_key, str(source_key))
-            out.curves.append(Curve(keys[run_key], source, x[order], y[order]))
+            step = x if axis == "step" else frame.x("step", coords)
+            wall = x if axis == "wall" else frame.x("wall", coords)
+            out.curves.append(
+                Curve(keys[run_key], source, x[order], y[order], step[order], wall[order])
+            )
+    return out
+
+
+def _first_seq_per_entry(
+    con: duckdb.DuckDBPyConnection, run_keys: list[int]
+) -> dict[tuple[int, int], dict[int, int]]:
+    """The first seq logged in each loop entry, per run and source: what tells a value
+    logged before an iteration's inner loops from one logged after them."""
+    rows = con.execute(
+        f"""
+        SELECT run_key, source_key, ctx_id >> {ENTRY_SHIFT} AS entry, min(seq)
+        FROM log_rows WHERE run_key IN (SELECT unnest(?)) AND ctx_id >= 0
+        GROUP BY ALL
+        """,
+        [run_keys],
+    ).fetchall()
+    out: dict[tuple[int, int], dict[int, int]] = {}
+    for run_key, source_key, entry, seq in rows:
+        out.setdefault((int(run_key), int(source_key)), {})[int(entry)] = int(seq)
     return out
 
 
@@ -175,6 +217,7 @@ class _Coordinates:
     matrix: np.ndarray  # int64, n x width, rows of values outside loops left out
     depth: np.ndarray  # int64, n
     inside: np.ndarray  # bool, one per value given
+    early: np.ndarray | None = None  # bool, n: logged before its iteration's inner loops
 
 
 @dataclass
@@ -198,6 +241,37 @@ class _Prefixes:
         depth = depths[at]
         matrix[np.arange(len(at)), depth] = iters[known]
         return _Coordinates(matrix, depth, known)
+
+    def before_inner_loops(
+        self,
+        run_key: int,
+        source_key: int,
+        first_seq: dict[int, int],
+        coords: _Coordinates,
+        seqs: np.ndarray,
+    ) -> np.ndarray:
+        """Which values came before every row logged inside their iteration's inner loops
+        (`first_seq`: entry -> its first seq; `seqs`: the values' own, inside rows only)."""
+        early = np.zeros(len(coords.depth), dtype=bool)
+        shallow = coords.depth < self.width - 1
+        table = self.tables.get((run_key, source_key))
+        if not shallow.any() or not first_seq or table is None:
+            return early
+        depths, prefixes = table
+        first: dict[tuple[int, ...], int] = {}  # (level, enclosing iterations) -> first seq
+        for entry, seq in first_seq.items():
+            if not 0 <= entry < len(depths):
+                continue
+            depth = int(depths[entry])
+            for level in range(1, depth + 1):
+                key = (level, *prefixes[entry, :level].tolist())
+                if seq < first.get(key, seq + 1):
+                    first[key] = seq
+        for i in np.flatnonzero(shallow):
+            level = int(coords.depth[i]) + 1
+            inner = first.get((level, *coords.matrix[i, :level].tolist()))
+            early[i] = inner is not None and int(seqs[i]) < inner
+        return early
 
 
 def _entry_prefixes(con: duckdb.DuckDBPyConnection, run_keys: list[int]) -> _Prefixes:
@@ -342,28 +416,43 @@ class _Timeline:
         """Innermost iterations done: those whose coordinates come before or at these."""
         deepest = max(self.keys)
         probe = self.key(coords.matrix, coords.depth, pad_high=True)
+        early = _early(coords)
+        if early.any():  # before its inner loops: none of them done yet
+            probe = np.where(early, self.key(coords.matrix, coords.depth), probe)
         return np.searchsorted(self.keys[deepest], probe, "right").astype(np.float64)
 
     def _epoch(self, coords: _Coordinates) -> np.ndarray:
         outer = coords.matrix[:, 0].astype(np.float64)
+        early = _early(coords)
         if coords.matrix.shape[1] < 2 or 1 not in self.keys:
-            return outer + 1
+            return outer + np.where(early, 0.0, 1.0)
         inner = self.levels[0][self.keys[1] // self.weights[0] - 1]  # each one's epoch
         counts = np.bincount(inner, minlength=int(outer.max(initial=0)) + 1).astype(np.float64)
         typical = counts.max(initial=1.0)
         mine = counts[coords.matrix[:, 0]] if len(counts) else np.zeros(len(outer))
         step = coords.matrix[:, 1].astype(np.float64)
         n = np.maximum(np.where(mine > 0, mine, typical), step + 1)
-        return np.where(coords.depth == 0, outer + 1, outer + (step + 1) / n)
+        done = np.where(early, step, step + 1)  # early: before that step's inner loops
+        return np.where(coords.depth == 0, outer + np.where(early, 0.0, 1.0), outer + done / n)
 
     def _wall(self, coords: _Coordinates) -> np.ndarray:
         out = np.full(len(coords.depth), np.nan)
         probe = self.key(coords.matrix, coords.depth)
+        early = _early(coords)
         for depth, keys in self.keys.items():
             here = coords.depth == depth
-            at = np.searchsorted(keys, probe[here], "right") - 1
-            out[here] = np.where(at >= 0, self.ends[depth][np.maximum(at, 0)], 0.0)
+            at = np.maximum(np.searchsorted(keys, probe[here], "right") - 1, 0)
+            end = self.ends[depth][at]
+            start = end - self.seconds[depth][at]
+            found = np.searchsorted(keys, probe[here], "right") >= 1
+            out[here] = np.where(found, np.where(early[here], start, end), 0.0)
         return out
+
+
+def _early(coords: _Coordinates) -> np.ndarray:
+    if coords.early is None:
+        return np.zeros(len(coords.depth), dtype=bool)
+    return coords.early
 
 
 # --- the chart's arithmetic ----------------------------------------------------------------
@@ -376,7 +465,21 @@ def smooth(y: np.ndarray, weight: float) -> np.ndarray:
         return y
     import pandas as pd  # here, not at the top: the workbench's first frame does without it
 
-    return pd.Series(y).ewm(alpha=1.0 - weight, adjust=True).mean().to_numpy()
+    finite = np.isfinite(y)
+    if finite.all():
+        return pd.Series(y).ewm(alpha=1.0 - weight, adjust=True).mean().to_numpy()
+    # NaN / inf stay where they are (the chart breaks its line there); the average runs
+    # over the finite values only, as TensorBoard's does
+    out = y.astype(np.float64, copy=True)
+    out[finite] = pd.Series(y[finite]).ewm(alpha=1.0 - weight, adjust=True).mean().to_numpy()
+    return out
+
+
+def finite_runs(y: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) of each stretch of finite values: where the chart's line may run."""
+    finite = np.r_[False, np.isfinite(y), False]
+    edges = np.flatnonzero(finite[1:] != finite[:-1])
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
 
 
 def downsample(
@@ -392,12 +495,17 @@ def downsample(
     (in the order they occur), so a spike one step wide still reaches its column. With
     `rows` (the plot's pixel rows), a column whose min and max share a pixel row (on a
     log scale when `log`) keeps one point: the plotter draws every point it is given,
-    and half of them would land on pixels already lit. `x` must be sorted."""
+    and half of them would land on pixels already lit. `x` must be sorted, `y` finite.
+
+    The nearest point outside [lo, hi] on each side is kept too: a zoomed-in sparse
+    series then still draws its lines to the edges instead of a lone dot (the plot clips
+    them at the window)."""
     start, end = np.searchsorted(x, lo, "left"), np.searchsorted(x, hi, "right")
+    start, end = max(start - 1, 0), min(end + 1, len(x))
     x, y = x[start:end], y[start:end]
     if len(x) <= 2 * columns or hi <= lo:
         return x, y
-    bucket = np.minimum(((x - lo) / (hi - lo) * columns).astype(np.int64), columns - 1)
+    bucket = np.clip(((x - lo) / (hi - lo) * columns).astype(np.int64), 0, columns - 1)
     starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
     ends = np.r_[starts[1:], len(x)]
     low_at = np.array([s + int(np.argmin(y[s:e])) for s, e in zip(starts, ends)])
@@ -412,4 +520,13 @@ def downsample(
     return x[picks], y[picks]
 
 
-__all__ = ["AXES", "AXIS_LABELS", "Curve", "Curves", "downsample", "load_curves", "smooth"]
+__all__ = [
+    "AXES",
+    "AXIS_LABELS",
+    "Curve",
+    "Curves",
+    "downsample",
+    "finite_runs",
+    "load_curves",
+    "smooth",
+]
