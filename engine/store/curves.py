@@ -14,9 +14,11 @@ recorded name is not drawn twice), with x on one of three axes shared by all run
   iteration the value was logged in (to its start for a value logged before its inner
   loops), from the recorded iteration timings.
 
-"Before its inner loops" is read from the journal's order: a value whose seq comes before
-every row logged inside the inner loops of its iteration. An iteration whose inner loops
-logged nothing gives no such order; its values count as logged after them.
+"Before its inner loops" is read from the recording's order: a recorded value whose seq
+comes before every row logged inside the inner loops of its iteration. An iteration whose
+inner loops logged nothing gives no such order, nor do a replay's values (its segments'
+journals number their rows each on their own, and a restored iteration skips its inner
+loops): those count as logged after them.
 
 NaN and infinite values are kept (y is NaN or ±inf there): the chart breaks its lines at
 them and counts them, rather than joining their neighbours as if nothing happened. Each
@@ -149,7 +151,7 @@ def load_curves(
             coords.early = prefixes.before_inner_loops(
                 run_key,
                 int(source_key),
-                first_inside.get((run_key, int(source_key)), {}),
+                first_inside.get((run_key, int(source_key)), {}) if source_key == 0 else {},
                 coords,
                 seq_col[rows][coords.inside],
             )
