@@ -235,8 +235,8 @@ class HistoryPane(Vertical):
     @on(HistoryList.ChartAsked)
     def _chart_asked(self, message: HistoryList.ChartAsked) -> None:
         """The marked runs (and those of marked versions); none marked: the runs of the
-                version under the cursor (those the filter shows, when one is set). Legends name each
-        run by what differs between the charted runs."""
+        version under the cursor (those the filter shows, when one is set). Legends name
+        each run by what differs between the charted runs."""
         message.stop()
         history = self.history
         if history is None:
