@@ -99,7 +99,7 @@ def grid_shape(width: int, height: int) -> tuple[int, int]:
 
 
 def legend_lines(height: int) -> int:
-    return 1 if height < 30 else 2 if height < 45 else 3
+    return 2 if height < 45 else 3
 
 
 class ChartScreen(Screen[None]):

@@ -73,12 +73,12 @@ class MetricPicker(ModalScreen[Picked | None]):
         super().__init__()
         self.names = list(names)
         self.current = current
-        self.query = query
+        self.search = query
         self.matches: list[str] = fuzzy_rank(self.names, query)
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Input(self.query, placeholder="metric name (fuzzy)", id="picker-input")
+            yield Input(self.search, placeholder="metric name (fuzzy)", id="picker-input")
             yield Static(id="picker-count")
             yield OptionList(id="picker-options")
 
@@ -88,7 +88,7 @@ class MetricPicker(ModalScreen[Picked | None]):
 
     @on(Input.Changed, "#picker-input")
     def _typed(self, event: Input.Changed) -> None:
-        self.query = event.value
+        self.search = event.value
         self.matches = fuzzy_rank(self.names, event.value)
         self._show()
 
@@ -129,4 +129,4 @@ class MetricPicker(ModalScreen[Picked | None]):
             event.stop()
 
     def _pick(self, name: str) -> None:
-        self.dismiss(Picked(name, self.query, tuple(self.matches)))
+        self.dismiss(Picked(name, self.search, tuple(self.matches)))
