@@ -41,6 +41,7 @@ import duckdb
 import numpy as np
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
+from florwb_engine.store import system_metrics
 from florwb_engine.store.catalog import Store
 from florwb_engine.store.history_values import CHOSEN
 from florwb_engine.store.queries import read_session
@@ -110,10 +111,12 @@ def load_curves(
         )
         if not keys:
             return Curves(metric, axis)
-        metrics = _numeric_names(con, list(keys))
+        metrics = _numeric_names(con, list(keys)) + system_metrics.names(con, list(keys.values()))
         chosen = metric if metric in metrics else (metrics[0] if metrics else None)
         if chosen is None:
             return Curves(None, axis, metrics=metrics)
+        if chosen.startswith(system_metrics.PREFIX):
+            return _system_curves(con, keys, chosen, axis, metrics)
         named = con.execute("SELECT name_key FROM name_keys WHERE name = ?", [chosen]).fetchall()
         name_key = named[0][0]
         prefixes = _entry_prefixes(con, list(keys))
@@ -174,6 +177,55 @@ def load_curves(
                 Curve(keys[run_key], source, x[order], y[order], step[order], wall[order])
             )
     return out
+
+
+def _system_curves(
+    con: duckdb.DuckDBPyConnection,
+    keys: dict[int, str],
+    metric: str,
+    axis: str,
+    metrics: list[str],
+) -> Curves:
+    """A sampled system figure: x is seconds since the run started on the wall axis; on
+    the step and epoch axes, the steps (epochs) done by then, read off the recorded
+    iterations' end times (a sample before the first iteration ended sits at 0)."""
+    out = Curves(metric, axis, metrics=metrics)
+    found = system_metrics.series(con, list(keys.values()), metric)
+    by_id = {run_id: run_key for run_key, run_id in keys.items()}
+    prefixes = _entry_prefixes(con, list(keys)) if axis != "wall" else None
+    for run_id in sorted(found):
+        seconds, y = found[run_id]
+        x = seconds
+        if prefixes is not None:
+            x = _done_by(con, prefixes, by_id[run_id], seconds, axis)
+        out.curves.append(Curve(run_id, RECORDED, x, y, None, seconds))
+    return out
+
+
+def _done_by(
+    con: duckdb.DuckDBPyConnection,
+    prefixes: _Prefixes,
+    run_key: int,
+    seconds: np.ndarray,
+    axis: str,
+) -> np.ndarray:
+    """Steps (or epochs) the run had done `seconds` after its start."""
+    timings = con.execute(
+        f"""
+        SELECT ctx_id >> {ENTRY_SHIFT}, ctx_id & {ITERATION_MASK}, wait_s + iter_s
+        FROM iteration_rows WHERE source_key = 0 AND run_key = ?
+        """,
+        [run_key],
+    ).fetchnumpy()
+    entry, iteration, duration = (timings[k] for k in timings)
+    recorded = prefixes.coordinates(run_key, 0, entry, iteration)
+    if not recorded.inside.any():
+        return np.zeros(len(seconds))
+    frame = _Timeline(recorded, duration.astype(np.float64), [])
+    depth = 0 if axis == "epoch" else max(frame.keys)
+    ends = frame.ends[depth]
+    done = np.arange(1, len(ends) + 1, dtype=np.float64)
+    return np.interp(seconds, np.r_[0.0, ends], np.r_[0.0, done])
 
 
 def _first_seq_per_entry(

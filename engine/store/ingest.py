@@ -24,7 +24,7 @@ import numpy as np
 
 from florwb_engine import journal, processes
 from florwb_engine.journal import VTYPES
-from florwb_engine.store import console, run_context, run_ranks
+from florwb_engine.store import console, run_context, run_ranks, system_metrics
 from florwb_engine.store.db import fetch_one
 from florwb_engine.store.schema import RECORDED, ensure_loop_columns, quote
 
@@ -80,7 +80,18 @@ class _State:
 
 # What a run's journal holds; anything else (a newer florwb's event) is counted and skipped.
 KNOWN_EVENTS = frozenset(
-    {"start", "version", "version_error", "arg", "issues", "checkpoint", "end", "loop", "files"}
+    {
+        "start",
+        "version",
+        "version_error",
+        "arg",
+        "issues",
+        "checkpoint",
+        "end",
+        "loop",
+        "files",
+        "system",
+    }
 )
 
 
@@ -470,6 +481,8 @@ def _apply_event(con, keys: RunKeys, e: dict) -> bool:
             )
         if e.get("dropped"):
             keys.issues.append(("files", "project files past the first 10,000 not noted", 1))
+    elif kind == "system":  # CPU, memory, GPU sampled while recording (record/system.py)
+        system_metrics.apply(con, keys, e)
     elif kind == "checkpoint":
         con.execute(
             "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
