@@ -127,3 +127,18 @@ def test_a_failing_sampler_stops_says_why_and_never_raises(capsys):
     assert "system metrics no longer sampled" in capsys.readouterr().err
     sampler.drain(events)  # off: nothing more, nothing raised
     assert len(events) == 1
+
+
+def test_a_store_of_schema_7_gains_system_rows_and_the_energy_note(tmp_path: Path):
+    import duckdb
+
+    root = recorded_project(tmp_path, BUSY, env={"FLORWB_SYSTEM_SAMPLE_S": "0"})
+    assert Store(root).query("SELECT count(*) AS n FROM system_rows").n[0] == 0  # off
+    con = duckdb.connect(str(root / ".florwb" / "florwb.duckdb"))
+    con.execute("DROP TABLE system_rows")
+    con.execute("ALTER TABLE run_context DROP COLUMN energy_note")
+    con.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    con.close()
+    (run,) = Store(root).run_rows()  # migrated in place: the run is kept
+    assert "energy_note" in run.context
+    assert Store(root).query("SELECT count(*) AS n FROM system_rows").n[0] == 0
