@@ -9,9 +9,9 @@ import io
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 from conftest import recorded_project
 from conftest_app import loaded, make_app, wait_until
+from rich.console import Console
 
 from florwb.screens.chart import ChartScreen
 from florwb.screens.run_detail import RunDetailScreen, render_detail
@@ -105,9 +105,11 @@ async def test_the_chart_draws_a_system_figure(busy: Path):
         await pilot.press("slash", *"system/cpu_percent", "enter")
         await wait_until(
             pilot,
-            lambda: chart.curves.metric == "system/cpu_percent"
-            and chart.drawing is not None
-            and chart.drawing.points > 0,
+            lambda: (
+                chart.curves.metric == "system/cpu_percent"
+                and chart.drawing is not None
+                and chart.drawing.points > 0
+            ),
             what="the system figure drawn",
         )
 

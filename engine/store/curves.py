@@ -554,8 +554,8 @@ def downsample(
     The nearest point outside [lo, hi] on each side is kept too: a zoomed-in sparse
     series then still draws its lines to the edges instead of a lone dot (the plot clips
     them at the window)."""
-    start, end = np.searchsorted(x, lo, "left"), np.searchsorted(x, hi, "right")
-    start, end = max(start - 1, 0), min(end + 1, len(x))
+    start = max(int(np.searchsorted(x, lo, "left")) - 1, 0)
+    end = min(int(np.searchsorted(x, hi, "right")) + 1, len(x))
     x, y = x[start:end], y[start:end]
     if len(x) <= 2 * columns or hi <= lo:
         return x, y

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -28,8 +29,9 @@ class SystemSample:
     values: dict[str, float] = field(default_factory=dict)
 
 
-def apply(con: duckdb.DuckDBPyConnection, keys, event: dict) -> None:  # type: ignore[no-untyped-def]
-    """Store one `system` event (ingest.py calls this inside its batch's transaction)."""
+def apply(con: duckdb.DuckDBPyConnection, keys: Any, event: dict) -> None:
+    """Store one `system` event (ingest.py calls this inside its batch's transaction with
+    its RunKeys as `keys`: ingest imports this module, so the type is not named here)."""
     if event.get("error"):
         keys.issues.append(("system", f"system metrics stopped: {event['error']}"[:300], 1))
         return

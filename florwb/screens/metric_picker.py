@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.screen import ModalScreen
@@ -118,7 +118,7 @@ class MetricPicker(ModalScreen[Picked | None]):
     def _selected(self, event: OptionList.OptionSelected) -> None:
         self._pick(str(event.option.id))
 
-    def on_key(self, event) -> None:  # type: ignore[no-untyped-def]
+    def on_key(self, event: events.Key) -> None:
         """↓/↑ in the input walk the list, so typing and choosing need no focus change."""
         if event.key in ("down", "up") and self.focused is self.query_one(Input):
             options = self.query_one(OptionList)
