@@ -303,3 +303,10 @@ def test_points_per_run_stay_per_column_for_twelve_thousand_values():
     drawing = draw_chart(spec)
     assert 0 < drawing.points <= 9 * 2 * 120
     assert drawing.smoothing == 0.6 and len(drawing.colors) == 9
+    # a NaN every 50 values: still two points a column at most, gaps where NaN fell
+    holed = np.sin(x / 300)
+    holed[::50] = np.nan
+    curves = tuple(Curve(f"run-{i}", "record", x, holed + i, x, x / 10) for i in range(9))
+    spec = ChartSpec(curves, {}, "step", False, 0.0, (0.0, 1.0), 120, 30)
+    drawing = draw_chart(spec)
+    assert drawing.nan == 9 * 240 and 0 < drawing.points <= 9 * 2 * 120

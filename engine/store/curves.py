@@ -545,33 +545,49 @@ def downsample(
     rows: int = 0,
     log: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The points in [lo, hi], at most two per screen column: each column's min and max
-    (in the order they occur), so a spike one step wide still reaches its column. With
-    `rows` (the plot's pixel rows), a column whose min and max share a pixel row (on a
-    log scale when `log`) keeps one point: the plotter draws every point it is given,
-    and half of them would land on pixels already lit. `x` must be sorted, `y` finite.
+    """The points `downsample_indices` keeps."""
+    picks = downsample_indices(x, y, lo, hi, columns, rows, log)
+    return x[picks], y[picks]
+
+
+def downsample_indices(
+    x: np.ndarray,
+    y: np.ndarray,
+    lo: float,
+    hi: float,
+    columns: int,
+    rows: int = 0,
+    log: bool = False,
+) -> np.ndarray:
+    """Indices of the points in [lo, hi], at most two per screen column: each column's
+    min and max (in the order they occur), so a spike one step wide still reaches its
+    column. With `rows` (the plot's pixel rows), a column whose min and max share a pixel
+    row (on a log scale when `log`) keeps one point: the plotter draws every point it is
+    given, and half of them would land on pixels already lit. `x` must be sorted, `y`
+    finite.
 
     The nearest point outside [lo, hi] on each side is kept too: a zoomed-in sparse
     series then still draws its lines to the edges instead of a lone dot (the plot clips
     them at the window)."""
     start = max(int(np.searchsorted(x, lo, "left")) - 1, 0)
     end = min(int(np.searchsorted(x, hi, "right")) + 1, len(x))
+    if end - start <= 2 * columns or hi <= lo:
+        return np.arange(start, end)
     x, y = x[start:end], y[start:end]
-    if len(x) <= 2 * columns or hi <= lo:
-        return x, y
     bucket = np.clip(((x - lo) / (hi - lo) * columns).astype(np.int64), 0, columns - 1)
-    starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
-    ends = np.r_[starts[1:], len(x)]
-    low_at = np.array([s + int(np.argmin(y[s:e])) for s, e in zip(starts, ends)])
-    high_at = np.array([s + int(np.argmax(y[s:e])) for s, e in zip(starts, ends)])
+    # sorted by column, then value: each column's first is its min, its last its max
+    order = np.lexsort((y, bucket))
+    ordered = bucket[order]
+    firsts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    lasts = np.r_[firsts[1:], len(order)] - 1
+    low_at, high_at = order[firsts], order[lasts]
     first, second = np.minimum(low_at, high_at), np.maximum(low_at, high_at)
     if rows > 0:
         shown = np.log10(np.where(y > 0, y, np.nan)) if log else y
         span = float(np.nanmax(shown) - np.nanmin(shown)) if np.isfinite(shown).any() else 0.0
         flat = np.abs(shown[high_at] - shown[low_at]) <= span / rows
         second = np.where(flat, first, second)
-    picks = np.unique(np.concatenate([first, second]))  # sorted: occurrence order
-    return x[picks], y[picks]
+    return start + np.unique(np.concatenate([first, second]))  # sorted: occurrence order
 
 
 __all__ = [
@@ -580,6 +596,7 @@ __all__ = [
     "Curve",
     "Curves",
     "downsample",
+    "downsample_indices",
     "finite_runs",
     "load_curves",
     "smooth",

@@ -25,7 +25,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from florwb.ui.format import short_run
-from florwb_engine.store.curves import AXIS_LABELS, Curve, downsample, finite_runs, smooth
+from florwb_engine.store.curves import AXIS_LABELS, Curve, downsample_indices, smooth
 
 RECORDED_MARKER = "braille"
 REPLAYED_MARKER = "•"
@@ -182,31 +182,30 @@ def _shown(
     hi: float,
     columns: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The curve's points to hand plotext: smoothed, each stretch of finite values cut to
-    the window and downsampled on its own, stretches joined by a NaN (plotext breaks its
-    line at a NaN, so a NaN or inf the run logged is a gap, not a line across it)."""
+    """The curve's points to hand plotext: smoothed, downsampled over its drawable values,
+    with a NaN put between two kept points that had a value not drawn between them
+    (plotext breaks its line at a NaN: a NaN or inf the run logged, or a value ≤ 0 on a
+    log scale, is a gap, not a line across it)."""
     finite = np.isfinite(curve.x)
     x, y = curve.x[finite], smooth(curve.y[finite], spec.smoothing)
-    parts_x: list[np.ndarray] = []
-    parts_y: list[np.ndarray] = []
-    gap = np.array([np.nan])
-    for start, end in finite_runs(y):
-        sx, sy = x[start:end], y[start:end]
-        if spec.log_y:
-            positive = sy > 0
-            drawing.hidden += int((~positive).sum())
-            sx, sy = sx[positive], sy[positive]
-        sx, sy = downsample(sx, sy, lo, hi, columns, rows=4 * spec.height, log=spec.log_y)
-        if not len(sx):
-            continue
-        if parts_x:
-            parts_x.append((parts_x[-1][-1:] + sx[:1]) / 2)
-            parts_y.append(gap)
-        parts_x.append(sx)
-        parts_y.append(sy)
-    if not parts_x:
+    drawn = np.isfinite(y)
+    if spec.log_y:
+        drawing.hidden += int((drawn & (y <= 0)).sum())
+        drawn &= y > 0
+    at = np.flatnonzero(drawn)
+    if not len(at):
         return np.zeros(0), np.zeros(0)
-    return np.concatenate(parts_x), np.concatenate(parts_y)
+    picks = at[
+        downsample_indices(x[at], y[at], lo, hi, columns, rows=4 * spec.height, log=spec.log_y)
+    ]
+    out_x, out_y = x[picks], y[picks]
+    if len(at) < len(y) and len(picks) > 1:
+        skipped = np.cumsum(~drawn)
+        gaps = np.flatnonzero(skipped[picks[1:]] - skipped[picks[:-1]] > 0) + 1
+        middle = (out_x[gaps - 1] + out_x[gaps]) / 2
+        out_x = np.insert(out_x, gaps, middle)
+        out_y = np.insert(out_y, gaps, np.nan)
+    return out_x, out_y
 
 
 def number(value: float) -> str:
