@@ -122,7 +122,7 @@ def load_curves(
         prefixes = _entry_prefixes(con, list(keys))
         values = con.execute(
             f"""
-            SELECT l.run_key, l.source_key, l.ctx_id >> {ENTRY_SHIFT},
+            SELECT l.run_key, l.source_key, l.ctx_id >> {ENTRY_SHIFT} AS entry,
                    l.ctx_id & {ITERATION_MASK}, l.value, l.seq
             FROM log_rows l JOIN ({CHOSEN}) c USING (run_key, name_key, source_key)
             WHERE l.name_key = ? AND l.run_key IN (SELECT unnest(?)) AND l.vtype <= 2
@@ -130,7 +130,15 @@ def load_curves(
             """,
             [name_key, list(keys)],
         ).fetchnumpy()
-        first_inside = _first_seq_per_entry(con, list(keys))
+        # the journal order is read only for runs with a recorded value outside their
+        # innermost loop (an epoch-level value): per-step metrics never need it
+        recorded = values["source_key"] == 0
+        shallow = [
+            k
+            for k in keys
+            if prefixes.shallow(k, values["entry"][recorded & (values["run_key"] == k)])
+        ]
+        first_inside = _first_seq_per_entry(con, shallow) if shallow else {}
         timings = con.execute(
             f"""
             SELECT run_key, ctx_id >> {ENTRY_SHIFT}, ctx_id & {ITERATION_MASK}, wait_s + iter_s
@@ -295,6 +303,17 @@ class _Prefixes:
         depth = depths[at]
         matrix[np.arange(len(at)), depth] = iters[known]
         return _Coordinates(matrix, depth, known)
+
+    def shallow(self, run_key: int, entries: np.ndarray) -> bool:
+        """Whether any of these recorded entries sits outside the run's innermost loop."""
+        table = self.tables.get((run_key, 0))
+        if table is None or not len(entries):
+            return False
+        depths = table[0]
+        entries = entries.astype(np.int64)
+        known = entries[(entries >= 0) & (entries < len(depths))]
+        found = depths[known]
+        return bool(((found >= 0) & (found < self.width - 1)).any())
 
     def before_inner_loops(
         self,
