@@ -21,8 +21,8 @@ from florwb.screens.confirm import ConfirmScreen
 from florwb.screens.error import ErrorScreen
 from florwb.screens.export_result import ExportScreen
 from florwb.screens.help import HelpScreen
-from florwb.screens.query_history import QueryHistoryPicker
 from florwb.screens.metric_picker import MetricPicker
+from florwb.screens.query_history import QueryHistoryPicker
 from florwb.screens.replay_detail import ReplayDetailScreen
 from florwb.screens.replay_plan import PlanRunsTable, ReplayPlanScreen
 from florwb.screens.run_compare import RunCompareScreen
