@@ -143,6 +143,8 @@ async def test_the_chart_honours_the_history_filter(nine: Path):
             lambda: app._history_pane.where_ids is not None,
             what="the filter answered",
         )
+        # the version's header counts the runs the filter shows, not the version's 9
+        await wait_for(pilot, lambda t: "6 of 9 runs" in t, what="the filtered header")
         await pilot.press("home")
         chart = await _open(pilot)
         wanted = {r for r, lr in lrs.items() if lr > 0.05}
