@@ -241,7 +241,9 @@ async def _chart_shots(pilot, app, shot: Callable) -> None:
     await shot("20-chart-replayed")
     # the cursor: each run's value, step and wall time at one x, read below the legend
     await pilot.press("left", "left", "left")
-    await _until(pilot, lambda: bool(chart.readings) and chart.drawing.cursor is not None)
+    await _until(
+        pilot, lambda: bool(chart.readings) and getattr(chart.drawing, "cursor", None) is not None
+    )
     await pilot.pause(0.5)
     await shot("24-chart-cursor")
     await pilot.press("escape", "slash", *"ls")  # the fuzzy metric picker
