@@ -50,9 +50,15 @@ class SystemSampler:
         self.nvml = nvml
         self.off = self.interval <= 0
         self._psutil = _psutil()
-        self._host_prev = self._host_cpu_times()
-        self._proc_prev = (time.monotonic(), _process_cpu_s())
+        self._host_prev: tuple[float, float] | None = None
+        self._proc_prev = (time.monotonic(), 0.0)
         self._next = time.monotonic() + self.interval
+        self._failed: str | None = None  # why the first readings failed: said at the first drain
+        try:
+            self._host_prev = self._host_cpu_times()
+            self._proc_prev = (time.monotonic(), _process_cpu_s())
+        except Exception as exc:  # built inside the training process: it must never raise
+            self._failed = f"{type(exc).__name__}: {str(exc)[:200]}"
 
     def drain(self, events: list) -> None:
         """Append a `system` event when a sample is due (called by the flusher)."""
@@ -60,10 +66,12 @@ class SystemSampler:
             return
         self._next = time.monotonic() + self.interval
         try:
+            if self._failed is not None:
+                raise RuntimeError(self._failed)
             values = self.sample()
         except Exception as exc:  # sampling must never reach training: stop, say why once
             self.off = True
-            why = f"{type(exc).__name__}: {str(exc)[:200]}"
+            why = self._failed or f"{type(exc).__name__}: {str(exc)[:200]}"
             print(f"florwb: system metrics no longer sampled: {why}", file=sys.stderr)
             events.append({"kind": "system", "time": time.time(), "rank": self.rank, "error": why})
             return
