@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import subprocess
 import sys
@@ -130,7 +131,9 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         await shot("10-live-new-statement", toasts=True)
 
         (project / "slow.py").write_text(SLOW_RUN)
-        proc = subprocess.Popen([sys.executable, "slow.py"], cwd=project)
+        # system metrics every half second, so the live run detail shows some
+        env = {**os.environ, "FLORWB_SYSTEM_SAMPLE_S": "0.5"}
+        proc = subprocess.Popen([sys.executable, "slow.py"], cwd=project, env=env)
         try:
             await _until(pilot, lambda: bool(app.query_one("#history-list", HistoryList).live), 60)
             await pilot.pause(1.5)
@@ -138,6 +141,18 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
             await pilot.press("3")
             await pilot.pause(1.0)
             await shot("12-live-recording-replay-tab")
+            await pilot.press("1", "home")
+            listing = app.query_one("#history-list", HistoryList)
+            slow = [i for i, r in enumerate(listing.rows) if r.run and r.run.script == "slow.py"]
+            listing.cursor = slow[0]
+            await pilot.press("enter")  # the live run's detail: its latest system sample
+            await _until(
+                pilot, lambda: bool(getattr(getattr(app.screen, "detail", None), "system", None))
+            )
+            await pilot.press("end")
+            await pilot.pause(0.5)
+            await shot("27-run-detail-system")
+            await pilot.press("escape")
         finally:
             proc.wait(timeout=120)
 
@@ -224,6 +239,22 @@ async def _chart_shots(pilot, app, shot: Callable) -> None:
         )
     await pilot.pause(1.0)
     await shot("20-chart-replayed")
+    # the cursor: each run's value, step and wall time at one x, read below the legend
+    await pilot.press("left", "left", "left")
+    await _until(
+        pilot, lambda: bool(chart.readings) and getattr(chart.drawing, "cursor", None) is not None
+    )
+    await pilot.pause(0.5)
+    await shot("24-chart-cursor")
+    await pilot.press("escape", "slash", *"ls")  # the fuzzy metric picker
+    await pilot.pause(0.5)
+    await shot("25-chart-metric-picker")
+    await pilot.press("escape")
+    loads = chart.loads
+    await pilot.press("g")  # small multiples: a page of metrics at once
+    await _until(pilot, lambda: chart.loads > loads and bool(chart.grid_drawings))
+    await pilot.pause(0.5)
+    await shot("26-chart-grid")
     await pilot.press("escape")
     await pilot.pause(0.3)
 

@@ -20,6 +20,7 @@ from conftest_app import (
 )
 
 from florwb.screens.chart import ChartScreen
+from florwb.ui import format as fmt
 from florwb.ui.format import short_run
 from florwb.widgets.chart_view import REPLAYED_MARKER
 from florwb_engine.store import Store
@@ -56,16 +57,18 @@ async def test_chart_legend_names_the_marked_runs_only(demo: Path):
         chart = await _open_chart(pilot, "space", "space")
         assert app.marked_runs == {first.run_id, second.run_id}
         text = screen_text(app)
-        marked = {short_run(first.run_id), short_run(second.run_id)}
-        others = {short_run(r.run_id) for r in app.history.runs} - marked
-        for name in marked:
-            assert name in text
+        others = {short_run(r.run_id) for r in app.history.runs} - {
+            short_run(first.run_id),
+            short_run(second.run_id),
+        }
         for name in others:
             assert name not in text
         assert {c.run_id for c in chart.curves.curves} == {first.run_id, second.run_id}
         assert chart.drawing.points > 0
-        # the args that differ between runs name the lines too
-        assert "lr=" in text
+        # the lines are named by the args that differ between the two runs
+        legend = str(app.screen.query_one("#chart-legend").render())
+        for run in (first, second):
+            assert f"lr={fmt.number(run.args['lr'], 3)}" in legend
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, ChartScreen), what="back")
 
@@ -126,12 +129,12 @@ async def test_replayed_values_are_told_apart_from_recorded(demo: Path):
         )
         assert all(c.replayed for c in chart.curves.curves)
         text = screen_text(app)
-        legend = [
-            line
-            for line in text.splitlines()
-            if "replayed" in line and ("│" in line or "┤" in line)  # inside the plot
-        ]
-        assert legend and REPLAYED_MARKER in legend[0]
+        plot_lines = [line for line in text.splitlines() if "│" in line or "┤" in line]
+        assert any(REPLAYED_MARKER in line for line in plot_lines)  # drawn with •
+        # the legend bar (below the plot, not over it) marks each replayed run with ↻
+        legend = str(app.screen.query_one("#chart-legend").render())
+        assert legend.count("↻") == len(chart.curves.curves)
+        assert not any("↻" in line for line in plot_lines)
         # the recorded metric of the same runs is drawn as recorded lines, no "replayed"
         await pilot.press("M")
         await wait_until(

@@ -21,6 +21,7 @@ from florwb.screens.confirm import ConfirmScreen
 from florwb.screens.error import ErrorScreen
 from florwb.screens.export_result import ExportScreen
 from florwb.screens.help import HelpScreen
+from florwb.screens.metric_picker import MetricPicker
 from florwb.screens.query_history import QueryHistoryPicker
 from florwb.screens.replay_detail import ReplayDetailScreen
 from florwb.screens.replay_plan import PlanRunsTable, ReplayPlanScreen
@@ -54,6 +55,7 @@ BOUND = {
     "compare": RunCompareScreen,
     "replay_detail": ReplayDetailScreen,
     "query_history": QueryHistoryPicker,
+    "metric_picker": MetricPicker,
     "help": HelpScreen,
     "confirm": ConfirmScreen,
     "error": ErrorScreen,

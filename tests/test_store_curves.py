@@ -11,7 +11,7 @@ from conftest import run_py, write
 from conftest_app import copy_demo
 
 from florwb_engine.store import Store
-from florwb_engine.store.curves import downsample, load_curves, smooth
+from florwb_engine.store.curves import downsample, finite_runs, load_curves, smooth
 
 
 @pytest.fixture
@@ -28,9 +28,10 @@ def test_downsample_keeps_a_spike_one_step_wide():
     assert len(dx) <= 100
     assert dy.max() == 100.0 and dy.min() == -5.0
     assert np.all(np.diff(dx) > 0)  # still in x order
-    # a window: only points inside it, and all of them when they fit
+    # a window: the points inside it, and all of them when they fit, with the nearest
+    # point outside on each side (the lines run to the window's edges)
     wx, _wy = downsample(x, y, 100.0, 150.0, 50)
-    assert wx[0] == 100.0 and wx[-1] == 150.0 and len(wx) == 51
+    assert wx[0] == 99.0 and wx[-1] == 151.0 and len(wx) == 53
 
 
 def test_smoothing_is_tensorboards_debiased_ema():
@@ -56,7 +57,9 @@ def test_axes_come_from_the_recorded_loops(demo: Path):
     per_run = dict(zip(steps["run_id"], steps["n"]))
 
     loss = load_curves(store, ids, "loss", "step")
-    assert loss.metric == "loss" and loss.metrics == ["acc", "loss"]
+    assert loss.metric == "loss"
+    logged = [m for m in loss.metrics if not m.startswith("system/")]  # sampled: beside them
+    assert logged == ["acc", "loss"]
     assert {c.run_id for c in loss.curves} == set(ids)
     for curve in loss.curves:
         assert not curve.replayed
@@ -149,3 +152,63 @@ def test_a_column_whose_values_share_a_pixel_row_keeps_one_point_and_a_spike_sta
     assert len(both_x) == 200 and len(one_x) == 101  # the spike's column keeps both
     assert 3.0 in one_y and both_y.min() == 0.5
     assert abs(one_y.min() - 0.5) <= (3.0 - 0.5) / 40  # within the one pixel row it shares
+
+
+def test_a_value_logged_before_the_inner_loop_sits_at_the_start_of_its_epoch(repo: Path):
+    """`lr` logged at the start of each epoch, `acc` at its end: lr of epoch e is drawn
+    at e epochs done (and at the steps done when epoch e began), acc at e + 1."""
+    write(
+        repo / "train.py",
+        """
+        import florwb as flor
+
+        for epoch in flor.loop("epoch", range(3)):
+            flor.log("lr", 0.1 / (epoch + 1))
+            for step in flor.loop("step", range(4)):
+                flor.log("loss", 1.0 / (epoch * 4 + step + 1))
+            flor.log("acc", 0.5 + epoch / 10)
+        flor.commit()
+        """,
+    )
+    run_py(repo, "train.py")
+    store = Store(repo)
+    ids = [r.run_id for r in store.run_rows()]
+    assert load_curves(store, ids, "lr", "epoch").curves[0].x.tolist() == [0, 1, 2]
+    assert load_curves(store, ids, "acc", "epoch").curves[0].x.tolist() == [1, 2, 3]
+    assert load_curves(store, ids, "lr", "step").curves[0].x.tolist() == [0, 4, 8]
+    assert load_curves(store, ids, "acc", "step").curves[0].x.tolist() == [4, 8, 12]
+    lr_wall = load_curves(store, ids, "lr", "wall").curves[0]
+    acc_wall = load_curves(store, ids, "acc", "wall").curves[0]
+    assert lr_wall.x[0] == 0.0  # the first epoch starts the run's training time
+    assert np.all(lr_wall.x[1:] == acc_wall.x[:-1])  # epoch e starts where e - 1 ended
+    # whatever the axis, each point knows its step and wall time (the chart's cursor)
+    by_epoch = load_curves(store, ids, "acc", "epoch").curves[0]
+    assert by_epoch.step.tolist() == [4, 8, 12]
+    assert by_epoch.wall.tolist() == acc_wall.x.tolist()
+
+
+def test_nan_and_inf_are_kept_where_they_were_logged(repo: Path):
+    write(
+        repo / "train.py",
+        """
+        import florwb as flor
+
+        for step in flor.loop("step", range(6)):
+            flor.log("loss", [1.0, float("nan"), 0.8, float("inf"), 0.6, 0.5][step])
+            flor.log("broken", float("nan"))
+        flor.commit()
+        """,
+    )
+    run_py(repo, "train.py")
+    store = Store(repo)
+    ids = [r.run_id for r in store.run_rows()]
+    (curve,) = load_curves(store, ids, "loss", "step").curves
+    assert curve.x.tolist() == [1, 2, 3, 4, 5, 6]
+    assert np.isnan(curve.y[1]) and np.isposinf(curve.y[3])
+    assert curve.finite.tolist() == [True, False, True, False, True, True]
+    (broken,) = load_curves(store, ids, "broken", "step").curves
+    assert len(broken.y) == 6 and not broken.finite.any()
+    assert finite_runs(curve.y) == [(0, 1), (2, 3), (4, 6)]
+    smoothed = smooth(curve.y, 0.6)
+    assert np.isnan(smoothed[1]) and np.isposinf(smoothed[3])
+    assert smoothed[2] == pytest.approx(smooth(np.array([1.0, 0.8]), 0.6)[1])

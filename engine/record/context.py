@@ -173,6 +173,10 @@ class RunContext:
         else:
             self._nvml_ready.set()
 
+    def nvml_meter(self) -> NvmlEnergy | None:
+        """NVML once this run's sampler thread started it (None until then, or without)."""
+        return self.nvml if self._nvml_ready.is_set() else None
+
     def _sample(self) -> None:
         # NVML starts here, off the training thread: its init takes tens of milliseconds.
         self.nvml = _nvml() if _may_have_nvml() else None
@@ -248,7 +252,35 @@ class RunContext:
         context["energy_gpu_j"] = gpu_j
         parts = [j for j in (cpu_j, gpu_j) if j is not None]
         context["energy_j"] = sum(parts) if parts else None
+        context["energy_note"] = None if parts else energy_unavailable(self.nvml is not None)
         return context
+
+
+def energy_unavailable(nvml_started: bool, root: Path = POWERCAP) -> str:
+    """Why no energy counter was readable, in one line (a run says so instead of NULL)."""
+    zones = [z for z in sorted(root.glob("intel-rapl:*")) if z.name.count(":") == 1]
+    if not root.is_dir():
+        cpu = f"no RAPL counters ({root} absent: not Linux on Intel/AMD, or a container)"
+    elif not zones:
+        cpu = f"no RAPL package zone under {root}"
+    else:
+        try:
+            (zones[0] / "energy_uj").read_text()
+            cpu = "RAPL counters went away during the run"
+        except OSError as exc:
+            cpu = f"RAPL unreadable ({zones[0] / 'energy_uj'}: {exc.strerror or exc}; root only)"
+    if nvml_started:
+        gpu = "NVML gave no energy"
+    elif not _may_have_nvml():
+        gpu = "no NVIDIA GPU driver"
+    else:
+        try:
+            import pynvml  # noqa: F401  # type: ignore[import-not-found]
+
+            gpu = "NVML did not start"
+        except ImportError:
+            gpu = "pynvml not installed (pip install nvidia-ml-py)"
+    return f"{cpu}; {gpu}"
 
 
 THREAD_ENVIRONMENT = {"omp_num_threads": "OMP_NUM_THREADS", "mkl_num_threads": "MKL_NUM_THREADS"}

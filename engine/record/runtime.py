@@ -38,6 +38,7 @@ from florwb_engine.record import capture, file_access, notebook, ranks, save_mir
 from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
 from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
+from florwb_engine.record.system import SystemSampler
 from florwb_engine.record.values import REPLACED, encode, name_text
 from florwb_engine.replay.spec import ENV as REPLAY_ENV
 from florwb_engine.replay.spec import ReplaySpec
@@ -117,6 +118,9 @@ class Run:
         self._said_replaced = False
         self._stop = threading.Event()
         self.context = RunContext()  # device, versions, peak memory, energy (context.py)
+        # CPU, memory and GPU over time, sampled on the flusher's thread (system.py)
+        self.system = SystemSampler(self.rank.rank if self.rank else None, self.context.nvml_meter)
+        self.system.off = self.system.off or self.replayer is not None
         self._write_start_event()
         self._flusher = threading.Thread(target=self._flush_loop, name="florwb-flush", daemon=True)
         self._flusher.start()
@@ -199,6 +203,7 @@ class Run:
         with self._flush_lock:
             capture.drain(EVENTS)
             file_access.drain(EVENTS)
+            self.system.drain(EVENTS)
             # Pack straight from the buffers, then drop what was packed: the training thread
             # only appends, so the first n items stay put meanwhile.
             n_logs, n_timings, n_events = len(LOGS), len(TIMINGS), len(EVENTS)

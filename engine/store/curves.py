@@ -6,11 +6,23 @@ the run recorded the name, else the replay that filled it in; a replay's re-chec
 recorded name is not drawn twice), with x on one of three axes shared by all runs:
 
 - `step`: iterations of the run's innermost loop done when the value was logged (a value
-  logged once per epoch sits at the steps done by the end of that epoch);
+  logged once per epoch after its steps sits at the steps done by the end of that epoch,
+  one logged before them at the steps done when the epoch began);
 - `epoch`: epochs done (the outer loop), fractional inside an epoch: step i of n in epoch e
-  is at e + (i + 1) / n, a value logged after the inner loop at e + 1;
+  is at e + (i + 1) / n, a value logged after the inner loop at e + 1, before it at e;
 - `wall`: seconds from the start of the run's first loop iteration to the end of the
-  iteration the value was logged in, from the recorded iteration timings.
+  iteration the value was logged in (to its start for a value logged before its inner
+  loops), from the recorded iteration timings.
+
+"Before its inner loops" is read from the recording's order: a recorded value whose seq
+comes before every row logged inside the inner loops of its iteration. An iteration whose
+inner loops logged nothing gives no such order, nor do a replay's values (its segments'
+journals number their rows each on their own, and a restored iteration skips its inner
+loops): those count as logged after them.
+
+NaN and infinite values are kept (y is NaN or ±inf there): the chart breaks its lines at
+them and counts them, rather than joining their neighbours as if nothing happened. Each
+point also carries its step and wall time whatever the axis, for the chart's cursor.
 
 x comes from the value's loop coordinates looked up in the *recorded* run's iterations, so
 a value a replay computed for epoch 3 lands where epoch 3 was in training, not where (or
@@ -29,6 +41,7 @@ import duckdb
 import numpy as np
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
+from florwb_engine.store import system_metrics
 from florwb_engine.store.catalog import Store
 from florwb_engine.store.history_values import CHOSEN
 from florwb_engine.store.queries import read_session
@@ -47,11 +60,17 @@ class Curve:
     run_id: str
     source: str  # "record", or the replay id that computed these values
     x: np.ndarray
-    y: np.ndarray
+    y: np.ndarray  # NaN / ±inf where the run logged them
+    step: np.ndarray | None = None  # each point's steps done, whatever the axis
+    wall: np.ndarray | None = None  # each point's seconds of training
 
     @property
     def replayed(self) -> bool:
         return self.source != RECORDED
+
+    @property
+    def finite(self) -> np.ndarray:
+        return np.isfinite(self.y)
 
 
 @dataclass
@@ -92,24 +111,34 @@ def load_curves(
         )
         if not keys:
             return Curves(metric, axis)
-        metrics = _numeric_names(con, list(keys))
+        metrics = _numeric_names(con, list(keys)) + system_metrics.names(con, list(keys.values()))
         chosen = metric if metric in metrics else (metrics[0] if metrics else None)
         if chosen is None:
             return Curves(None, axis, metrics=metrics)
+        if chosen.startswith(system_metrics.PREFIX):
+            return _system_curves(con, keys, chosen, axis, metrics)
         named = con.execute("SELECT name_key FROM name_keys WHERE name = ?", [chosen]).fetchall()
         name_key = named[0][0]
         prefixes = _entry_prefixes(con, list(keys))
         values = con.execute(
             f"""
-            SELECT l.run_key, l.source_key, l.ctx_id >> {ENTRY_SHIFT},
-                   l.ctx_id & {ITERATION_MASK}, l.value
+            SELECT l.run_key, l.source_key, l.ctx_id >> {ENTRY_SHIFT} AS entry,
+                   l.ctx_id & {ITERATION_MASK}, l.value, l.seq
             FROM log_rows l JOIN ({CHOSEN}) c USING (run_key, name_key, source_key)
             WHERE l.name_key = ? AND l.run_key IN (SELECT unnest(?)) AND l.vtype <= 2
-              AND isfinite(l.value)
             ORDER BY l.run_key, l.source_key, l.seq
             """,
             [name_key, list(keys)],
         ).fetchnumpy()
+        # the journal order is read only for runs with a recorded value outside their
+        # innermost loop (an epoch-level value): per-step metrics never need it
+        recorded = values["source_key"] == 0
+        shallow = [
+            k
+            for k in keys
+            if prefixes.shallow(k, values["entry"][recorded & (values["run_key"] == k)])
+        ]
+        first_inside = _first_seq_per_entry(con, shallow) if shallow else {}
         timings = con.execute(
             f"""
             SELECT run_key, ctx_id >> {ENTRY_SHIFT}, ctx_id & {ITERATION_MASK}, wait_s + iter_s
@@ -120,21 +149,24 @@ def load_curves(
         sources = dict(con.execute("SELECT source_key, source FROM sources").fetchall())
         held = withheld(con, [chosen], list(keys.values()))
     out = Curves(chosen, axis, metrics=metrics, withheld=held)
-    run_col, source_col, entry_col, iter_col, value_col = (values[k] for k in values)
+    run_col, source_col, entry_col, iter_col, value_col, seq_col = (values[k] for k in values)
     t_run, t_entry, t_iter, t_dur = (timings[k] for k in timings)
     for run_key in sorted(keys, key=lambda k: keys[k]):
         mine = run_col == run_key
         if not mine.any():
             continue
-        found = {
-            int(source_key): prefixes.coordinates(
+        found = {}
+        for source_key in np.unique(source_col[mine]):
+            rows = mine & (source_col == source_key)
+            coords = prefixes.coordinates(run_key, int(source_key), entry_col[rows], iter_col[rows])
+            coords.early = prefixes.before_inner_loops(
                 run_key,
                 int(source_key),
-                entry_col[mine & (source_col == source_key)],
-                iter_col[mine & (source_col == source_key)],
+                first_inside.get((run_key, int(source_key)), {}) if source_key == 0 else {},
+                coords,
+                seq_col[rows][coords.inside],
             )
-            for source_key in np.unique(source_col[mine])
-        }
+            found[int(source_key)] = coords
         timed = t_run == run_key
         recorded = prefixes.coordinates(run_key, 0, t_entry[timed], t_iter[timed])
         frame = _Timeline(recorded, t_dur[timed].astype(np.float64), list(found.values()))
@@ -147,7 +179,79 @@ def load_curves(
             y = value_col[rows][coords.inside].astype(np.float64)
             order = np.argsort(x, kind="stable")
             source = sources.get(source_key, str(source_key))
-            out.curves.append(Curve(keys[run_key], source, x[order], y[order]))
+            step = x if axis == "step" else frame.x("step", coords)
+            wall = x if axis == "wall" else frame.x("wall", coords)
+            out.curves.append(
+                Curve(keys[run_key], source, x[order], y[order], step[order], wall[order])
+            )
+    return out
+
+
+def _system_curves(
+    con: duckdb.DuckDBPyConnection,
+    keys: dict[int, str],
+    metric: str,
+    axis: str,
+    metrics: list[str],
+) -> Curves:
+    """A sampled system figure: x is seconds since the run started on the wall axis; on
+    the step and epoch axes, the steps (epochs) done by then, read off the recorded
+    iterations' end times (a sample before the first iteration ended sits at 0)."""
+    out = Curves(metric, axis, metrics=metrics)
+    found = system_metrics.series(con, list(keys.values()), metric)
+    by_id = {run_id: run_key for run_key, run_id in keys.items()}
+    prefixes = _entry_prefixes(con, list(keys)) if axis != "wall" else None
+    for run_id in sorted(found):
+        seconds, y = found[run_id]
+        x = seconds
+        if prefixes is not None:
+            x = _done_by(con, prefixes, by_id[run_id], seconds, axis)
+        out.curves.append(Curve(run_id, RECORDED, x, y, None, seconds))
+    return out
+
+
+def _done_by(
+    con: duckdb.DuckDBPyConnection,
+    prefixes: _Prefixes,
+    run_key: int,
+    seconds: np.ndarray,
+    axis: str,
+) -> np.ndarray:
+    """Steps (or epochs) the run had done `seconds` after its start."""
+    timings = con.execute(
+        f"""
+        SELECT ctx_id >> {ENTRY_SHIFT}, ctx_id & {ITERATION_MASK}, wait_s + iter_s
+        FROM iteration_rows WHERE source_key = 0 AND run_key = ?
+        """,
+        [run_key],
+    ).fetchnumpy()
+    entry, iteration, duration = (timings[k] for k in timings)
+    recorded = prefixes.coordinates(run_key, 0, entry, iteration)
+    if not recorded.inside.any():
+        return np.zeros(len(seconds))
+    frame = _Timeline(recorded, duration.astype(np.float64), [])
+    depth = 0 if axis == "epoch" else max(frame.keys)
+    ends = frame.ends[depth]
+    done = np.arange(1, len(ends) + 1, dtype=np.float64)
+    return np.interp(seconds, np.r_[0.0, ends], np.r_[0.0, done])
+
+
+def _first_seq_per_entry(
+    con: duckdb.DuckDBPyConnection, run_keys: list[int]
+) -> dict[tuple[int, int], dict[int, int]]:
+    """The first seq logged in each loop entry, per run and source: what tells a value
+    logged before an iteration's inner loops from one logged after them."""
+    rows = con.execute(
+        f"""
+        SELECT run_key, source_key, ctx_id >> {ENTRY_SHIFT} AS entry, min(seq)
+        FROM log_rows WHERE run_key IN (SELECT unnest(?)) AND ctx_id >= 0
+        GROUP BY ALL
+        """,
+        [run_keys],
+    ).fetchall()
+    out: dict[tuple[int, int], dict[int, int]] = {}
+    for run_key, source_key, entry, seq in rows:
+        out.setdefault((int(run_key), int(source_key)), {})[int(entry)] = int(seq)
     return out
 
 
@@ -175,6 +279,7 @@ class _Coordinates:
     matrix: np.ndarray  # int64, n x width, rows of values outside loops left out
     depth: np.ndarray  # int64, n
     inside: np.ndarray  # bool, one per value given
+    early: np.ndarray | None = None  # bool, n: logged before its iteration's inner loops
 
 
 @dataclass
@@ -198,6 +303,48 @@ class _Prefixes:
         depth = depths[at]
         matrix[np.arange(len(at)), depth] = iters[known]
         return _Coordinates(matrix, depth, known)
+
+    def shallow(self, run_key: int, entries: np.ndarray) -> bool:
+        """Whether any of these recorded entries sits outside the run's innermost loop."""
+        table = self.tables.get((run_key, 0))
+        if table is None or not len(entries):
+            return False
+        depths = table[0]
+        entries = entries.astype(np.int64)
+        known = entries[(entries >= 0) & (entries < len(depths))]
+        found = depths[known]
+        return bool(((found >= 0) & (found < self.width - 1)).any())
+
+    def before_inner_loops(
+        self,
+        run_key: int,
+        source_key: int,
+        first_seq: dict[int, int],
+        coords: _Coordinates,
+        seqs: np.ndarray,
+    ) -> np.ndarray:
+        """Which values came before every row logged inside their iteration's inner loops
+        (`first_seq`: entry -> its first seq; `seqs`: the values' own, inside rows only)."""
+        early = np.zeros(len(coords.depth), dtype=bool)
+        shallow = coords.depth < self.width - 1
+        table = self.tables.get((run_key, source_key))
+        if not shallow.any() or not first_seq or table is None:
+            return early
+        depths, prefixes = table
+        first: dict[tuple[int, ...], int] = {}  # (level, enclosing iterations) -> first seq
+        for entry, seq in first_seq.items():
+            if not 0 <= entry < len(depths):
+                continue
+            depth = int(depths[entry])
+            for level in range(1, depth + 1):
+                key = (level, *prefixes[entry, :level].tolist())
+                if seq < first.get(key, seq + 1):
+                    first[key] = seq
+        for i in np.flatnonzero(shallow):
+            level = int(coords.depth[i]) + 1
+            inner = first.get((level, *coords.matrix[i, :level].tolist()))
+            early[i] = inner is not None and int(seqs[i]) < inner
+        return early
 
 
 def _entry_prefixes(con: duckdb.DuckDBPyConnection, run_keys: list[int]) -> _Prefixes:
@@ -342,28 +489,43 @@ class _Timeline:
         """Innermost iterations done: those whose coordinates come before or at these."""
         deepest = max(self.keys)
         probe = self.key(coords.matrix, coords.depth, pad_high=True)
+        early = _early(coords)
+        if early.any():  # before its inner loops: none of them done yet
+            probe = np.where(early, self.key(coords.matrix, coords.depth), probe)
         return np.searchsorted(self.keys[deepest], probe, "right").astype(np.float64)
 
     def _epoch(self, coords: _Coordinates) -> np.ndarray:
         outer = coords.matrix[:, 0].astype(np.float64)
+        early = _early(coords)
         if coords.matrix.shape[1] < 2 or 1 not in self.keys:
-            return outer + 1
+            return outer + np.where(early, 0.0, 1.0)
         inner = self.levels[0][self.keys[1] // self.weights[0] - 1]  # each one's epoch
         counts = np.bincount(inner, minlength=int(outer.max(initial=0)) + 1).astype(np.float64)
         typical = counts.max(initial=1.0)
         mine = counts[coords.matrix[:, 0]] if len(counts) else np.zeros(len(outer))
         step = coords.matrix[:, 1].astype(np.float64)
         n = np.maximum(np.where(mine > 0, mine, typical), step + 1)
-        return np.where(coords.depth == 0, outer + 1, outer + (step + 1) / n)
+        done = np.where(early, step, step + 1)  # early: before that step's inner loops
+        return np.where(coords.depth == 0, outer + np.where(early, 0.0, 1.0), outer + done / n)
 
     def _wall(self, coords: _Coordinates) -> np.ndarray:
         out = np.full(len(coords.depth), np.nan)
         probe = self.key(coords.matrix, coords.depth)
+        early = _early(coords)
         for depth, keys in self.keys.items():
             here = coords.depth == depth
-            at = np.searchsorted(keys, probe[here], "right") - 1
-            out[here] = np.where(at >= 0, self.ends[depth][np.maximum(at, 0)], 0.0)
+            at = np.maximum(np.searchsorted(keys, probe[here], "right") - 1, 0)
+            end = self.ends[depth][at]
+            start = end - self.seconds[depth][at]
+            found = np.searchsorted(keys, probe[here], "right") >= 1
+            out[here] = np.where(found, np.where(early[here], start, end), 0.0)
         return out
+
+
+def _early(coords: _Coordinates) -> np.ndarray:
+    if coords.early is None:
+        return np.zeros(len(coords.depth), dtype=bool)
+    return coords.early
 
 
 # --- the chart's arithmetic ----------------------------------------------------------------
@@ -376,7 +538,21 @@ def smooth(y: np.ndarray, weight: float) -> np.ndarray:
         return y
     import pandas as pd  # here, not at the top: the workbench's first frame does without it
 
-    return pd.Series(y).ewm(alpha=1.0 - weight, adjust=True).mean().to_numpy()
+    finite = np.isfinite(y)
+    if finite.all():
+        return pd.Series(y).ewm(alpha=1.0 - weight, adjust=True).mean().to_numpy()
+    # NaN / inf stay where they are (the chart breaks its line there); the average runs
+    # over the finite values only, as TensorBoard's does
+    out = y.astype(np.float64, copy=True)
+    out[finite] = pd.Series(y[finite]).ewm(alpha=1.0 - weight, adjust=True).mean().to_numpy()
+    return out
+
+
+def finite_runs(y: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) of each stretch of finite values: where the chart's line may run."""
+    finite = np.r_[False, np.isfinite(y), False]
+    edges = np.flatnonzero(finite[1:] != finite[:-1])
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
 
 
 def downsample(
@@ -388,28 +564,59 @@ def downsample(
     rows: int = 0,
     log: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The points in [lo, hi], at most two per screen column: each column's min and max
-    (in the order they occur), so a spike one step wide still reaches its column. With
-    `rows` (the plot's pixel rows), a column whose min and max share a pixel row (on a
-    log scale when `log`) keeps one point: the plotter draws every point it is given,
-    and half of them would land on pixels already lit. `x` must be sorted."""
-    start, end = np.searchsorted(x, lo, "left"), np.searchsorted(x, hi, "right")
+    """The points `downsample_indices` keeps."""
+    picks = downsample_indices(x, y, lo, hi, columns, rows, log)
+    return x[picks], y[picks]
+
+
+def downsample_indices(
+    x: np.ndarray,
+    y: np.ndarray,
+    lo: float,
+    hi: float,
+    columns: int,
+    rows: int = 0,
+    log: bool = False,
+) -> np.ndarray:
+    """Indices of the points in [lo, hi], at most two per screen column: each column's
+    min and max (in the order they occur), so a spike one step wide still reaches its
+    column. With `rows` (the plot's pixel rows), a column whose min and max share a pixel
+    row (on a log scale when `log`) keeps one point: the plotter draws every point it is
+    given, and half of them would land on pixels already lit. `x` must be sorted, `y`
+    finite.
+
+    The nearest point outside [lo, hi] on each side is kept too: a zoomed-in sparse
+    series then still draws its lines to the edges instead of a lone dot (the plot clips
+    them at the window)."""
+    start = max(int(np.searchsorted(x, lo, "left")) - 1, 0)
+    end = min(int(np.searchsorted(x, hi, "right")) + 1, len(x))
+    if end - start <= 2 * columns or hi <= lo:
+        return np.arange(start, end)
     x, y = x[start:end], y[start:end]
-    if len(x) <= 2 * columns or hi <= lo:
-        return x, y
-    bucket = np.minimum(((x - lo) / (hi - lo) * columns).astype(np.int64), columns - 1)
-    starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
-    ends = np.r_[starts[1:], len(x)]
-    low_at = np.array([s + int(np.argmin(y[s:e])) for s, e in zip(starts, ends)])
-    high_at = np.array([s + int(np.argmax(y[s:e])) for s, e in zip(starts, ends)])
+    bucket = np.clip(((x - lo) / (hi - lo) * columns).astype(np.int64), 0, columns - 1)
+    # sorted by column, then value: each column's first is its min, its last its max
+    order = np.lexsort((y, bucket))
+    ordered = bucket[order]
+    firsts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    lasts = np.r_[firsts[1:], len(order)] - 1
+    low_at, high_at = order[firsts], order[lasts]
     first, second = np.minimum(low_at, high_at), np.maximum(low_at, high_at)
     if rows > 0:
         shown = np.log10(np.where(y > 0, y, np.nan)) if log else y
         span = float(np.nanmax(shown) - np.nanmin(shown)) if np.isfinite(shown).any() else 0.0
         flat = np.abs(shown[high_at] - shown[low_at]) <= span / rows
         second = np.where(flat, first, second)
-    picks = np.unique(np.concatenate([first, second]))  # sorted: occurrence order
-    return x[picks], y[picks]
+    return start + np.unique(np.concatenate([first, second]))  # sorted: occurrence order
 
 
-__all__ = ["AXES", "AXIS_LABELS", "Curve", "Curves", "downsample", "load_curves", "smooth"]
+__all__ = [
+    "AXES",
+    "AXIS_LABELS",
+    "Curve",
+    "Curves",
+    "downsample",
+    "downsample_indices",
+    "finite_runs",
+    "load_curves",
+    "smooth",
+]

@@ -27,7 +27,7 @@ import numpy as np
 
 from florwb_engine import journal, processes
 from florwb_engine.journal import VTYPES
-from florwb_engine.store import console, run_context, run_ranks
+from florwb_engine.store import console, run_context, run_ranks, system_metrics
 from florwb_engine.store.db import StoreError, fetch_one
 from florwb_engine.store.schema import RECORDED, ensure_loop_columns, quote
 
@@ -94,6 +94,7 @@ KNOWN_EVENTS = frozenset(
         "loop",
         "files",
         "lineage",
+        "system",
     }
 )
 
@@ -586,6 +587,8 @@ def _apply_event(con, keys: RunKeys, e: dict) -> bool:
                 e.get("path"),
             ],
         )
+    elif kind == "system":  # CPU, memory, GPU sampled while recording (record/system.py)
+        system_metrics.apply(con, keys, e)
     elif kind == "checkpoint":
         con.execute(
             "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

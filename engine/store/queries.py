@@ -23,13 +23,14 @@ import duckdb
 
 from florwb_engine.journal import ENTRY_SHIFT
 from florwb_engine.store import console as console_lines
-from florwb_engine.store import user_sql
+from florwb_engine.store import system_metrics, user_sql
 from florwb_engine.store.catalog import Store, check_read_only
 from florwb_engine.store.console import ConsoleLine
 from florwb_engine.store.db import StoreError, no_progress_bar
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import RunRow, list_runs
 from florwb_engine.store.schema import LOCAL_SEQ
+from florwb_engine.store.system_metrics import SystemSample
 from florwb_engine.store.values import exact_number
 from florwb_engine.store.verdicts import Withheld, withheld
 
@@ -161,6 +162,7 @@ class RunDetail:
     console: list[ConsoleLine] = field(default_factory=list)  # the last lines printed
     console_total: int = 0
     withheld: Withheld = field(default_factory=Withheld)  # values of diverged replays
+    system: list[SystemSample] = field(default_factory=list)  # each rank's latest sample
 
 
 @dataclass
@@ -287,6 +289,7 @@ def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> R
             ).fetchall()
         ]
         tail, n_lines = console_lines.tail(con, run_id, CONSOLE_TAIL)
+        system = system_metrics.latest(con, run_id)
     name, total, done = loop[0] if loop else (None, None, 0)
     return RunDetail(
         run,
@@ -300,6 +303,7 @@ def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> R
         tail,
         n_lines,
         withheld_values,
+        system,
     )
 
 

@@ -30,6 +30,7 @@ COLUMNS = {
     "energy_cpu_j": "DOUBLE",  # Linux RAPL packages
     "energy_gpu_j": "DOUBLE",  # NVML
     "error": "VARCHAR",  # why the end-of-run readings are missing
+    "energy_note": "VARCHAR",  # why energy_j is NULL: which counters were not readable
     # thread settings (record/context.py): torch's counts, the OMP/MKL environment as set
     "torch_threads": "INTEGER",
     "torch_interop_threads": "INTEGER",
@@ -37,7 +38,13 @@ COLUMNS = {
     "mkl_num_threads": "VARCHAR",
 }
 # columns added after the table first shipped: ALTERed into older stores
-ADDED = ("torch_threads", "torch_interop_threads", "omp_num_threads", "mkl_num_threads")
+ADDED = (
+    "torch_threads",
+    "torch_interop_threads",
+    "omp_num_threads",
+    "mkl_num_threads",
+    "energy_note",
+)
 TABLE = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
 _FIELDS = [c for c in COLUMNS if c != "run_id"]
 

@@ -18,7 +18,7 @@ import duckdb
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
 from florwb_engine.store import console, run_context, verdicts
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 # A log row's rank is in its seq's high bits (each rank journal numbers its rows from
 # rank << RANK_SHIFT): the rank costs no column on the hot rows (store/run_ranks.py).
 RANK_SHIFT = 40
@@ -103,6 +103,10 @@ TABLES = {
         run_id VARCHAR, name VARCHAR, call INTEGER, parent VARCHAR, checkpoint VARCHAR,
         kind VARCHAR, loop VARCHAR, iteration BIGINT, path VARCHAR,
         PRIMARY KEY (run_id, name, call)""",
+    # CPU, memory and GPU of a recording process over time, per rank (record/system.py;
+    # store/system_metrics.py): one row per sampled figure.
+    "system_rows": """
+        run_id VARCHAR, rank INTEGER, time TIMESTAMP, name VARCHAR, value DOUBLE""",
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
     "run_context": run_context.TABLE,
     "console_rows": console.TABLE,
@@ -197,6 +201,9 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         create_views(con)
     if version < 9:  # lineage: the checkpoint of another run a run started from
         con.execute(f"CREATE TABLE IF NOT EXISTS run_lineage ({TABLES['run_lineage']})")
+    if version < 10:  # system metrics over time, and why a run has no energy figure
+        con.execute(f"CREATE TABLE IF NOT EXISTS system_rows ({TABLES['system_rows']})")
+        run_context.create(con)
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
 

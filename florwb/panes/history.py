@@ -22,6 +22,7 @@ from florwb.ui import format as fmt
 from florwb.ui import keys
 from florwb.ui.messages import ChartRequested, MetricChanged, SeriesLoaded, VersionSelected
 from florwb.ui.workers import run_in_thread
+from florwb.widgets.chart_legend import run_labels
 from florwb.widgets.history_list import HistoryList
 from florwb.widgets.history_rows import HistoryRow, build_rows
 from florwb.widgets.run_summary import RunSummary
@@ -236,7 +237,8 @@ class HistoryPane(Vertical):
     @on(HistoryList.ChartAsked)
     def _chart_asked(self, message: HistoryList.ChartAsked) -> None:
         """The marked runs (and those of marked versions); none marked: the runs of the
-        version under the cursor. Legends name each run by its id and differing args."""
+        version under the cursor (those the filter shows, when one is set). Legends name
+        each run by what differs between the charted runs."""
         message.stop()
         history = self.history
         if history is None:
@@ -251,16 +253,15 @@ class HistoryPane(Vertical):
             version = message.row.version
             runs = [r for r in history.runs if r.version == version]
             title = f"version {fmt.short_version(version)}"
+            if self.text_filter:  # the runs the filter shows, as many as the list says
+                shown = {row.run.run_id for row in listing.rows if row.run is not None}
+                runs = [r for r in runs if r.run_id in shown]
+                version = None  # runs started later are not known to match
+                title += f", {fmt.plural(len(runs), 'run')} matching {self.text_filter!r}"
         if not runs:
             self.notify("No runs to chart: mark runs with space, or move to a version.")
             return
-        differ = listing.differ
-        labels = {
-            r.run_id: " ".join(
-                part for part in (fmt.short_run(r.run_id), fmt.args_text(r.args, differ)) if part
-            )
-            for r in runs
-        }
+        labels = run_labels(runs)
         run_ids = [r.run_id for r in runs]
         self.post_message(ChartRequested(run_ids, labels, history.metric, title, version))
 

@@ -31,6 +31,7 @@ from florwb_engine.store import Store
 from florwb_engine.store.lineage import describe
 from florwb_engine.store.queries import RunDetail, load_run_detail
 from florwb_engine.store.runs import RunRow
+from florwb_engine.store.system_metrics import SystemSample
 
 RELOAD_S = 1.0  # while the run records
 TAIL_LINE_CHARS = 200  # a longer line is clipped in the tail; `florwb io` shows it whole
@@ -261,13 +262,54 @@ def _context_lines(run: RunRow) -> list[Text]:
         line.append("memory  ", "cyan")
         line.append(" · ".join(memory))
         lines.append(line)
+    if ctx.get("energy_j") is None and ctx.get("energy_note"):
+        line = Text()
+        line.append("energy  ", "cyan")
+        line.append(f"not measured: {ctx['energy_note']}", "dim")
+        lines.append(line)
+    return lines
+
+
+def system_lines(samples: list[SystemSample]) -> list[Text]:
+    """Each rank's latest CPU, memory and GPU sample (record/system.py), or why none."""
+    if not samples:
+        return [Text("system  no samples (FLORWB_SYSTEM_SAMPLE_S=0, or too short a run)", "dim")]
+    lines = []
+    for sample in samples:
+        v = sample.values
+        parts = []
+        if "cpu_percent" in v:
+            parts.append(f"CPU {v['cpu_percent']:.0f}%")
+        if "process_cpu_percent" in v:
+            parts.append(f"process {v['process_cpu_percent']:.0f}%")
+        if "memory_used_bytes" in v:
+            used = fmt.size(int(v["memory_used_bytes"]))
+            share = f" ({v['memory_percent']:.0f}%)" if "memory_percent" in v else ""
+            parts.append(f"host memory {used}{share}")
+        if "process_rss_bytes" in v:
+            parts.append(f"RSS {fmt.size(int(v['process_rss_bytes']))}")
+        gpu = 0
+        while f"gpu{gpu}_util_percent" in v:
+            parts.append(
+                f"GPU{gpu} {v[f'gpu{gpu}_util_percent']:.0f}% "
+                f"{fmt.size(int(v.get(f'gpu{gpu}_memory_used_bytes', 0)))} "
+                f"{v.get(f'gpu{gpu}_power_w', 0):.0f} W"
+            )
+            gpu += 1
+        line = Text()
+        line.append("system  ", "cyan")
+        if sample.rank is not None:
+            line.append(f"rank {sample.rank}: ", "bold")
+        line.append(" · ".join(parts))
+        line.append(f"  at {sample.time:%H:%M:%S} (chart: system/…)", "dim")
+        lines.append(line)
     return lines
 
 
 def _where_time_goes(detail: RunDetail) -> list:
     """Where the run ran and where its loop time went (issue 14's "where time goes")."""
     run = detail.run
-    parts: list = [_section("Where time goes"), *_context_lines(run)]
+    parts: list = [_section("Where time goes"), *_context_lines(run), *system_lines(detail.system)]
     share = run.data_wait_share
     parts.append(Text(f"waited on the data iterator {fmt.percent(share)} of loop time"))
     if detail.loop_waits:

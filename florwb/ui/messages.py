@@ -193,7 +193,7 @@ class ChartRequested(Message):
     """Open the chart view over these runs (the History tab's `c`)."""
 
     run_ids: list[str]
-    labels: dict[str, str]  # run id -> legend text
+    labels: dict[str, Any]  # run id -> legend label (florwb.widgets.chart_legend.RunLabel)
     metric: str | None
     title: str
     version: str | None = None  # nothing marked: the version's runs, new ones included
@@ -209,3 +209,11 @@ class CurvesLoaded(Message):
 class ChartDrawn(Message):
     serial: int
     drawing: Any  # florwb.widgets.chart_view.ChartDrawing
+
+
+@dataclass
+class GridDrawn(Message):
+    """A page of the chart grid: one drawing per metric, in page order."""
+
+    serial: int
+    drawings: list[Any]  # (metric, florwb.widgets.chart_view.ChartDrawing | None)

@@ -10,7 +10,9 @@ curves.downsample): a spike one step wide still shows, and ten runs of ten thous
 draw as fast as ten runs of a few hundred.
 
 Recorded values are braille lines; values a replay computed are drawn with `•` and say
-"replayed" in the legend, in the same color as their run.
+"replayed" in the legend, in the same color as their run. NaN and inf values break the
+line where they were logged and are counted (`ChartDrawing.nan`/`inf`); a run with no
+finite value is named (`no_finite`), never silently left out.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from florwb.ui.format import short_run
-from florwb_engine.store.curves import AXIS_LABELS, Curve, downsample, smooth
+from florwb_engine.store.curves import AXIS_LABELS, Curve, downsample_indices, smooth
 
 RECORDED_MARKER = "braille"
 REPLAYED_MARKER = "•"
@@ -58,17 +60,38 @@ class ChartSpec:
     height: int
     background: tuple[int, int, int] = (0, 0, 0)
     foreground: tuple[int, int, int] = (255, 255, 255)
+    cursor: float | None = None  # x of the cursor's vertical line
+    title: str | None = None  # a small multiple's metric name, drawn above its plot
+    run_order: tuple[str, ...] = ()  # runs in color order (shared by a screen's charts)
 
 
 @dataclass
 class ChartDrawing:
-    """A drawn chart and what it shows (tests and the status line read these)."""
+    """A drawn chart and what it shows (tests and the status line read these).
+
+    The legend is not drawn inside the plot (plotext puts it over the curves): `legend`
+    and `colors` are for the screen's own legend bar, one entry per run in color order."""
 
     text: Text
     legend: list[str] = field(default_factory=list)
+    colors: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # run id -> rgb
     points: int = 0  # points handed to plotext, after downsampling
     x_range: tuple[float, float] | None = None
     hidden: int = 0  # values not drawn: not positive on a log scale
+    nan: int = 0  # NaN values: the line breaks there
+    inf: int = 0  # ±inf values: the line breaks there
+    no_finite: list[str] = field(default_factory=list)  # run ids with no finite value at all
+    smoothing: float = 0.0  # the smoothing these lines were drawn with
+    log_y: bool = False
+    cursor: float | None = None
+
+
+def run_colors(run_ids: list[str]) -> dict[str, tuple[int, int, int]]:
+    """One color per run, in the order given (every chart of a screen shares them)."""
+    colors: dict[str, tuple[int, int, int]] = {}
+    for run_id in run_ids:
+        colors.setdefault(run_id, COLORS[len(colors) % len(COLORS)])
+    return colors
 
 
 def full_range(curves: tuple[Curve, ...] | list[Curve]) -> tuple[float, float] | None:
@@ -92,9 +115,24 @@ def draw_chart(spec: ChartSpec) -> ChartDrawing:
     except ImportError:
         return ChartDrawing(Text(MISSING, "bold"))
     full = full_range(spec.curves)
+    colors = run_colors([*spec.run_order, *(c.run_id for c in spec.curves)])
+    drawing = ChartDrawing(
+        Text(), colors=colors, smoothing=spec.smoothing, log_y=spec.log_y, cursor=spec.cursor
+    )
+    finite_runs_seen: dict[str, bool] = {}
+    for curve in spec.curves:
+        bad = ~np.isfinite(curve.y)
+        drawing.nan += int(np.isnan(curve.y).sum())
+        drawing.inf += int(bad.sum()) - int(np.isnan(curve.y).sum())
+        finite_runs_seen[curve.run_id] = finite_runs_seen.get(curve.run_id, False) or bool(
+            (~bad).any()
+        )
+    drawing.no_finite = [r for r, seen in finite_runs_seen.items() if not seen]
     if full is None:
-        return ChartDrawing(Text("No values to draw for these runs.", "dim"))
+        drawing.text = Text("No values to draw for these runs.", "dim")
+        return drawing
     lo, hi = window_range(full, spec.window)
+    drawing.x_range = (lo, hi)
     plot = Plot()
     # plotext caps a figure at the terminal's size (80x24 when it cannot tell, as on a
     # worker thread); the public `limitsize` acts only on plotext's global figure, so
@@ -102,18 +140,9 @@ def draw_chart(spec: ChartSpec) -> ChartDrawing:
     plot._limit_size(False, False)  # type: ignore[attr-defined]
     plot.plotsize(max(spec.width, 20), max(spec.height, 5))
     columns = max(spec.width - Y_AXIS_CELLS, 10)
-    colors: dict[str, tuple[int, int, int]] = {}
-    drawing = ChartDrawing(Text(), x_range=(lo, hi))
     for curve in spec.curves:
-        color = colors.setdefault(curve.run_id, COLORS[len(colors) % len(COLORS)])
-        finite = np.isfinite(curve.x)
-        x, y = curve.x[finite], smooth(curve.y[finite], spec.smoothing)
-        if spec.log_y:
-            positive = y > 0
-            drawing.hidden += int((~positive).sum())
-            x, y = x[positive], y[positive]
-        x, y = downsample(x, y, lo, hi, columns, rows=4 * spec.height, log=spec.log_y)
-        if not len(x):
+        x, y = _shown(curve, spec, drawing, lo, hi, columns)
+        if not np.isfinite(y).any():
             continue
         label = spec.labels.get(curve.run_id) or short_run(curve.run_id)
         if curve.replayed:
@@ -122,11 +151,10 @@ def draw_chart(spec: ChartSpec) -> ChartDrawing:
             x.tolist(),
             y.tolist(),
             marker=REPLAYED_MARKER if curve.replayed else RECORDED_MARKER,
-            color=color,
-            label=label,
+            color=colors[curve.run_id],
         )
         drawing.legend.append(label)
-        drawing.points += len(x)
+        drawing.points += int(np.isfinite(y).sum())
     if not drawing.points:
         drawing.text = Text("No values in this x range.", "dim")
         return drawing
@@ -134,12 +162,50 @@ def draw_chart(spec: ChartSpec) -> ChartDrawing:
         plot.xlim(lo, hi)
     if spec.log_y:
         plot.yscale("log")
+    if spec.cursor is not None and lo <= spec.cursor <= hi:
+        plot.vline(spec.cursor, spec.foreground)
+    if spec.title:
+        plot.title(spec.title)
     plot.xlabel(AXIS_LABELS.get(spec.axis, spec.axis))
     plot.canvas_color(spec.background)
     plot.axes_color(spec.background)
     plot.ticks_color(spec.foreground)
     drawing.text = Text.from_ansi(plot.build())
     return drawing
+
+
+def _shown(
+    curve: Curve,
+    spec: ChartSpec,
+    drawing: ChartDrawing,
+    lo: float,
+    hi: float,
+    columns: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The curve's points to hand plotext: smoothed, downsampled over its drawable values,
+    with a NaN put between two kept points that had a value not drawn between them
+    (plotext breaks its line at a NaN: a NaN or inf the run logged, or a value ≤ 0 on a
+    log scale, is a gap, not a line across it)."""
+    finite = np.isfinite(curve.x)
+    x, y = curve.x[finite], smooth(curve.y[finite], spec.smoothing)
+    drawn = np.isfinite(y)
+    if spec.log_y:
+        drawing.hidden += int((drawn & (y <= 0)).sum())
+        drawn &= y > 0
+    at = np.flatnonzero(drawn)
+    if not len(at):
+        return np.zeros(0), np.zeros(0)
+    picks = at[
+        downsample_indices(x[at], y[at], lo, hi, columns, rows=4 * spec.height, log=spec.log_y)
+    ]
+    out_x, out_y = x[picks], y[picks]
+    if len(at) < len(y) and len(picks) > 1:
+        skipped = np.cumsum(~drawn)
+        gaps = np.flatnonzero(skipped[picks[1:]] - skipped[picks[:-1]] > 0) + 1
+        middle = (out_x[gaps - 1] + out_x[gaps]) / 2
+        out_x = np.insert(out_x, gaps, middle)
+        out_y = np.insert(out_y, gaps, np.nan)
+    return out_x, out_y
 
 
 def number(value: float) -> str:

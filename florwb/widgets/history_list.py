@@ -400,6 +400,8 @@ class HistoryList(ScrollView, can_focus=True):
             if dirty:
                 text.append(" *dirty", "red")
         details = [fmt.plural(row.n_runs, "run")]
+        if row.n_shown is not None and row.n_shown != row.n_runs:  # a filter is on
+            details = [f"{row.n_shown:,} of {fmt.plural(row.n_runs, 'run')}"]
         if row.info is not None:
             details.append(f"first seen {fmt.clock(row.info.first_seen)}")
             if row.info.n_files is not None:

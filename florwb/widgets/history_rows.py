@@ -25,6 +25,7 @@ class HistoryRow:
     n_runs: int = 0
     info: VersionRow | None = None
     git: tuple[str | None, str | None, bool | None] | None = None  # head, branch, dirty
+    n_shown: int | None = None  # runs of the version the filter shows (None: no filter)
 
     @property
     def key(self) -> str:
@@ -79,8 +80,11 @@ def build_rows(
             continue
         real = None if version == UNVERSIONED else version
         git = version_git(by_version[version])
+        shown = len(runs) if words or keep is not None else None
         rows.append(
-            HistoryRow("version", real, None, len(by_version[version]), info.get(version), git)
+            HistoryRow(
+                "version", real, None, len(by_version[version]), info.get(version), git, shown
+            )
         )
         rows.extend(HistoryRow("run", real, r) for r in runs)
     return rows
