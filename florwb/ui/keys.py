@@ -185,6 +185,7 @@ KEYS: dict[str, tuple[Key, ...]] = {
         Key("run.up", "k,up", "scroll_up", "Scroll up"),
         Key("run.first", "g,home", "first", "Top"),
         Key("run.last", "G,end", "last", "Bottom"),
+        Key("run.find", "slash", "find", "Find a metric by name", True, label="find"),
         Key(
             "run.replay",
             "r",
