@@ -172,6 +172,9 @@ def _series(con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POIN
             "keep_all": np.array(
                 [int(s[3] or 0) < SAMPLE_ROWS * modulus for s in stats], dtype=np.bool_
             ),
+            # a run with at most `points` values of the name: one bar each, in order (by
+            # place in the whole run, values logged close together would share a bar)
+            "few": np.array([int(s[3] or 0) <= points for s in stats], dtype=np.bool_),
         },
     )
     try:
@@ -184,10 +187,19 @@ def _series(con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POIN
                    avg(l.value) FILTER (WHERE isfinite(l.value))
             FROM log_rows l JOIN florwb_chosen t
                  ON t.run_key = l.run_key AND t.source_key = l.source_key
-            WHERE l.name_key = ? AND l.vtype <= 2{sample}
+            WHERE l.name_key = ? AND l.vtype <= 2 AND NOT t.few{sample}
+            GROUP BY ALL
+            UNION ALL
+            SELECT run_key, bucket, avg(value) FILTER (WHERE isfinite(value))
+            FROM (SELECT l.run_key, l.value,  -- ranks of one launch share a bar
+                         dense_rank() OVER (PARTITION BY l.run_key
+                                            ORDER BY l.seq & {LOCAL_SEQ}) - 1 AS bucket
+                  FROM log_rows l JOIN florwb_chosen t
+                       ON t.run_key = l.run_key AND t.source_key = l.source_key
+                  WHERE l.name_key = ? AND l.vtype <= 2 AND t.few)
             GROUP BY ALL
             """,
-            [key],
+            [key, key],
         ).fetchall()
         exact = con.execute(
             """

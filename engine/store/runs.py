@@ -56,6 +56,18 @@ class RunRow:
     # its replays' verdicts, oldest first (store/verdicts.py: replay_id, names, verdict,
     # compared, rows, divergence, missing, strict)
     verdicts: list[dict[str, Any]] = field(default_factory=list)
+    loop_s: float | None = None  # the main loop's recorded iterations, summed
+
+    def took(self, now: datetime | None = None) -> tuple[float | None, str]:
+        """How long the run took, and how to read it: "" start to end; "so far" while it
+        records (start to `now`); "at least" for a run that left no end (killed): the
+        time of the main-loop iterations it recorded, a lower bound."""
+        if self.duration_s is not None:
+            return self.duration_s, ""
+        if self.status == "running" and self.start_time is not None:
+            elapsed = ((now or datetime.now()) - self.start_time).total_seconds()
+            return max(elapsed, 0.0), "so far"
+        return self.loop_s, "at least" if self.loop_s is not None else ""
 
     @property
     def verdict(self) -> Verdict | None:
@@ -172,6 +184,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                 world_size=int(r[19] or 1),
                 launcher=json.loads(r[20]) if r[20] else None,
                 verdicts=verdicts.get(r[0], []),
+                loop_s=loop_s,
             )
         )
     return out

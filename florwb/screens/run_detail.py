@@ -23,7 +23,7 @@ from florwb.ui import format as fmt
 from florwb.ui import keys
 from florwb.ui.messages import ReplayRequested, RunDetailLoaded
 from florwb.ui.workers import run_in_thread
-from florwb.widgets.history_rows import run_status
+from florwb.widgets.history_rows import run_status, took_text
 from florwb.widgets.run_summary import data_wait_line
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.store import Store
@@ -70,7 +70,7 @@ def render_detail(detail: RunDetail, find: str = "") -> Group:
         head.append(f" ({run.exception}: {run.message or ''})", "red")
     facts = Text(
         f"version {fmt.short_version(run.version)} · {run.script or '?'} · started "
-        f"{fmt.clock(run.start_time)} · {fmt.duration(run.duration_s)}",
+        f"{fmt.clock(run.start_time)} · {took_text(run)}",
         "dim",
     )
     parts: list = [head, facts]
