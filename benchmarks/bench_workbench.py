@@ -353,9 +353,11 @@ async def chart(project: Path, rounds: int) -> dict[str, list[float]]:
             await pilot.press("m")
             await pilot.pause(0.2)
         listing = app.query_one("#history-list")
-        while len(app.marked_runs) < 10:  # ten runs, skipping the version headers
+        while len(app.marked_runs) < 10:  # ten of train.py (not live.py, not the wide run)
             current = listing.current
-            await pilot.press("space" if current is not None and current.run else "j")
+            run = current.run if current is not None else None
+            wanted = run is not None and run.run_id != WIDE_RUN and run.script == "train.py"
+            await pilot.press("space" if wanted and run.run_id not in app.marked_runs else "j")
         for _ in range(rounds):
             began, cpu = time.perf_counter(), time.process_time()
             app._driver.send_message(events.Key("c", "c"))

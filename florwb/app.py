@@ -210,6 +210,7 @@ class WorkbenchApp(App[int]):
             f"{fmt.plural(len(history.versions), 'version')}"
         )
         self._statements.set_history(history)
+        self._query.suggest_metric(history.metric)
         self._refresh_statements()
         self._chart_data_changed()
         if not self._first_frame:

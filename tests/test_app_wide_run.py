@@ -51,16 +51,12 @@ async def test_run_detail_of_10000_names_draws_a_page_and_finds_any_name(project
         await pilot.press("slash")
         for char in "09999":
             await pilot.press(char)
-        text = await wait_for(
-            pilot, lambda t: "w09999.norm" in t, what="the name found by search"
-        )
+        text = await wait_for(pilot, lambda t: "w09999.norm" in t, what="the name found by search")
         assert "1 of 1 names matching '09999' shown" in text
         assert "w00000.norm" not in text
 
         await pilot.press("escape")  # leaves the search: every name again, screen kept
-        await wait_for(
-            pilot, lambda t: "w09999.norm" not in t, what="the search cleared"
-        )
+        await wait_for(pilot, lambda t: "w09999.norm" not in t, what="the search cleared")
         assert app.screen is screen
         await pilot.press("escape")
         await wait_for(pilot, lambda t: "▾ version" in t, what="the history again")

@@ -229,7 +229,10 @@ KEYS: dict[str, tuple[Key, ...]] = {
     "textview": (Key("textview.close", "escape,q", "close", "Close", True, label="close"),),
     "export": (Key("export.close", "escape", "close", "Cancel the export", True, label="cancel"),),
     "query_history": (Key("query_history.close", "escape", "dismiss(None)", "Close the history"),),
-    "help": (Key("help.close", "escape,question_mark,q", "close", "Close the help"),),
+    "help": (
+        Key("help.close", "escape,question_mark,q", "close", "Close the help"),
+        Key("help.find", "slash", "find", "Search the keys"),
+    ),
     "confirm": (
         Key("confirm.yes", "y,enter", "answer(True)", "Yes", palette=False),
         Key("confirm.no", "n,escape,q", "answer(False)", "No", palette=False),

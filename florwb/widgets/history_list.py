@@ -430,9 +430,7 @@ class HistoryList(ScrollView, can_focus=True):
                 label = self.live.get(run.run_id, status)
                 text.append(cols.cell(column, fmt.clip(label, column.width)) + " ", style)
             elif key == "took":
-                text.append(
-                    cols.cell(column, took_text(run)) + " ", self._style("dim")
-                )
+                text.append(cols.cell(column, took_text(run)) + " ", self._style("dim"))
             elif key.startswith("arg:"):
                 name = key[4:]
                 value = fmt.number(run.args[name], 3) if name in run.args else "-"
