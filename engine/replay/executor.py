@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Union
 
@@ -135,7 +136,7 @@ def execute(
     """Run the plan on `plan.workers` processes forked by `server` (from warm_workers),
     which is used and closed; without one, one is started. `executor="ray"` (or
     RayOptions) runs the segments as Ray tasks instead (ray_executor.py)."""
-    started = time.perf_counter()
+    began_at = datetime.now()  # the replay's row starts here: its one duration
     cancel = cancel or threading.Event()
     project = plan.project
     store = Store(project)
@@ -157,7 +158,7 @@ def execute(
     tasks: list[SegmentTask] = []
     try:
         with store.session() as con:
-            record_replay(con, plan.replay_id, plan.names, plan.to_json())
+            record_replay(con, plan.replay_id, plan.names, plan.to_json(), started=began_at)
         # after its row: a work folder without a running replay is a leftover readers remove
         workdir.mkdir(parents=True, exist_ok=True)
 
@@ -183,7 +184,9 @@ def execute(
         result.shipped = shipped
         if any(r.verdict == "diverged" for r in result.runs) and not cancel.is_set():
             _retry_strict(plan, result, first, store, run, cancel)
-        _finish(plan, result, store)
+        ended = _finish(plan, result, store)
+        # the duration the CLI, the Replay tab, past replays and the replay detail all show
+        result.elapsed_s = (ended - began_at).total_seconds()
     except BaseException:
         _remove_results(store, project, plan.replay_id)
         with store.session() as con:
@@ -196,7 +199,6 @@ def execute(
         for task in tasks:
             if task.contain is not None:
                 contain.remove_scratch(Path(task.contain["scratch"]))
-    result.elapsed_s = time.perf_counter() - started
     return result
 
 
@@ -602,7 +604,7 @@ def _overall(results: list[RunResult]) -> ReplayStatus:
     return "partial" if "failed" in statuses else "finished"
 
 
-def _finish(plan: Plan, result: ReplayResult, store: Store) -> None:
+def _finish(plan: Plan, result: ReplayResult, store: Store) -> datetime:
     result.status = _overall(result.runs) if result.runs else result.status
     kept = {
         r.run_id: {
@@ -615,7 +617,7 @@ def _finish(plan: Plan, result: ReplayResult, store: Store) -> None:
         verdicts.write_sidecar(journal_dir(plan.project), plan.replay_id, kept)
     detail = {**plan.to_json(), "results": [asdict(r) for r in result.runs]}
     with store.session() as con:
-        finish_replay(con, plan.replay_id, result.status, detail)
+        return finish_replay(con, plan.replay_id, result.status, detail)
 
 
 def _unlink_journals(project: Path, replay_id: str, tasks: list[SegmentTask]) -> None:

@@ -23,7 +23,6 @@ from textual.widgets import Button, DataTable, Static
 from florwb.ui import format as fmt
 from florwb.ui import keys
 from florwb.ui.workers import run_in_thread
-from florwb_engine.replay.cost import schedule
 
 # More workers than cores only slow a replay down (they take turns on the cores).
 MAX_WORKERS = max(os.cpu_count() or 1, 1)
@@ -60,9 +59,9 @@ def without_runs(plan: Any, excluded: set[str]) -> Any:
     for run in shown.runs:
         if run.run_id in excluded and run.status == "ready":
             run.status, run.reason, run.segments, run.estimate_s = "skip", EXCLUDED, [], 0.0
-    shown.estimate_s = schedule(
-        [s.estimate_s for r in shown.runs for s in r.segments], shown.workers
-    )
+    from florwb_engine.replay.plan import estimate_of  # the planner loads libcst: on use
+
+    shown.estimate_s = estimate_of(shown)
     return shown
 
 
@@ -188,6 +187,8 @@ class ReplayPlanScreen(ModalScreen[Any]):
             line.append(f" · {len(self.excluded)} excluded", "yellow")
         for note in getattr(plan, "notes", ()):  # fewer at once for the recorded threads
             line.append(f" · {note}", "yellow")
+        for warning in getattr(plan, "warnings", ()):  # runs still recording
+            line.append(f"\n⚠ {warning}", "bold yellow")
         line.append(f" · {self.hints('plan_runs.toggle')} include/exclude", "dim")
         self.query_one("#plan-estimate", Static).update(line)
         self.query_one("#plan-start", Button).disabled = not ready
