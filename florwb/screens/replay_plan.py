@@ -102,6 +102,8 @@ class ReplayPlanScreen(ModalScreen[Any]):
         self.excluded: set[str] = set()  # run ids the user left out (space)
         self.fork_server: Any | None = None  # the replay's warm fork server, once planning starts
         self.serial = 0
+        self.start_when_planned = False  # Start pressed while planning: it starts once planned
+        self.plan_error: str | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -154,6 +156,7 @@ class ReplayPlanScreen(ModalScreen[Any]):
         estimate = self.query_one("#plan-estimate", Static)
         if planned.error:
             self.plan = None
+            self.plan_error, self.start_when_planned = planned.error, False
             table.update(Text(f"Cannot replay: {planned.error}", "bold red"))
             estimate.update("")
             return
@@ -162,6 +165,12 @@ class ReplayPlanScreen(ModalScreen[Any]):
         self.planned = plan
         table.display = False
         self._show_plan(focus=True)
+        if self.start_when_planned:
+            self.start_when_planned = False
+            if plan.warnings:  # what the user must read first: shown, Start pressed again
+                self.notify("read the warning, then start again", title="Replay plan")
+            else:
+                self.action_start()
 
     def _show_plan(self, focus: bool = False) -> None:
         """The planned runs less the excluded ones: table, estimate, Start."""
@@ -235,6 +244,12 @@ class ReplayPlanScreen(ModalScreen[Any]):
         if self.plan is not None and self.plan.ready():
             fork_server, self.fork_server = self.fork_server, None
             self.dismiss((self.plan, fork_server))
+        elif self.planned is None and self.plan_error is None and not self.start_when_planned:
+            self.start_when_planned = True  # still planning: the key is kept, not dropped
+            self.query_one("#plan-table", Static).update(
+                "Planning… (propagating the statements into each version) · "
+                f"{self.hints('plan.start')} pressed: the replay starts once it is planned"
+            )
 
     def action_close(self) -> None:
         self.dismiss(None)
