@@ -54,7 +54,7 @@ async def test_enter_while_planning_starts_once_planned_and_one_duration_everywh
         (replay,) = load_replays(app.store)
         took = fmt.duration((replay.ended - replay.started).total_seconds())
         assert f"finished in {took}" in text  # the Replay tab says the row's duration
-        app.push_screen(ReplayDetailScreen(app.store, replay.replay_id))
+        app.push_screen(ReplayDetailScreen(replay))
         text = await wait_for(pilot, lambda t: "took " in t, what="the replay detail")
         assert f"took {took}" in text
 

@@ -84,6 +84,7 @@ class LiveMonitor(Widget):
         self._watched: set[Path] = set()
         self._watching = False
         self._polls = 0
+        self._polling = False  # a poll's worker is reading
         self._next_reload = 0.0
 
     def on_mount(self) -> None:
@@ -144,6 +145,9 @@ class LiveMonitor(Widget):
         self._polls += 1
         if time.monotonic() < self._next_reload:
             return  # a big project: reloading takes a while, so not every second
+        if self._polling or self.history is None:
+            return  # the last read is still going (the first load too): one at a time
+        self._polling = True
         history = self.history
         running = {r.run_id for r in history.runs if r.status == "running"} if history else set()
         force = (bool(running) and self._polls % RUNNING_POLL_EVERY == 0) or self._poll_was_busy
@@ -155,6 +159,12 @@ class LiveMonitor(Widget):
             runs recording grew, only their rows are read again (refresh_runs); reads are
             spaced by a multiple of what the last one cost, so a project with a thousand
             runs and one recording does not spend the machine on refreshing its history."""
+            try:
+                read()
+            finally:
+                self._polling = False
+
+        def read() -> None:
             changes = self._sizes.changes()
             if changes == set() and not force:
                 return
