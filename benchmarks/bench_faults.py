@@ -97,8 +97,11 @@ class Tally:
             )
 
 
-def recordings(tally: Tally, trials: int, rng: random.Random) -> None:
+def recordings(
+    tally: Tally, trials: int, rng: random.Random, kill_after: tuple[float, float] = (0.4, 2.5)
+) -> None:
     from florwb_engine.store import Store
+    from florwb_engine.store.db import NoProject
 
     with temp_git_repo() as repo:
         (repo / "ticker.py").write_text(TICKER)
@@ -111,7 +114,7 @@ def recordings(tally: Tally, trials: int, rng: random.Random) -> None:
                 stdout=subprocess.PIPE,
                 text=True,
             )
-            time.sleep(rng.uniform(0.4, 2.5))
+            time.sleep(rng.uniform(*kill_after))
             killed_at = time.time()
             proc.send_signal(signal.SIGKILL)
             printed = [line.split() for line in proc.communicate()[0].splitlines()]
@@ -120,8 +123,11 @@ def recordings(tally: Tally, trials: int, rng: random.Random) -> None:
                 for i, t in (p for p in printed if len(p) == 2)
                 if float(t) < killed_at - 0.25
             }
-            store = Store(repo)
-            runs = store.runs()
+            try:
+                store = Store(repo)
+                runs = store.runs()
+            except NoProject:  # killed before its first flush made `.florwb/`: no run yet
+                runs = []
             if len(runs) == seen:  # killed before its first flush: nothing was owed either
                 tally.add("recordings", len(owed), 0, int(bool(owed)))
                 continue
@@ -238,6 +244,11 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows the readers ingest")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--kinds", default="recordings,readers,replays")
+    parser.add_argument(
+        "--kill-after",
+        default="0.4,2.5",
+        help="LO,HI: a recording is killed this many seconds after its start, at random",
+    )
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     note(f"seed {seed}; {args.trials} trials of each of {args.kinds}")
@@ -246,7 +257,8 @@ def main() -> None:
     kinds = args.kinds.split(",")
     start = time.perf_counter()
     if "recordings" in kinds:
-        recordings(tally, args.trials, rng)
+        low, high = (float(x) for x in args.kill_after.split(","))
+        recordings(tally, args.trials, rng, (low, high))
     if "readers" in kinds:
         readers(tally, args.trials, rng, args.rows)
     if "replays" in kinds:

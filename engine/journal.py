@@ -42,6 +42,20 @@ def replay_journal_name(replay_id: str, segment: int | str) -> str:
     return f"replay-{replay_id}-{segment}{SUFFIX}"
 
 
+def recorded_run_of(name: str) -> tuple[str, int | None] | None:
+    """(run id, rank) a recording's journal is named after (`<run>.journal`,
+    `<run>.rank<r>.journal`, record/ranks.py); None for a replay's journal, whose name does
+    not say which run it replays. What is left of a journal whose start event is lost is
+    shown under this name."""
+    if not name.endswith(SUFFIX) or name.startswith("replay-"):
+        return None
+    stem = name[: -len(SUFFIX)]
+    run, dot, rank = stem.rpartition(".rank")
+    if dot and run and rank.isdigit():
+        return run, int(rank)
+    return (stem, None) if stem else None
+
+
 VTYPES = ("float", "int", "bool", "str", "none", "json", "object")
 
 
@@ -149,6 +163,22 @@ class JournalWriter:
             self.seq = max(seqs) + 1 if seqs else 0
         self._fd = fd
 
+    def gone(self) -> bool:
+        """The open journal was deleted (its folder removed by the script, a cleanup job):
+        what is appended would go to a file no reader can open."""
+        if self._fd < 0:
+            return False
+        try:
+            return os.fstat(self._fd).st_nlink == 0
+        except OSError:
+            return False
+
+    def restart(self) -> None:
+        """Let go of a deleted journal: the next append creates a new one at `path`."""
+        self.close()
+        self.seq = 0
+        self._good = 0
+
     def append(self, payload: tuple) -> None:
         if self._fd < 0:
             self._open()
@@ -205,6 +235,9 @@ class JournalScan:
     chunks: list[Chunk] = field(default_factory=list)
     damaged: list[tuple[int, int]] = field(default_factory=list)
     error: str | None = None
+    # Reading stopped at bytes that cannot be the start of a chunk still being written (the
+    # magic or a checksum is wrong), with no whole chunk after them: damage, not a torn tail.
+    bad_tail: bool = False
 
 
 @dataclass
@@ -247,6 +280,9 @@ def read_chunks(path: Path, offset: int) -> JournalScan:
         return JournalScan(end_offset=offset, size=offset)
     scan = JournalScan(end_offset=offset, size=offset + len(data))
     if head != MAGIC and _legacy(data, offset, scan):
+        # no chunk of either format from its first byte, and not the start of one being
+        # written (a recording writes the magic first): overwritten, or not a journal
+        scan.bad_tail = offset == 0 and not scan.chunks and not MAGIC.startswith(head)
         return scan
     _scan(data, offset, scan)
     return scan
@@ -333,6 +369,7 @@ def _scan(data: bytes, base: int, scan: JournalScan) -> None:
             # A tail being written, or damage: damage only when a whole chunk follows it.
             found = _next_frame(data, view, pos + 1)
             if found is None:
+                scan.bad_tail = kind == "bad"
                 break
             scan.damaged.append((base + pos, base + found[0]))
             pos, kind, value = found

@@ -35,7 +35,7 @@ from textual.worker import Worker, WorkerState
 
 from florwb.components.live_monitor import FOLLOW_SHARE, LiveMonitor, waiting_line
 from florwb.components.replay_runner import ReplayRunner
-from florwb.panes.history import HistoryPane
+from florwb.panes.history import LOADING_HISTORY, HistoryPane
 from florwb.panes.query import QueryPane
 from florwb.panes.replay import ReplayPane
 from florwb.panes.statements import StatementsPane
@@ -61,6 +61,7 @@ from florwb.ui.messages import (
     ReplayProgressed,
     ReplayRequested,
     ScriptSaved,
+    StoreFreed,
     StoreWaiting,
     VersionSelected,
 )
@@ -105,6 +106,7 @@ class WorkbenchApp(App[int]):
         self.key_hints = keys.KeyHints(lambda name: self.get_key_display(Binding(name, "")))
         self.workers_default = max(1, min(4, (os.cpu_count() or 2)))
         self._history: History | None = None
+        self._holder_shown = False  # the title says who holds the catalog
         self._live: list[LiveRun] = []
         self._first_frame = False
         self._quit_when_replay_ends = False  # `q`, `y`: the replay is being cancelled
@@ -171,7 +173,7 @@ class WorkbenchApp(App[int]):
 
     def on_mount(self) -> None:
         self.title = "florwb"
-        self.sub_title = str(self.project)
+        self.sub_title = self._summary_title()
         self.query_one(HistoryList).focus()
         self._monitor.reload(initial=True)
 
@@ -201,8 +203,28 @@ class WorkbenchApp(App[int]):
         """Another process holds the catalog (issue 14, defect 7): said where the history
         shows, or in the title bar once it is on screen, until the history loads."""
         self.sub_title = waiting_line(message.holder, message.waited_s)
+        self._holder_shown = True
         if self._history is None:
             self.query_one("#run-summary", Static).update(Text(self.sub_title, "yellow"))
+
+    @on(StoreFreed)
+    def _store_freed(self) -> None:
+        """The holder let go: what was said about it goes at once, not with the next load."""
+        if not self._holder_shown:
+            return
+        self._holder_shown = False
+        self.sub_title = self._summary_title()
+        if self._history is None:
+            self.query_one("#run-summary", Static).update(LOADING_HISTORY)
+
+    def _summary_title(self) -> str:
+        history = self._history
+        if history is None:
+            return str(self.project)
+        return (
+            f"{self.project.name} · {fmt.plural(len(history.runs), 'run')} · "
+            f"{fmt.plural(len(history.versions), 'version')}"
+        )
 
     # --- the history ----------------------------------------------------------------------
 
@@ -213,10 +235,8 @@ class WorkbenchApp(App[int]):
             return
         self._history = history
         self._history_pane.show(history)
-        self.sub_title = (
-            f"{self.project.name} · {fmt.plural(len(history.runs), 'run')} · "
-            f"{fmt.plural(len(history.versions), 'version')}"
-        )
+        self._holder_shown = False
+        self.sub_title = self._summary_title()
         if not message.runs_only:  # runs recording change no version or statement
             self._statements.set_history(history)
             self._query.suggest_metric(history.metric)

@@ -78,6 +78,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 r.script,
                 f"{r.duration_s:.1f}s" if r.duration_s is not None else "",
                 f"{r.n_logs}+{r.n_replayed}" if r.n_replayed else r.n_logs,
+                r.restorable_text,
                 r.verdict or "",
                 f"{stall:.0%}" if stall is not None else "",
                 _args_text(r.args, first),
@@ -91,10 +92,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
         "script",
         "time",
         "logs",
+        "restorable",
         "replay",
         "stall",
         "args",
     ]
+    if any(r.started_from for r in runs):  # flor.load_checkpoint: the runs each started from
+        columns.insert(5, "from")
+        for row, r in zip(rows, runs, strict=True):
+            row.insert(5, ",".join(r.parents))
     if any(r.world_size > 1 for r in runs):  # multi-process launches: how many ranks
         columns.insert(3, "procs")
         for row, r in zip(rows, runs):
@@ -138,6 +144,8 @@ def cmd_query(args: argparse.Namespace) -> int:
             write_chunks(user_sql.fetch_chunks(result), args.format)
     if withheld := user_sql.withheld_from(store, args.sql):
         print(f"florwb: {withheld.note('logs_all')} (with their verdict)", file=sys.stderr)
+    if rounded := user_sql.rounded_ints_note(store, args.sql):
+        print(f"florwb: {rounded}", file=sys.stderr)
     return 0
 
 

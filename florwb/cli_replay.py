@@ -42,6 +42,13 @@ def add_parsers(sub) -> None:
         "--gpus-per-task", type=float, help="GPUs per Ray task (default: what the run used)"
     )
     p.add_argument("--cpus-per-task", type=float, help="CPUs per Ray task (default: 1)")
+    p.add_argument(
+        "--iter",
+        action="append",
+        default=[],
+        metavar="LOOP=all|last|none|i,j,k",
+        help="replay only these iterations of the main loop (flordb's --iter; repeatable)",
+    )
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="print the plan (and result) as JSON")
     p.set_defaults(func=cmd_replay)
@@ -138,8 +145,13 @@ def _replay(
     from florwb_engine.replay import PlanError, execute, plan_replay
     from florwb_engine.replay.contain import ContainmentError
     from florwb_engine.replay.cores import available_cores, default_workers, threads_per_worker
+    from florwb_engine.replay.narrow import narrow, parse_iter_arg
     from florwb_engine.replay.plan import DONE
 
+    try:
+        iters = dict(parse_iter_arg(text) for text in args.iter)
+    except PlanError as exc:
+        raise ReplayCommandError(str(exc)) from None
     cores = available_cores()
     executor = _executor(args)
     if executor != "local":  # the cluster's task slots stand for the cores
@@ -156,6 +168,7 @@ def _replay(
         )
     except PlanError as exc:
         raise ReplayCommandError(str(exc)) from None
+    narrow(plan, iters)
     segments = sum(len(run.segments) for run in plan.ready())
     if args.workers is None:  # planned for every core; use no more workers than segments
         plan.workers = min(plan.workers, default_workers(segments, cores))
@@ -233,6 +246,8 @@ def _print_plan(plan: Plan, workers_why: str) -> None:
                 if s.last >= s.first
             )
             what = f"{run.main_loop} {spans}" if spans else "up to the main loop"
+            if not spans and run.main_loop is None:
+                what = "the whole script"
             rows.append(
                 [
                     run.run_id,
@@ -249,6 +264,8 @@ def _print_plan(plan: Plan, workers_why: str) -> None:
     write_table(
         ["run", "version", "mode", "replays", "estimate", "notes"], rows, sys.stdout, last="full"
     )
+    if note := plan.denser_note():
+        print(note)
 
 
 TTY_PROGRESS_EVERY_S = 1.0  # on a terminal, a running segment's count at most this often

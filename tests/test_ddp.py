@@ -18,6 +18,7 @@ from florwb_engine.project import checkpoint_dir, journal_dir
 from florwb_engine.replay import ddp_launch, execute, plan_replay
 from florwb_engine.replay.ddp_launch import Launch
 from florwb_engine.store import Store
+from florwb_engine.store.queries import load_run_detail
 
 # Each rank draws its own data from its own seed, so a replay matches only when every rank
 # gets its own RNG states back; DDP keeps the replicas' weights identical.
@@ -46,6 +47,9 @@ with flor.checkpointing(model=net, optimizer=opt):
             opt.step()
             flor.log("loss", loss.item())
         flor.log("shift", shift)
+        print(f"rank {rank} epoch {epoch}")
+        print("tick")
+        print("tick")
 dist.destroy_process_group()
 """
 
@@ -132,6 +136,18 @@ def test_a_torchrun_launch_is_one_run_with_a_rank_on_every_value(recorded):
 
     listed = json.loads(florwb(project, "runs", "--json").stdout)
     assert [r["world_size"] for r in listed if r["run_id"] == run_id] == [2]
+
+    # each rank's printed lines are its own: numbered apart, said whose, repeats counted apart
+    lines = json.loads(florwb(project, "io", run_id, "--format", "json").stdout)
+    said = [(line["rank"], line["epoch"], line["text"].strip(), line["n"]) for line in lines]
+    assert said == [
+        (rank, epoch, text, n)
+        for rank in (0, 1)
+        for epoch in range(3)
+        for text, n in ((f"rank {rank} epoch {epoch}", 1), ("tick", 2))
+    ]
+    tail = load_run_detail(store, run_id).console  # the run detail's tail: the ranks side by side
+    assert [(line.rank, line.text.strip()) for line in tail[-2:]] == [(0, "tick"), (1, "tick")]
     table = florwb(project, "runs").stdout.splitlines()
     assert "procs" in table[0].split()
 

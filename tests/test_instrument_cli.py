@@ -116,7 +116,7 @@ def test_write_on_an_uncommitted_file_keeps_a_backup_and_never_overwrites_one(re
     assert _read(repo / "train.py.bak") == "precious\n"
 
 
-@pytest.mark.parametrize("case", ["09_while_loop", "10_no_loop", "11_called_twice"])
+@pytest.mark.parametrize("case", ["19_while_else", "10_no_loop", "11_called_twice"])
 def test_refusals_are_one_line_and_change_nothing(repo: Path, case: str) -> None:
     script = _copy(case, repo)
     before = _read(script)
@@ -135,8 +135,8 @@ def test_partial_instrumentation_is_reported_line_by_line(repo: Path) -> None:
     assert proc.returncode == 0
     err = proc.stderr.splitlines()
     assert "train.py:7: not done: `seen` is also assigned" in "\n".join(err)
-    assert any(line.startswith("train.py:22: not done: inner loop left as is") for line in err)
-    assert err[-1].endswith("2 thing(s) not done, see above")
+    assert 'train.py:22: inner training loop -> flor.loop("step", ...)' in err
+    assert err[-1].endswith("1 thing(s) not done, see above")
 
 
 def test_missing_unparsable_and_non_utf8_files_are_one_line_errors(repo: Path) -> None:

@@ -12,10 +12,14 @@ from florwb_engine import versions
 from florwb_engine.project import store_dir
 from florwb_engine.replay import plan_replay
 from florwb_engine.store import Store
+from florwb_engine.store.console import read_io
 
 CELLS = [
     "import florwb as flor\nimport torch\ntorch.manual_seed(0)\nnet = torch.nn.Linear(2, 1)",
-    'for epoch in flor.loop("epoch", range(3)):\n    flor.log("loss", epoch / 2)',
+    (
+        'for epoch in flor.loop("epoch", range(3)):\n'
+        '    flor.log("loss", epoch / 2)\n    print("seen", epoch)'
+    ),
     'df = flor.dataframe("loss")\nprint("rows", len(df), sorted(df["loss"].tolist()))',
     "flor.commit()",
     'for epoch in flor.loop("epoch", range(2)):\n    flor.log("acc", epoch)',
@@ -61,6 +65,16 @@ def test_a_kernel_session_records_runs_with_its_cells_as_code(repo):
     assert later is not None and CELLS[4] in later.decode()
     assert versions.read_file(store_dir(repo), first["version"], "README.md") == b"# project\n"
     assert repo_state(repo) == before  # the user's repository is never written
+
+    # the cells' printed lines are kept; the kernel's own messaging log (IPKernelApp's debug
+    # records with message headers and session ids) is the host's, not the run's
+    lines = read_io(Store(repo), first["run_id"])
+    assert [t.strip() for t in lines["text"]] == [
+        "seen 0",
+        "seen 1",
+        "seen 2",
+        "rows 3 [0.0, 0.5, 1.0]",
+    ]
 
     plan = plan_replay(repo, ["loss", "acc"])
     assert [r.status for r in plan.runs] == ["skip", "skip"]

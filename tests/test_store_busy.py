@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import florwb
-from conftest_app import copy_demo, loaded, make_app, run_lines, wait_for
+from conftest_app import copy_demo, loaded, make_app, run_lines, wait_for, wait_until
 
 HOLDER = (
     "import duckdb, sys\n"
@@ -115,8 +115,9 @@ def test_florwb_runs_goes_on_once_the_holder_lets_go(demo: Path):
 
 
 async def test_a_result_being_paged_lets_other_programs_at_the_catalog(demo: Path):
-    """The Query tab's open result holds a read-only connection between pages; idle, it
-    lets go, so `florwb runs` in another terminal is not kept waiting by the workbench."""
+    """The Query tab's open result reads a snapshot of the catalog, never the catalog: while
+    it is open mid-result another process takes DuckDB's write lock at the first try, and
+    `florwb runs` in another terminal answers."""
     app = make_app(demo)
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
@@ -124,7 +125,9 @@ async def test_a_result_being_paged_lets_other_programs_at_the_catalog(demo: Pat
         pane = app.query_one("#query-pane")
         pane.run_sql("SELECT range AS i FROM range(2500000)")
         await wait_for(pilot, lambda t: "rows 1–1,000" in t, what="the first page")
-        assert pane.stream is not None and not pane.stream.exhausted
+        assert pane.stream is not None and pane.stream.is_open and not pane.stream.exhausted
+        with held(demo):  # one try, no retries: it fails if anything holds the file
+            pass
         proc = subprocess.Popen(
             [sys.executable, "-m", "florwb.cli", "runs"],
             cwd=demo,
@@ -139,8 +142,9 @@ async def test_a_result_being_paged_lets_other_programs_at_the_catalog(demo: Pat
             await pilot.pause(0.1)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
+        assert err == ""  # no "is locked by" notice: it never waited a second
         assert len([line for line in out.splitlines() if "finished" in line]) == 4
-        assert not pane.stream.is_open  # it let go; paging on reopens it
+        assert pane.stream.is_open  # still mid-result; paging goes on from the snapshot
         app.query_one("#results").focus()
         await pilot.press("G")
         await wait_for(pilot, lambda t: "rows 1–2,000" in t, what="the next page")
@@ -164,3 +168,27 @@ async def test_a_query_waiting_on_the_lock_says_who_and_esc_stops_the_wait(demo:
             await wait_for(pilot, lambda t: "■ stopped" in t, what="the wait stopped")
         pane.run_sql("SELECT count(*) AS n FROM runs")
         await wait_for(pilot, lambda t: "✓ 1 row" in t, what="a query once it is free")
+
+
+async def test_an_idle_workbench_holds_nothing_and_forgets_a_holder_once_it_let_go(
+    demo: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Loaded and idle, the workbench has no connection open: another process takes the
+    write lock at the first try. A reload that meets that holder says who it is; the moment
+    the holder lets go, the title says the project again."""
+    from florwb.components.live_monitor import LiveMonitor
+
+    monkeypatch.setenv("FLORWB_LOCK_WAIT_S", "120")  # the same wait gets the file
+    app = make_app(demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_until(
+            pilot, lambda: not any(w.is_running for w in app.workers), what="nothing running"
+        )
+        with held(demo) as holder:
+            app.query_one(LiveMonitor).reload()
+            await wait_until(
+                pilot, lambda: f"(PID {holder.pid}," in app.sub_title, what="who holds it"
+            )
+        await wait_until(pilot, lambda: "held by" not in app.sub_title, what="the holder gone")
+        assert app.sub_title == f"{demo.name} · 4 runs · 2 versions"

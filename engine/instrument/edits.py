@@ -63,6 +63,33 @@ class Builder:
             return iterable.with_changes(args=[wrapped, *iterable.args[1:]])
         return self._loop_call(name, iterable)
 
+    def while_as_for(self, name: str, node: cst.While) -> cst.For:
+        """`while cond:` -> `for _florwb_iteration in flor.loop("name", iter(lambda:
+        bool(cond), False)):`: the condition is tested before each iteration as the
+        `while` tested it (the iterator stops the first time it is false), `break` and
+        `continue` keep their meaning, and flor.loop counts the iterations, so the loop
+        records, checkpoints and replays like a `for` loop. `while True:` never ends by
+        itself; the loop ends where its `break` is."""
+        test = node.test
+        truth = test if _is_bool(test) else cst.Call(cst.Name("bool"), [cst.Arg(test)])
+        condition = cst.Call(
+            cst.Name("iter"),
+            [
+                cst.Arg(cst.Lambda(cst.Parameters(), truth)),
+                cst.Arg(cst.Name("False")),
+            ],
+        )
+        return cst.For(
+            target=cst.Name("_florwb_iteration"),
+            iter=self._loop_call(name, condition),
+            body=node.body,
+            leading_lines=node.leading_lines,
+            whitespace_after_for=cst.SimpleWhitespace(" "),
+            whitespace_before_in=cst.SimpleWhitespace(" "),
+            whitespace_after_in=cst.SimpleWhitespace(" "),
+            whitespace_before_colon=node.whitespace_before_colon,
+        )
+
     def _loop_call(self, name: str, iterable: cst.BaseExpression) -> cst.Call:
         return cst.Call(self._attr("loop"), [cst.Arg(self.string(name)), cst.Arg(iterable)])
 
@@ -104,6 +131,16 @@ class Builder:
         return self.statement(
             f"{namespace}.{dest} = {self.alias}.arg({q}{dest}{q}, {namespace}.{dest})"
         )
+
+
+def _is_bool(test: cst.BaseExpression) -> bool:
+    """A condition that is a bool already (`True`, `a < b`, `not x`), compared with the
+    iterator's sentinel as it is."""
+    if isinstance(test, cst.Name):
+        return test.value in ("True", "False")
+    if isinstance(test, cst.UnaryOperation):
+        return isinstance(test.operator, cst.Not)
+    return isinstance(test, cst.Comparison)
 
 
 def _quote_style(module: cst.Module) -> str:

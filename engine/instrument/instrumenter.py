@@ -121,6 +121,8 @@ class _Instrumenter:
 
     def _wrap_iter(self, loop: Loop) -> Edit:
         def edit(node: cst.CSTNode) -> cst.CSTNode:
+            if isinstance(node, cst.While):
+                return self.builder.while_as_for(loop.name, node)
             assert isinstance(node, cst.For)
             return node.with_changes(iter=self.builder.loop_iter(loop.name, node.iter))
 

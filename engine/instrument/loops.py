@@ -60,7 +60,7 @@ class Found:
 class Loop:
     """A training loop to wrap (or already wrapped) in `flor.loop`."""
 
-    node: cst.For
+    node: cst.For | cst.While  # a `while` loop is rewritten as a `for` over flor.loop
     scope: Scope
     name: str
     wrapped: bool  # already iterates a flor.loop
@@ -133,8 +133,14 @@ class LoopFinder:
                 continue
             if isinstance(stmt, cst.For) and stmt.asynchronous is None:
                 found.append(Found(FOR, stmt, scope))
+            elif isinstance(stmt, cst.While) and stmt.orelse is None:
+                found.append(Found(FOR, stmt, scope))  # becomes a for loop (edits.while_as_for)
             elif isinstance(stmt, (cst.While, cst.For)):
-                kind = "a `while` loop" if isinstance(stmt, cst.While) else "an `async for` loop"
+                kind = (
+                    "a `while` loop with an `else:`"
+                    if isinstance(stmt, cst.While)
+                    else "an `async for` loop"
+                )
                 found.append(
                     Found(
                         PROBLEM,
@@ -215,7 +221,7 @@ class LoopFinder:
             result.refusal = problems[0].reason
             return result
         outer_found = loops[0]
-        outer: cst.For = outer_found.node  # type: ignore[assignment]
+        outer: cst.For | cst.While = outer_found.node  # type: ignore[assignment]
         self.scopes.points.pop(id(outer_found.scope), None)
         inner_found = self.search(
             block_statements(outer.body), outer_found.scope, (id(outer_found.scope),)
@@ -233,7 +239,7 @@ class LoopFinder:
         result.outer = self._loop(outer, outer_found.scope, outer_name)
         used = {result.outer.name}
         for k, f in enumerate(inner_loops):
-            node: cst.For = f.node  # type: ignore[assignment]
+            node: cst.For | cst.While = f.node  # type: ignore[assignment]
             name = "step" if k == 0 else self._variable_name(node) or f"step{k + 1}"
             if name in used:
                 name = f"step{k + 1}"
@@ -277,7 +283,9 @@ class LoopFinder:
 
     # -- naming and wrapping -------------------------------------------------------------
 
-    def _loop(self, node: cst.For, scope: Scope, name: str) -> Loop:
+    def _loop(self, node: cst.For | cst.While, scope: Scope, name: str) -> Loop:
+        if isinstance(node, cst.While):
+            return Loop(node, scope, name, False)
         existing = self.existing_loop_name(node.iter)
         if existing is not None:
             return Loop(node, scope, existing or name, True)
@@ -294,8 +302,10 @@ class LoopFinder:
         return (string_literal(call.args[0].value) or "") if call.args else ""
 
     @staticmethod
-    def _variable_name(node: cst.For) -> str | None:
+    def _variable_name(node: cst.For | cst.While) -> str | None:
         """`for epoch in ...` -> "epoch"; `for step, (x, y) in enumerate(...)` -> "step"."""
+        if isinstance(node, cst.While):
+            return None
         target: cst.BaseExpression = node.target
         if (
             isinstance(target, cst.Tuple)

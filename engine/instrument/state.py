@@ -201,7 +201,7 @@ class StateFinder:
 
     # -- what the outer loop can register ------------------------------------------------
 
-    def find(self, loop: cst.For, scope: Scope) -> State:
+    def find(self, loop: cst.For | cst.While, scope: Scope) -> State:
         state = State()
         visible = self.scopes.visible(scope, loop)
         used = self._used_names(loop)
@@ -249,7 +249,7 @@ class StateFinder:
             return (0, 0)
         return (1, self.tree.line(binding.stmt))
 
-    def _used_names(self, loop: cst.For) -> set[str]:
+    def _used_names(self, loop: cst.For | cst.While) -> set[str]:
         return {n.value for n in self.tree.walk(loop) if isinstance(n, cst.Name)}
 
     def _trained_models(self, optimizer: Origin) -> list[tuple[int, int | None]]:
@@ -271,7 +271,7 @@ class StateFinder:
                     keys.append(origin.key)
         return keys
 
-    def _method_calls(self, loop: cst.For) -> dict[str, set[str]]:
+    def _method_calls(self, loop: cst.For | cst.While) -> dict[str, set[str]]:
         calls: dict[str, set[str]] = {}
         for node in self.tree.walk(loop):
             method = method_name(node)
@@ -287,7 +287,11 @@ class StateFinder:
         return calls
 
     def _by_usage(
-        self, loop: cst.For, scope: Scope, visible: dict[str, Binding], kinds: dict[str, str]
+        self,
+        loop: cst.For | cst.While,
+        scope: Scope,
+        visible: dict[str, Binding],
+        kinds: dict[str, str],
     ) -> None:
         calls = self._method_calls(loop)
         for name, methods in calls.items():
@@ -302,7 +306,7 @@ class StateFinder:
 
     def _model_by_usage(
         self,
-        loop: cst.For,
+        loop: cst.For | cst.While,
         scope: Scope,
         visible: dict[str, Binding],
         kinds: dict[str, str],
@@ -334,7 +338,7 @@ class StateFinder:
         for name in found:
             kinds[name] = MODEL
 
-    def _rebound_in(self, loop: cst.For, scope: Scope) -> dict[str, int]:
+    def _rebound_in(self, loop: cst.For | cst.While, scope: Scope) -> dict[str, int]:
         rebound: dict[str, int] = {}
         for node in self.scopes.walk_scope(loop):
             targets: list[cst.BaseExpression] = []
@@ -349,7 +353,9 @@ class StateFinder:
                     rebound.setdefault(name, self.tree.line(node))
         return rebound
 
-    def _unknown_steppers(self, loop: cst.For, kinds: dict[str, str], state: State) -> None:
+    def _unknown_steppers(
+        self, loop: cst.For | cst.While, kinds: dict[str, str], state: State
+    ) -> None:
         for node in self.tree.walk(loop):
             if method_name(node) != "step":
                 continue

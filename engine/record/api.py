@@ -1,4 +1,5 @@
-"""The recording API a training script calls: arg, log, loop, checkpointing, commit.
+"""The recording API a training script calls: arg, log, loop, iteration, checkpointing,
+commit.
 
 `log` and `loop` are the hot path: no I/O, no locks, no printing. They append tuples to the
 flat buffers in `runtime`, which a background thread drains into the run's journal. The loop
@@ -9,6 +10,7 @@ event carries the outer coordinates once, so nothing per call or per iteration i
 from __future__ import annotations
 
 import itertools
+import numbers
 import os
 import sys
 import time
@@ -18,8 +20,8 @@ from typing import Any, TypeVar
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
 from florwb_engine.record import args as cli_args
-from florwb_engine.record import echo, loop_state, ranks, runtime, save_mirror
-from florwb_engine.record.values import PRIMITIVES, encode, name_text
+from florwb_engine.record import echo, lineage, loop_state, notebook, ranks, runtime, save_mirror
+from florwb_engine.record.values import PRIMITIVES, attr_of, encode, name_text
 
 T = TypeVar("T")
 
@@ -116,7 +118,8 @@ def log(name: str, value: T) -> T:
 
 
 def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
-    """Iterate like `iterable`, recording each iteration's coordinates and timings."""
+    """Iterate like `iterable`, recording each iteration's coordinates and timings; an
+    item that is a string (a file name) is logged as `<name>_value`, as flordb does."""
     global _CTX
     run = runtime.current() or _start()
     if run is None:
@@ -138,7 +141,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     _ENTRIES[entry] = (names, prefix)
     try:
         total: int | None = len(iterable)  # type: ignore[arg-type]
-    except TypeError:
+    except Exception:  # noqa: BLE001 - no length, or a __len__ that raises (NotImplementedError)
         total = None
     runtime.EVENTS.append(
         {"kind": "loop", "entry": entry, "names": names, "outer": prefix, "total": total}
@@ -170,6 +173,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     clock = time.perf_counter
     echoing = _ECHO if not parent else None  # a summary line per outermost iteration
     base = entry << ENTRY_SHIFT
+    value_name = f"{loop_name}_value"
     i = -1
     ctx = 0
     t1 = 0.0
@@ -179,6 +183,8 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
             t1 = clock()
             ctx = base + i
             _CTX = ctx
+            if type(item) is str:  # flordb's `<loop>_value`: a document's name, joinable
+                _LOGS_EXTEND((value_name, item, ctx))
             if checkpointed_here:
                 ckpt.iteration_started(i, total, t1)
             yield item
@@ -209,11 +215,69 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     finally:
         _CTX = parent
         del _ENTRIES[entry]
-        close = getattr(items, "close", None)
-        if close is not None:  # the replayer's generator learns how the loop ended now
+        close = attr_of(items, "close")
+        if callable(close):  # the replayer's generator learns how the loop ended now
             close()
         if main_here:
             loop_state.main_loop_ended()
+
+
+# flor.iteration's own count per loop path, for an iteration given no index (a request
+# handler's document): the n-th entry of that name in this run. Reset when a run ends.
+_ITERATION_COUNTS: dict[tuple[str, ...], int] = {}
+
+
+@contextmanager
+def iteration(name: str, idx: int | None, value: Any = None) -> Iterator[None]:
+    """flordb's one iteration of a loop the script does not hand to flor (a `while` loop,
+    one request of a web handler): what is logged inside carries `name` = `idx` as a loop
+    coordinate, nested in the enclosing flor.loops and iterations. With `idx` None the
+    coordinate is this run's count of such iterations (0, 1, ...). A `value` other than the
+    index is logged as `<name>_value`, flordb's column for it."""
+    global _CTX
+    run = runtime.current() or _start()
+    if run is None:
+        yield
+        return
+    parent = _CTX
+    loop_name = name_text(name) or "loop"
+    if parent:
+        outer_names, outer_iters = _ENTRIES[parent >> ENTRY_SHIFT]
+        names = (*outer_names, loop_name)
+        prefix = (*outer_iters, parent & ITERATION_MASK)
+    else:
+        names, prefix = (loop_name,), ()
+    index = _iteration_index(names, idx)
+    entry = next(_entry_ids)
+    _ENTRIES[entry] = (names, prefix)
+    runtime.EVENTS.append(
+        {"kind": "loop", "entry": entry, "names": names, "outer": prefix, "total": None}
+    )
+    ctx = (entry << ENTRY_SHIFT) + index
+    _CTX = ctx
+    if value is not None and str(value) != str(idx):
+        log(f"{loop_name}_value", value if type(value) in PRIMITIVES else str(value))
+    clock = time.perf_counter
+    t0 = clock()
+    try:
+        yield
+    finally:
+        if run.replayer is None or not run.replayer.silent:
+            _TIME_EXTEND((ctx, 0.0, clock() - t0))
+        _CTX = parent
+        del _ENTRIES[entry]
+
+
+def _iteration_index(names: tuple[str, ...], idx: int | None) -> int:
+    """The coordinate of a flor.iteration: its index when it is one a coordinate can hold
+    (0 <= idx < 2**32), else the run's own count of iterations on this loop path."""
+    count = _ITERATION_COUNTS.get(names, 0)
+    _ITERATION_COUNTS[names] = count + 1
+    try:
+        index = int(idx) if idx is not None else -1
+    except (TypeError, ValueError):
+        index = -1
+    return index if 0 <= index <= ITERATION_MASK else count
 
 
 def arg(name: str, default: Any = None) -> Any:
@@ -239,37 +303,108 @@ def arg(name: str, default: Any = None) -> Any:
     return value
 
 
+# Keywords of flor.checkpointing that set the run's checkpoint policy instead of naming an
+# object: a plain number under one of these names is a setting (checkpointing a bare number
+# restores nothing); anything else under them (a module, a tensor, a dict) is still an object
+# to checkpoint, as with flordb, whose checkpointing takes any keyword.
+POLICY_KEYWORDS = ("every", "budget")
+
+
+def _policy_options(objects: dict[str, Any]) -> dict[str, Any]:
+    """Take the policy settings out of flor.checkpointing's keywords, checked."""
+    options = {
+        key: objects.pop(key)
+        for key in POLICY_KEYWORDS
+        if isinstance(objects.get(key), numbers.Real) and not isinstance(objects[key], bool)
+    }
+    every = options.get("every")
+    if every is not None and (not float(every).is_integer() or every < 1):
+        raise ValueError(f"checkpointing every={every!r}: a whole number of iterations >= 1")
+    if "every" in options:
+        options["every"] = int(every)  # type: ignore[arg-type]
+    if "budget" in options:
+        _check_budget(options["budget"])
+        options["budget"] = float(options["budget"])
+    return options
+
+
 @contextmanager
 def checkpointing(**objects: Any) -> Iterator[None]:
-    """Register state (model=..., optimizer=...) to checkpoint at the end of outer iterations."""
+    """Register state (model=..., optimizer=...) to checkpoint at the end of outer iterations.
+
+    `every=N` checkpoints iterations 0, N, 2N, ... and the last, whatever they cost (N=1:
+    every iteration); `budget=f` is this run's checkpoint cost allowed as a fraction of
+    compute time (flor.set_checkpoint_budget). Both hold inside the `with` block."""
+    options = _policy_options(objects)
     run = runtime.current() or _start()
     if run is None:
         yield
         return
     ckpt = run.checkpointer
     previous = dict(ckpt.objects)
+    policy = ckpt.policy
+    previous_policy = {key: getattr(policy, key) for key in options}
     ckpt.objects.update(objects)
+    for key, value in options.items():
+        setattr(policy, key, value)
     if objects and run.replayer is None:
         ckpt.start()
     try:
         yield
     finally:
         ckpt.objects = previous
+        for key, value in previous_policy.items():
+            setattr(policy, key, value)
         if not previous:
             ckpt.loop_depth = None
 
 
-def set_checkpoint_budget(fraction: float) -> None:
-    """Checkpoint cost allowed, as a fraction of compute time (default 0.02)."""
+def _check_budget(fraction: float) -> None:
     if not 0 <= fraction <= 1:
         raise ValueError("checkpoint budget must be between 0 and 1")
+
+
+def set_checkpoint_budget(fraction: float) -> None:
+    """Checkpoint cost allowed, as a fraction of compute time (default 0.02)."""
+    _check_budget(fraction)
     run = runtime.current() or _start()
     if run is not None:
         run.checkpointer.policy.budget = fraction
 
 
+def set_ckpt_interval(seconds: float) -> None:
+    """flordb's checkpoint interval, kept as a floor: at least `seconds` between two
+    checkpoints, beside the budget (a checkpoint is taken when both allow; the last
+    iteration's always)."""
+    seconds = float(seconds)
+    if not seconds >= 0:
+        raise ValueError("checkpoint interval must be a number of seconds >= 0")
+    run = runtime.current() or _start()
+    if run is not None:
+        run.checkpointer.policy.min_interval_s = seconds
+
+
+def load_checkpoint(
+    tstamp: Any, name: str | None = None, *, map_location: Any = "cpu", weights_only: bool = True
+) -> Any:
+    """flordb's load of a past run's checkpoint (see lineage.py); a recording run notes
+    that it started from it, and its replay loads the same file. A script's first florwb
+    call starts its run here (a fine-tune loads its parent before it trains); a notebook
+    or `python -c` that only reads a checkpoint starts none, as in flordb."""
+    run = runtime.current()
+    if run is None and notebook.shell() is None and runtime.main_script() is not None:
+        run = _start()
+    return lineage.load_checkpoint(
+        run, tstamp, name, map_location=map_location, weights_only=weights_only
+    )
+
+
 def commit() -> None:
     """End the current run: flush its journal and mark it finished."""
     global _LOGS_EXTEND
+    run = runtime.current()
     runtime.end_run()
+    if run is not None:
+        lineage.forget_calls(run.run_id)
+    _ITERATION_COUNTS.clear()
     _LOGS_EXTEND = _first_record

@@ -81,11 +81,30 @@ def cast(name: str, text: str, default: Any) -> Any:
             return float(text)
         if kind is str:
             return text
+        if kind in (dict, list, tuple, set):  # a container default takes only its own kind
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                raise ValueError(text) from None
+            if type(value) is not kind:
+                raise ValueError(text)
+            return value
         try:
             return ast.literal_eval(text)
         except (ValueError, SyntaxError):
             return text
     except ValueError:
         raise ArgError(
-            f"--kwargs {name}={text}: expected {kind.__name__} like the default {default!r}"
+            f"--kwargs {name}={text}: expected {_kind_name(kind)} like the default {default!r}"
         ) from None
+
+
+def _kind_name(kind: type) -> str:
+    """How a container default's kind is written on the command line."""
+    written: dict[type, str] = {
+        dict: "a dict literal",
+        list: "a list literal",
+        tuple: "a tuple literal",
+        set: "a set literal",
+    }
+    return written.get(kind, kind.__name__)

@@ -33,6 +33,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from florwb_engine.record import notebook
 from florwb_engine.record.values import REPLACED
 
 ENV_NAMES = ("FLORWB_CAPTURE", "FLOR_CAPTURE")
@@ -104,6 +105,12 @@ def raw(stream: Any) -> Any:
 
 
 _saved_handle: Any = None
+# A Jupyter kernel logs its own messaging (message headers, session ids) through these
+# loggers in the user's process; they are the host's lines, not the run's.
+KERNEL_LOGGERS = frozenset(
+    {"IPKernelApp", "ipykernel", "traitlets", "tornado", "jupyter_client", "comm", "zmq"}
+)
+_skipped_loggers: frozenset[str] = frozenset()
 
 
 def _handle(logger: logging.Logger, record: logging.LogRecord) -> Any:
@@ -112,7 +119,7 @@ def _handle(logger: logging.Logger, record: logging.LogRecord) -> Any:
     if not _on:
         return _saved_handle(logger, record)
     me = threading.get_ident()
-    if me in _muted:  # a handler that logs while handling
+    if me in _muted or str(record.name).partition(".")[0] in _skipped_loggers:
         return _saved_handle(logger, record)
     _muted.add(me)
     try:
@@ -136,10 +143,11 @@ def _record_text(record: logging.LogRecord) -> str:
 
 def install() -> bool:
     """Tee stdout/stderr and wrap logging, unless capture is off. True when installed."""
-    global _on, _api, _saved_handle
+    global _on, _api, _saved_handle, _skipped_loggers
     if _on or not settings.enabled or not enabled_by_env():
         return False
     _api = importlib.import_module("florwb_engine.record.api")
+    _skipped_loggers = KERNEL_LOGGERS if notebook.shell() is not None else frozenset()
     _state.reset()
     if not isinstance(sys.stdout, Tee) and sys.stdout is not None:
         sys.stdout = Tee(sys.stdout, "stdout")

@@ -6,7 +6,10 @@ iteration the loop is left in (break, return, an exception) is always checkpoint
 
 The policy keeps `checkpoint cost <= budget * compute time` at every decision, so cheap
 checkpoints happen every iteration and expensive ones spread out; the last iteration is
-always checkpointed because replay needs the end state. Cost is what the training thread
+always checkpointed because replay needs the end state. A run that asks for a period
+(`flor.checkpointing(..., every=N)`) gets iterations 0, N, 2N, ... and the last instead,
+whatever they cost: each one is an iteration an outer-mode replay restores instead of
+re-executing. Cost is what the training thread
 paid (copying state to host memory, waiting for a free writer slot) plus the background
 write time, so the budget also holds when the writer competes for the GIL or the disk.
 A checkpoint is copied to host memory on the training thread (the tensors keep changing),
@@ -34,6 +37,7 @@ from typing import Any
 
 from florwb_engine.record import loop_state
 from florwb_engine.record.atomic import sync_folder, temp_path
+from florwb_engine.record.values import attr_of
 
 DEFAULT_BUDGET = float(os.environ.get("FLORWB_CKPT_BUDGET", "0.02"))
 _ASSUMED_BYTES_PER_S = 1e9  # first-checkpoint estimate, before anything was measured
@@ -42,10 +46,13 @@ _ASSUMED_BYTES_PER_S = 1e9  # first-checkpoint estimate, before anything was mea
 @dataclass
 class Policy:
     budget: float = DEFAULT_BUDGET
+    every: int | None = None  # a fixed period asked for; None: as the budget allows
     compute_s: float = 0.0
     cost_s: float = 0.0
     count: int = 0
     recent: list[float] = field(default_factory=list)
+    min_interval_s: float = 0.0  # flor.set_ckpt_interval: at least this long between two
+    _last_s: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def should_checkpoint(self, iteration_s: float, estimate_s: float, reserve: bool) -> bool:
@@ -56,7 +63,17 @@ class Policy:
             self.compute_s += iteration_s
             expected = max(self.recent) if self.recent else estimate_s
             needed = self.cost_s + expected * (2 if reserve else 1)
-            return needed <= self.budget * self.compute_s
+            return needed <= self.budget * self.compute_s and self._past_interval()
+
+    def _past_interval(self) -> bool:
+        """The interval floor allows a checkpoint now (noted as taken when it does)."""
+        if self.min_interval_s <= 0:
+            return True
+        now = time.monotonic()
+        if self._last_s is not None and now - self._last_s < self.min_interval_s:
+            return False
+        self._last_s = now
+        return True
 
     def computed(self, compute_s: float) -> None:
         """Compute time of an iteration after its checkpoint was decided."""
@@ -73,7 +90,7 @@ class Policy:
 
 def copy_to_host(obj: Any) -> Any:
     """Deep copy with every tensor on the CPU: later training steps must not change it."""
-    if hasattr(obj, "detach") and hasattr(obj, "to"):
+    if attr_of(obj, "detach") is not None and attr_of(obj, "to") is not None:
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
         return type(obj)((k, copy_to_host(v)) for k, v in obj.items())
@@ -131,7 +148,7 @@ def restore_rng(state: dict) -> None:
 def state_of(objects: dict[str, Any]) -> dict:
     states = {}
     for name, obj in objects.items():
-        getter = getattr(obj, "state_dict", None)
+        getter = attr_of(obj, "state_dict")
         states[name] = copy_to_host(getter() if callable(getter) else obj)
     return {"objects": states, "rng": capture_rng(), GRADS: grads_of(objects)}
 
@@ -156,7 +173,7 @@ def grads_of(objects: dict[str, Any]) -> dict:
     gradient are left out (restored as None)."""
     grads: dict[str, dict] = {}
     for name, obj in objects.items():
-        named = getattr(obj, "named_parameters", None)
+        named = attr_of(obj, "named_parameters")
         if not callable(named):
             continue
         grads[name] = {pname: copy_to_host(p.grad) for pname, p in named() if p.grad is not None}
@@ -166,7 +183,7 @@ def grads_of(objects: dict[str, Any]) -> dict:
 def restore_grads(objects: dict[str, Any], saved: dict) -> None:
     """Give the registered modules' parameters the gradients saved with a checkpoint."""
     for name, grads in saved.get(GRADS, {}).items():
-        named = getattr(objects.get(name), "named_parameters", None)
+        named = attr_of(objects.get(name), "named_parameters")
         if not callable(named):
             continue
         for pname, p in named():
@@ -234,10 +251,10 @@ def restore(objects: dict[str, Any], saved: dict, *, rng: bool = True) -> None:
         if name not in saved["objects"]:
             continue
         state = saved["objects"][name]
-        loader = getattr(obj, "load_state_dict", None)
+        loader = attr_of(obj, "load_state_dict")
         if callable(loader):
             loader(state)
-        elif hasattr(obj, "copy_"):
+        elif attr_of(obj, "copy_") is not None:
             obj.copy_(state)
     restore_grads(objects, saved)
     if rng:
@@ -285,7 +302,7 @@ class Checkpointer:
         if not self._state_bytes:
             total = 0
             for obj in self.objects.values():
-                getter = getattr(obj, "state_dict", None)
+                getter = attr_of(obj, "state_dict")
                 for t in tensors_in(getter() if callable(getter) else obj):
                     total += t.numel() * t.element_size()
             self._state_bytes = total
@@ -353,6 +370,10 @@ class Checkpointer:
     def _decide(self, compute_s: float) -> bool:
         if self.rng_only is not None:  # whichever iteration rank 0 keeps, this rank has it
             return True
+        every = self.policy.every
+        if every is not None:  # a period asked for overrides the budget
+            self.policy.computed(compute_s)
+            return self._last or (self._iteration or 0) % every == 0
         reserve = not self._last and self._total_known
         return self.policy.should_checkpoint(compute_s, self.estimate_s(), reserve) or self._last
 
@@ -367,7 +388,14 @@ class Checkpointer:
             state: dict = {"objects": {}, "rng": capture_rng()}
             state.update(loop_state.capture())  # this rank's own loop-carried names
         else:
-            state = state_of(self.objects)
+            try:
+                state = state_of(self.objects)
+            except Exception as exc:  # noqa: BLE001 - a registered object that cannot be copied
+                self._pending = None  # no checkpoint of this iteration rather than a part
+                self.failed += 1
+                if self.failed == 1:  # said once; the run's checkpoints show what exists
+                    print(f"florwb: a checkpoint's state not copied: {exc!r}", file=sys.stderr)
+                return
             state.update(loop_state.capture(self._on_written))  # the loop-carried names
         if after_inner:  # a DDP rank > 0 keeps its own: its batch, its loss
             kept, why = loop_state.capture_left(frame)
@@ -465,7 +493,7 @@ class Checkpointer:
 
 
 def tensors_in(obj: Any):
-    if hasattr(obj, "numel") and hasattr(obj, "element_size"):
+    if attr_of(obj, "numel") is not None and attr_of(obj, "element_size") is not None:
         yield obj
     elif isinstance(obj, dict):
         for v in obj.values():

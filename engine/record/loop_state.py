@@ -38,6 +38,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from florwb_engine.record.values import attr_of
+
 CARRIED = "carried"  # checkpoint key: {name: encoded value}
 UNCARRIED = "uncarried"  # checkpoint key: {name: why it is not in `carried`}
 GENERATORS = "generators"  # checkpoint key: {"loader.generator": a torch.Generator's state}
@@ -453,12 +455,12 @@ def _encode(value: Any, depth: int = 0) -> tuple[Any, int]:
 
 def _why(value: Any) -> str:
     if isinstance(value, types.GeneratorType) or (
-        hasattr(value, "__next__") and hasattr(value, "__iter__")
+        attr_of(value, "__next__") is not None and attr_of(value, "__iter__") is not None
     ):
         return f"an iterator ({type(value).__name__}): its position cannot be saved"
     if isinstance(value, types.ModuleType):
         return "a module"
-    if hasattr(value, "fileno") or hasattr(value, "readable"):
+    if attr_of(value, "fileno") is not None or attr_of(value, "readable") is not None:
         return f"an open file or stream ({type(value).__name__})"
     return f"a {type(value).__module__}.{type(value).__qualname__} object"
 

@@ -213,6 +213,21 @@ def _target_stem(chosen: CheckpointFile, save: Path) -> str:
     return save.name
 
 
+def saved_targets(chosen: CheckpointFile) -> list[tuple[Path, str]]:
+    """The mirrored files of an iteration with the path the script saved each to (as it
+    wrote it: `ckpt.pth`), in the order saved; the file's own name where none is known."""
+    try:
+        listed = json.loads(_manifest_of(chosen).read_text()).get("saves", ())
+    except (OSError, ValueError):
+        listed = ()
+    targets = {
+        str(e.get("file")): str(e["target"])
+        for e in listed
+        if isinstance(e, dict) and e.get("target")
+    }
+    return [(save, targets.get(save.name, save.name)) for save in chosen.saves]
+
+
 def _manifest_of(chosen: CheckpointFile) -> Path:
     from florwb_engine.record.save_mirror import manifest_name
 

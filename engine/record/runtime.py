@@ -17,6 +17,7 @@ import contextlib
 import marshal
 import os
 import secrets
+import signal
 import socket
 import sys
 import threading
@@ -42,6 +43,9 @@ from florwb_engine.replay.spec import ENV as REPLAY_ENV
 from florwb_engine.replay.spec import ReplaySpec
 
 RECORDED = "record"
+# The events that say which run a journal holds and how it was started: a journal made
+# anew after the first was deleted starts with them again.
+_NAMING = frozenset({"start", "version", "version_error", "arg"})
 
 FLUSH_INTERVAL_S = 0.05
 RETRY_INTERVAL_S = 0.5  # between tries to write a journal that failed (disk full...)
@@ -105,6 +109,9 @@ class Run:
         self.finished = False
         self._flush_lock = threading.Lock()
         self._buffer = PendingChunks(BUFFER_LIMIT)
+        self._values_packed = 0  # values handed to the journal so far
+        self._naming_events: list[dict] = []  # what a new journal starts with (_NAMING)
+        self._open_loops: dict[str, dict] = {}  # and the loop entries its rows may refer to
         self._write_failed = False
         self._said_write_failed = False
         self._said_replaced = False
@@ -139,6 +146,9 @@ class Run:
 
     def _write_start_event(self) -> None:
         pid = os.getpid()
+        # The run's length is measured on the monotonic clock: the wall clock may step
+        # back (NTP, a VM resumed) and an end stamped before the start read as negative.
+        self._started_monotonic = time.monotonic()
         EVENTS.append(
             {
                 "kind": "start",
@@ -201,10 +211,13 @@ class Run:
                     payload = (None, None, [])
                 del LOGS[:n_logs], TIMINGS[:n_timings], EVENTS[:n_events]
                 self._buffer.add(payload, n_logs // 3)
+                self._values_packed += n_logs // 3
             issues = REPLACED.take_new() + self._buffer.take_lost()
             if issues:
                 self._buffer.add((None, None, [{"kind": "issues", "counts": issues}]), 0)
                 self._say_replaced_once(issues)
+            if self.journal.gone():
+                self._journal_deleted()
             self._buffer.write(self.journal)
         self._retry_start_rng()
         if self._write_failed:  # written again: say what it cost, once
@@ -216,8 +229,30 @@ class Run:
                 file=sys.stderr,
             )
 
+    def _journal_deleted(self) -> None:
+        """The journal was deleted under the run (a script that removes `.florwb/`): what it
+        held is gone, said once in one line; the run goes on in a new journal that starts
+        again with what names it (start, version, args, the loops it is in) and counts
+        what was lost."""
+        lost = self._values_packed - self._buffer.pending_values
+        print(
+            f"florwb: run {self.run_id}'s journal was deleted while it recorded "
+            f"({self.journal.path}): {lost} values written before are lost; "
+            "recording goes on in a new journal",
+            file=sys.stderr,
+        )
+        self.journal.restart()
+        issue = {"kind": "issues", "counts": [["lost", "journal deleted during the run", lost]]}
+        loops = sorted(self._open_loops.values(), key=lambda e: e.get("entry", 0))
+        self._buffer.add_first((None, None, [*self._naming_events, *loops, issue]))
+
     def _pack(self, n_logs: int, n_timings: int, n_events: int) -> tuple:
         events = EVENTS[:n_events]
+        for e in events:
+            if e.get("kind") in _NAMING:
+                self._naming_events.append(e)
+            elif e.get("kind") == "loop":  # the latest entry of each loop is the open one
+                self._open_loops[repr(e.get("names"))] = e
         timings = pack_timings(TIMINGS, n_timings)
         logs = None
         if n_logs:
@@ -304,6 +339,7 @@ class Run:
                 "exception": None if exc is None else type(exc).__name__,
                 "message": None if exc is None else str(exc)[:500],
                 "time": time.time(),
+                "elapsed_s": time.monotonic() - self._started_monotonic,
                 "context": self.context.at_end_or_error(),
                 **ranks.end_fields(self.rank),
             }
@@ -437,6 +473,10 @@ class PendingChunks:
         lost, self._lost_new = self._lost_new, 0
         return [["lost", "journal could not be written (memory buffer full)", lost]]
 
+    def add_first(self, payload: tuple) -> None:
+        """A chunk that must go before every waiting one (a new journal's start)."""
+        self.chunks.appendleft((payload, 0, 0))
+
     def write(self, writer: JournalWriter) -> None:
         while self.chunks:
             payload, size, n_values = self.chunks[0]
@@ -535,6 +575,36 @@ def _install_hooks() -> None:
     sys.excepthook = excepthook
     atexit.register(end_run)
     os.register_at_fork(after_in_child=_disable_in_child)
+    _flush_on_sigterm()
+
+
+def _flush_on_sigterm() -> None:
+    """Write what the buffers hold when the process is told to stop (SIGTERM), then stop.
+
+    A launcher stops the other workers with SIGTERM when one dies (torchrun, Slurm, k8s);
+    by default that ends the process at once, and values logged since the flusher last ran
+    were lost, however old a starved flusher let them get. Only the default action is
+    replaced (a script's or framework's own handler is left alone), and the process still
+    ends by SIGTERM, as its launcher expects; without an end event the run reads as killed."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set from the main thread
+    with contextlib.suppress(ValueError, OSError):
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, _frame: object) -> None:
+    run = _current
+    # The handler runs in the main thread, which may itself be inside a flush (holding its
+    # lock): then that flush is left as it is rather than waited for forever.
+    if run is not None and run._flush_lock.acquire(timeout=1.0):
+        run._flush_lock.release()
+        with contextlib.suppress(Exception):  # the process is stopping either way
+            run.try_flush()
+    if signal.getsignal(signum) is not _on_sigterm:
+        return  # a framework's handler calls this one in its chain: it decides what stops
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _disable_in_child() -> None:

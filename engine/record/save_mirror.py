@@ -39,7 +39,7 @@ from florwb_engine.journal import ITERATION_MASK
 from florwb_engine.record import file_access
 from florwb_engine.record.atomic import sync_folder, write_atomic
 from florwb_engine.record.checkpoint import capture_rng, safe_loop_name
-from florwb_engine.record.values import REPLACED
+from florwb_engine.record.values import REPLACED, attr_of
 
 MANIFEST_SUFFIX = ".saves.json"
 ISSUE = "mirror"
@@ -107,7 +107,7 @@ class Mirror:
         dest = self.folder / f"{stem}.save{k}.pt"
         how = "copy" if _weights_only_safe(obj) else "state_dict"
         size = _size(target) if how == "copy" else _state_bytes(obj)
-        if not self._affordable(size):
+        if not self._affordable(size, iteration):
             return  # like flor.checkpointing's policy: this iteration is not checkpointed
         t1 = time.perf_counter()
         written: list[Path] = []  # removed again if this mirror fails: no orphan on a full disk
@@ -166,7 +166,9 @@ class Mirror:
                 }
             )
 
-    def _affordable(self, size: int) -> bool:
+    def _affordable(self, size: int, iteration: int) -> bool:
+        if self.policy.every is not None:  # flor.checkpointing(..., every=N)'s iterations
+            return iteration % self.policy.every == 0
         expected = size / self._copy_bytes_per_s
         compute = max(time.perf_counter() - self.started, self.policy.compute_s)
         return self.policy.cost_s + expected <= self.policy.budget * compute
@@ -274,7 +276,7 @@ def _safe_form(obj: Any, depth: int = 0) -> Any:
         return None
     if _is_tensor(obj) or isinstance(obj, _SAFE_LEAVES):
         return obj
-    getter = getattr(obj, "state_dict", None)
+    getter = attr_of(obj, "state_dict")
     if callable(getter) and not isinstance(obj, dict):
         return _safe_form(getter(), depth + 1)
     if isinstance(obj, dict):
@@ -292,7 +294,7 @@ def _is_tensor(obj: Any) -> bool:
 def _state_bytes(obj: Any) -> int:
     from florwb_engine.record.checkpoint import tensors_in
 
-    getter = getattr(obj, "state_dict", None)
+    getter = attr_of(obj, "state_dict")
     if callable(getter) and not isinstance(obj, dict):
         obj = getter()
     return sum(t.numel() * t.element_size() for t in tensors_in(obj))

@@ -91,13 +91,24 @@ def name_text(name: Any) -> str | None:
     return text
 
 
+def attr_of(value: Any, name: str) -> Any:
+    """`value.name`, or None when it is missing or asking for it fails in any way.
+
+    `getattr(value, name, None)` only absorbs AttributeError; a lazy proxy, a remote handle
+    or a config object may raise anything from `__getattr__` (KeyError, RuntimeError, a
+    network error), and a probe of a user's object must never stop training."""
+    try:
+        return getattr(value, name, None)
+    except Exception:  # noqa: BLE001 - whatever the user's __getattr__ raises
+        return None
+
+
 def _type_name(value: Any) -> str:
     kind = type(value)
     name = getattr(kind, "__qualname__", None) or "object"
-    layout = getattr(value, "layout", None)
-    device = getattr(value, "device", None)
     if name == "Tensor":  # what made it unstorable: sparse layout, meta device, complex dtype
-        extra = [str(x) for x in (layout, device, getattr(value, "dtype", None)) if x is not None]
+        probes = (attr_of(value, "layout"), attr_of(value, "device"), attr_of(value, "dtype"))
+        extra = [str(x) for x in probes if x is not None]
         return f"Tensor({', '.join(extra)})"
     return str(name)
 
@@ -107,14 +118,19 @@ _NO = object()
 
 def _as_scalar(value: Any) -> Any:
     """One-element tensors and numpy scalars become Python numbers (not complex ones)."""
-    numel = getattr(value, "numel", None)  # torch.Tensor
+    numel = attr_of(value, "numel")  # torch.Tensor
     if numel is not None and callable(numel):
         if numel() == 1:
             item = value.item()
             return item if type(item) in PRIMITIVES else _NO
         return _NO
-    size = getattr(value, "size", None)  # numpy scalar / ndarray
-    if isinstance(size, int) and size == 1 and hasattr(value, "item") and hasattr(value, "dtype"):
+    size = attr_of(value, "size")  # numpy scalar / ndarray
+    if (
+        isinstance(size, int)
+        and size == 1
+        and attr_of(value, "item") is not None
+        and attr_of(value, "dtype") is not None
+    ):
         try:
             item = value.item()
         except (TypeError, ValueError):
@@ -135,21 +151,21 @@ def _jsonable(value: Any) -> Any:
     scalar = _as_scalar(value)
     if scalar is not _NO:
         return _jsonable(scalar)
-    tolist = getattr(value, "tolist", None)
+    tolist = attr_of(value, "tolist")
     if callable(tolist):
         count = _element_count(value)
         if count is not None and count <= MAX_ELEMENTS:
             return _jsonable(tolist())
-        shape = tuple(getattr(value, "shape", ()))
-        return f"<{type(value).__name__} shape={shape} dtype={getattr(value, 'dtype', '?')}>"
+        shape = tuple(attr_of(value, "shape") or ())
+        return f"<{type(value).__name__} shape={shape} dtype={attr_of(value, 'dtype') or '?'}>"
     raise TypeError(type(value).__name__)
 
 
 def _element_count(value: Any) -> int | None:
-    numel = getattr(value, "numel", None)
+    numel = attr_of(value, "numel")
     if callable(numel):
         return int(numel())
-    size = getattr(value, "size", None)
+    size = attr_of(value, "size")
     return size if isinstance(size, int) else None
 
 

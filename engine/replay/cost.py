@@ -17,6 +17,7 @@ constants below were measured on a 2-core box with the demo and a 10-run sweep
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -101,6 +102,9 @@ class Work:
     # per chunk start f > 0: replaying the tail of iteration f - 1 from its checkpoint,
     # which a segment starting at f runs first (replaying.py)
     lead: dict[int, float] = field(default_factory=dict)
+    # iterations re-executed for want of a checkpoint: in full (OUTER), or run on from the
+    # iteration before instead of starting a segment of their own (INNER)
+    rerun: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -156,12 +160,14 @@ def run_work(
             cost[i] = facts.epoch_s.get(i, 0.0)
     executed = [i for i in epochs if i not in skipped]
     notes = []
+    rerun: list[int] = []
     if mode == OUTER:
         summary = (
             f"outer: {len(skipped)} of {len(epochs)} {main_loop} iterations skip their inner loops"
         )
         if executed:
             notes.append(f"no checkpoint around {ranges(executed)}: re-executed in full")
+        rerun = executed
     elif from_start:
         summary = (
             f"inner: re-executes {len(epochs)} {main_loop} iterations from the first, "
@@ -170,7 +176,7 @@ def run_work(
         return Work([epochs], cost, skipped, prefix_s, summary, notes)
     else:
         summary = f"inner: re-executes {len(epochs)} {main_loop} iterations"
-        missing = [i for i in epochs if i > 0 and i - 1 not in ckpt]
+        missing = rerun = [i for i in epochs if i > 0 and i - 1 not in ckpt]
         if missing:
             notes.append(
                 f"{checkpoint_spacing(sorted(ckpt), main_loop or 'iteration')}: "
@@ -183,7 +189,34 @@ def run_work(
         for k, start in enumerate(starts)
     ]
     lead = {start: tail_s(start - 1) for start in starts if start > 0}
-    return Work(chunks, cost, skipped, prefix_s, summary, notes, lead)
+    return Work(chunks, cost, skipped, prefix_s, summary, notes, lead, rerun)
+
+
+# A denser checkpoint policy is named in the plan when it would cut the estimate to this
+# share of it or less: below that the difference is within what the estimate can tell.
+DENSER_WORTH = 0.9
+
+
+def denser_work(
+    mode: ReplayMode,
+    main_loop: str | None,
+    facts: RunFacts,
+    work: Work,
+    executor: ExecutorName = "local",
+) -> Work | None:
+    """The same replay's work had the run checkpointed every main-loop iteration, each
+    checkpoint the size of its typical one; None where more checkpoints would change
+    nothing: nothing is re-executed for want of one, or the replay restores no checkpoint
+    at all (the state they hold is not the whole state, or a statement reads what none
+    holds: more of them would not be used either)."""
+    if mode == PREFIX or not work.rerun or not facts.checkpoints:
+        return None
+    sizes = sorted(size for _path, size in facts.checkpoints.values())
+    typical = sizes[len(sizes) // 2]
+    epochs = sorted(set(facts.epoch_s) | set(facts.checkpoints))
+    dense = dataclasses.replace(facts, checkpoints={i: ("", typical) for i in epochs})
+    found = run_work(mode, main_loop, dense, executor)
+    return found if isinstance(found, Work) else None
 
 
 def segment_parts(work: Work, per_run: int) -> list[SegmentPart]:

@@ -265,6 +265,7 @@ def _prepare(
                 world_size=run.launch["world_size"] if run.launch else 1,
                 mirrored=run.mirrored,
                 saved_map=run.saved_map,
+                starts=run.starts,
             )
             spec_path = workdir / f"{stem}.spec.json"
             spec.save(spec_path)

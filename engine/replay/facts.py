@@ -16,7 +16,7 @@ import duckdb
 
 from florwb_engine.record.save_mirror import is_manifest
 from florwb_engine.replay.errors import PlanError
-from florwb_engine.store import run_context
+from florwb_engine.store import lineage, run_context
 from florwb_engine.store.catalog import Store
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.schema import TABLES, literal, loop_column, loop_columns, quote
@@ -74,6 +74,8 @@ class RunFacts:
     diverged: str | None = None
     # the run_context row (record/context.py): its thread settings are replayed (cores.py)
     context: dict | None = None
+    # flor.load_checkpoint calls the run made (store/lineage.py): its replay makes the same
+    starts: list[dict] = field(default_factory=list)
 
 
 def select_runs(con: duckdb.DuckDBPyConnection, where: str | None) -> list[SelectedRun]:
@@ -202,6 +204,7 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
             if is_manifest(path)
         },
         context=run_context.context_of(con, run_id),
+        starts=lineage.lineage_of(con, run_id),
     )
 
 

@@ -21,14 +21,16 @@ from pathlib import Path
 from typing import Final, Literal
 
 from florwb_engine import versions
-from florwb_engine.project import store_dir
+from florwb_engine.project import checkpoint_dir, store_dir
 from florwb_engine.record.notebook import is_notebook_script
-from florwb_engine.replay import ddp_launch, run_inputs
+from florwb_engine.replay import ddp_launch, requests, run_inputs
 from florwb_engine.replay.cores import recorded_threads, workers_for_threads
 from florwb_engine.replay.cost import (
     CALIBRATION_BOUNDS,
+    DENSER_WORTH,
     ExecutorName,
     Work,
+    denser_work,
     replay_estimate,
     run_work,
     segment_parts,
@@ -46,7 +48,7 @@ from florwb_engine.replay.state_decision import (
     state_decision,
     whole_state_or_none,
 )
-from florwb_engine.store import Store
+from florwb_engine.store import Store, lineage
 from florwb_engine.store.repair import again_if_rebuilt
 
 # What a run's plan says: it will be replayed, it cannot be (with the reason), or it
@@ -94,6 +96,11 @@ class RunPlan:
     from_start: bool = False  # statements read state no checkpoint holds (state_reads.py)
     threads: dict | None = None  # the run's recorded thread settings (cores.RecordedThreads)
     hide: list[str] = field(default_factory=list)  # files the run created: absent in replay
+    # the estimate had the run checkpointed every main-loop iteration (None: no different),
+    # and the iterations re-executed now for want of a checkpoint (cost.denser_work)
+    denser_estimate_s: float | None = None
+    rerun: list[int] = field(default_factory=list)
+    starts: list[dict] = field(default_factory=list)  # its flor.load_checkpoint calls
 
 
 @dataclass
@@ -111,6 +118,23 @@ class Plan:
     notes: list[str] = field(default_factory=list)  # about the whole replay (fewer workers)
     # what the user must know before starting (runs still recording)
     warnings: list[str] = field(default_factory=list)
+    # the replay's estimate had its runs checkpointed every main-loop iteration (None: the
+    # runs' checkpoints would not make it much shorter)
+    denser_estimate_s: float | None = None
+
+    def denser_note(self) -> str | None:
+        """What a checkpoint every iteration would have saved this replay, in one line."""
+        if self.denser_estimate_s is None:
+            return None
+        rerun = [r for r in self.ready() if r.denser_estimate_s is not None]
+        loops = sorted({r.main_loop or "main-loop" for r in rerun})
+        n = sum(len(r.rerun) for r in rerun)
+        return (
+            f"with a checkpoint every {'/'.join(loops)} iteration this replay would take "
+            f"~{seconds_text(self.denser_estimate_s)} instead of "
+            f"~{seconds_text(self.estimate_s)} (re-run now: {n} iterations from the nearest "
+            "checkpoint; flor.checkpointing(..., every=1) records one per iteration)"
+        )
 
     def ready(self) -> list[RunPlan]:
         return [r for r in self.runs if r.status == READY]
@@ -126,6 +150,8 @@ class Plan:
             "calibration": self.calibration,
             "notes": self.notes,
             "warnings": self.warnings,
+            "denser_estimate_s": self.denser_estimate_s,
+            "denser_note": self.denser_note(),
             "runs": [
                 {
                     key: value
@@ -199,6 +225,12 @@ def plan_replay(
                 if plan.launch
                 else "a run restored from its own torch.save replays with the local executor"
             )
+        if plan.status == READY and executor != "local" and plan.starts:
+            plan.status = SKIP  # the parent run's checkpoint is not shipped to a Ray task
+            plan.reason = (
+                "a run started from another run's checkpoint (flor.load_checkpoint) replays "
+                "with the local executor, not on Ray"
+            )
         if plan.status == READY:
             assert plan.mode is not None
             found = run_work(
@@ -261,6 +293,9 @@ def plan_replay(
     raw = replay_estimate(
         [s.estimate_s / factor for p in plans for s in p.segments], at_once, executor
     )
+    denser = _denser_policy(ready, work, facts, workers, at_once, factor, executor)
+    if denser is not None and denser > raw * factor * DENSER_WORTH:
+        denser = None
     return Plan(
         replay_id=time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2),
         project=project,
@@ -273,6 +308,7 @@ def plan_replay(
         calibration=factor,
         notes=notes,
         warnings=warnings,
+        denser_estimate_s=denser,
     )
 
 
@@ -303,6 +339,14 @@ def _plan_run(
     plan.main_loop = facts.main_loop
     plan.checkpoints = {str(i): path for i, (path, _size) in facts.checkpoints.items()}
     wanted = [n for n in names if n not in facts.present]
+    plan.starts = facts.starts
+    gone = [s for s in facts.starts if not (checkpoint_dir(project) / str(s["path"])).is_file()]
+    if gone:
+        plan.reason = (
+            f"it started from {lineage.describe(gone[0])}, whose file is gone: its replay "
+            "cannot start where it started"
+        )
+        return plan
     if is_notebook_script(run.script):
         plan.reason = "recorded in a notebook: replaying notebook runs is not supported"
         return plan
@@ -318,6 +362,23 @@ def _plan_run(
     placed, plan.notes = placed_statements(result, wanted)
     if not placed:
         plan.reason = "; ".join(plan.notes) or "no statement could be placed"
+        return plan
+    handler = requests.refusal(result.code, {n: p.old_line for n, p in placed.items()})
+    if handler is not None:
+        plan.reason = handler
+        return plan
+    if facts.main_loop is not None and facts.main_loop in requests.iteration_names(result.code):
+        # the outermost coordinate is a flor.iteration: the loop around it is the script's
+        # own, with no checkpoints to start from, so the script runs whole
+        plan.main_loop = None
+        plan.mode = PREFIX
+        plan.names = list(placed)
+        plan.code = result.code
+        plan.notes.append(
+            f"{facts.main_loop} is a flor.iteration in the script's own loop: the script is "
+            "re-executed whole"
+        )
+        plan.status = READY
         return plan
     memo = memoized(project, run.run_id, result.code, facts) if not strict else Memo()
     mode, why = replay_mode(result, placed, facts.main_loop, memo.names)
@@ -366,7 +427,7 @@ def _assign_segments(
 ) -> None:
     """Give each run as many segments as keeps `workers` busy, balancing estimated time;
     `factor` calibrates the estimates from the project's past replays."""
-    per_run = max(1, math.ceil(workers / max(len(ready), 1)))
+    per_run = _per_run(workers, ready)
     index = 0
     for plan in ready:
         for part in segment_parts(work[plan.run_id], per_run):
@@ -384,6 +445,58 @@ def _assign_segments(
         # the run's own wall time with its segments side by side: more workers cut a run
         # into more segments, which never makes the run itself look longer
         plan.estimate_s = max((s.estimate_s for s in plan.segments), default=0.0)
+
+
+def _per_run(workers: int, ready: list[RunPlan]) -> int:
+    """Segments per run that keep `workers` busy."""
+    return max(1, math.ceil(workers / max(len(ready), 1)))
+
+
+def _denser_policy(
+    ready: list[RunPlan],
+    work: dict[str, Work],
+    facts: dict[str, RunFacts],
+    workers: int,
+    at_once: int,
+    factor: float,
+    executor: ExecutorName,
+) -> float | None:
+    """What a checkpoint every main-loop iteration would have made of the estimate: each
+    run's own (with a note where it is much shorter) and the whole replay's, returned
+    (None when no run's would change). Each run's `rerun` is set on the way."""
+    per_run = _per_run(workers, ready)
+    costs: list[float] = []
+    changed = False
+    for plan in ready:
+        own = [s.estimate_s / factor for s in plan.segments]
+        found = work[plan.run_id]
+        plan.rerun = list(found.rerun)
+        dense = denser_work(
+            plan.mode or PREFIX, plan.main_loop, facts[plan.run_id], found, executor
+        )
+        if dense is None:
+            costs += own
+            continue
+        parts = [part.estimate_s for part in segment_parts(dense, per_run)]
+        estimate = max(parts, default=0.0) * factor
+        if estimate > plan.estimate_s * DENSER_WORTH:
+            costs += own
+            continue
+        changed = True
+        costs += parts
+        plan.denser_estimate_s = estimate
+        loop = plan.main_loop or "main-loop"
+        plan.notes.append(
+            f"with a checkpoint every {loop} iteration ~{seconds_text(estimate)} instead of "
+            f"~{seconds_text(plan.estimate_s)} (re-run now: {len(found.rerun)} {loop} "
+            "iterations from the nearest checkpoint; flor.checkpointing(..., every=1))"
+        )
+    return replay_estimate(costs, at_once, executor) * factor if changed else None
+
+
+def seconds_text(seconds: float) -> str:
+    """An estimate in seconds as a plan says it: tenths below 10 s."""
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
 
 
 __all__ = [

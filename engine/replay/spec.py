@@ -41,6 +41,9 @@ class ReplaySpec:
     # and per call site (`train.py:42`) the [keys, expression, required] of what it saved
     mirrored: dict[str, str] = field(default_factory=dict)
     saved_map: dict[str, list[list]] = field(default_factory=dict)
+    # flor.load_checkpoint calls the run made (record/lineage.py): name, call, parent run,
+    # checkpoint and its path, answered with the same file in the replay
+    starts: list[dict] = field(default_factory=list)
 
     def checkpoint(self, iteration: int) -> Path | None:
         name = self.checkpoints.get(str(iteration))

@@ -4,7 +4,9 @@ The recording side (record/capture.py) sends lines as `console` events in the ru
 journal; ingestion stores them here in the same transaction as the journal offset, so
 they are kept exactly once. A line repeated within one loop iteration is one row with its
 count `n`. The view puts the run id and the loop coordinates back, as `logs` does:
-`SELECT epoch, text FROM console WHERE channel = 'stdout'`.
+`SELECT epoch, text FROM console WHERE channel = 'stdout'`. Each rank of a multi-process
+run numbers its lines from `rank << RANK_SHIFT`, as its log rows (run_ranks.py), so the
+ranks' lines never share a seq and the view's `rank` says whose line it is.
 
 Also here: reading a run's lines (`flor.io`, `florwb io`, the run detail's console tail)
 and the opt-in extraction of metrics from them (`florwb io RUN --extract REGEX`), whose
@@ -25,17 +27,18 @@ from florwb_engine.store.repair import again_if_rebuilt
 TABLE = """
         run_key INTEGER, source_key INTEGER, seq BIGINT, ctx_id BIGINT, channel VARCHAR,
         text VARCHAR, n INTEGER"""
-VIEW_COLUMNS = ("run_id", "seq", "channel", "text", "n", "ctx_id")
+VIEW_COLUMNS = ("run_id", "seq", "rank", "channel", "text", "n", "ctx_id")
 EXTRACT_SOURCE = "extract"
 
 
 def create_view(con: duckdb.DuckDBPyConnection, loop_columns: list[str]) -> None:
     """The `console` view; a loop named like one of its own columns is left out of it."""
-    from florwb_engine.store.schema import coordinates_sql, entry_join
+    from florwb_engine.store.schema import RANK_SHIFT, coordinates_sql, entry_join
 
     columns = [c for c in loop_columns if c.lower() not in VIEW_COLUMNS]
     con.execute(
-        "CREATE OR REPLACE VIEW console AS SELECT r.run_id, l.seq, l.channel, l.text, l.n, "
+        "CREATE OR REPLACE VIEW console AS SELECT r.run_id, l.seq, "
+        f"(l.seq >> {RANK_SHIFT})::INTEGER AS rank, l.channel, l.text, l.n, "
         f"l.ctx_id{coordinates_sql(columns)} FROM console_rows l "
         f"JOIN runs r ON r.run_key = l.run_key {entry_join()}"
     )
@@ -44,8 +47,11 @@ def create_view(con: duckdb.DuckDBPyConnection, loop_columns: list[str]) -> None
 # --- ingestion ------------------------------------------------------------------------
 
 
-def insert(con: duckdb.DuckDBPyConnection, run_key: int, source_key: int, events: list) -> int:
-    """Store the lines of a batch's `console` events; returns how many lines."""
+def insert(
+    con: duckdb.DuckDBPyConnection, run_key: int, source_key: int, events: list, base: int = 0
+) -> int:
+    """Store the lines of a batch's `console` events, numbered from `base` (the rank's first
+    seq); returns how many lines."""
     from florwb_engine.store.ingest import clean_text
 
     seqs: list[int] = []
@@ -56,12 +62,12 @@ def insert(con: duckdb.DuckDBPyConnection, run_key: int, source_key: int, events
     more: list[tuple[int, int]] = []
     for event in events:
         for seq, ctx, channel, text, n in event.get("lines", ()):
-            seqs.append(int(seq))
+            seqs.append(base + int(seq))
             ctxs.append(int(ctx))
             channels.append(clean_text(channel))
             texts.append(clean_text(text))
             counts.append(int(n))
-        more.extend((int(s), int(k)) for s, k in event.get("more", ()))
+        more.extend((base + int(s), int(k)) for s, k in event.get("more", ()))
     if seqs:
         frame = {
             "seq": np.array(seqs, dtype=np.int64),
@@ -95,6 +101,7 @@ class ConsoleLine:
     text: str
     n: int
     where: dict[str, int]  # loop coordinates (loop column -> iteration), outermost first
+    rank: int = 0  # the rank that printed it (multi-process runs)
 
 
 def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
@@ -127,13 +134,15 @@ def _where(run_id: str | None, grep: str | None) -> tuple[str, list]:
 
 
 def frame(con: duckdb.DuckDBPyConnection, run_id: str | None = None, grep: str | None = None):
-    """pandas DataFrame of lines (all runs, or one), in order: run_id, loop coordinates,
-    channel, text, n. `grep` is a regular expression (RE2) a line must contain."""
+    """pandas DataFrame of lines (all runs, or one), in order: run_id, `rank` where a run
+    has several, loop coordinates, channel, text, n. `grep` is a regular expression (RE2) a
+    line must contain."""
     if run_id is not None:
         run_id = resolve_run(con, run_id)
     where, params = _where(run_id, grep)
     coords = _coordinates(con, run_id)
-    select = ", ".join(["run_id", *(_q(c) for c in coords), "channel", "text", "n"])
+    ranks = ["rank"] if _several_ranks(con, run_id) else []
+    select = ", ".join(["run_id", *ranks, *(_q(c) for c in coords), "channel", "text", "n"])
     return con.execute(f"SELECT {select} FROM console{where} ORDER BY run_id, seq", params).df()
 
 
@@ -143,6 +152,11 @@ def _coordinates(con: duckdb.DuckDBPyConnection, run_id: str | None) -> list[str
 
     columns = [c for c in loop_columns(con) if c.lower() not in VIEW_COLUMNS]
     return _used_coordinates(con, run_id, columns)
+
+
+def _several_ranks(con: duckdb.DuckDBPyConnection, run_id: str | None) -> bool:
+    where, params = _where(run_id, None)
+    return bool(con.execute(f"SELECT max(rank) > 0 FROM console{where}", params).fetchall()[0][0])
 
 
 def _q(name: str) -> str:
@@ -163,12 +177,15 @@ def _used_coordinates(con, run_id: str | None, columns: list[str]) -> list[str]:
 def tail(
     con: duckdb.DuckDBPyConnection, run_id: str, limit: int = 200
 ) -> tuple[list[ConsoleLine], int]:
-    """The last `limit` lines of a run, oldest first, and how many it has in all."""
+    """The last `limit` lines of a run, oldest first, and how many it has in all; a
+    multi-rank run's ranks interleaved by each one's own line order."""
+    from florwb_engine.store.schema import LOCAL_SEQ
+
     coords = _coordinates(con, run_id)
     extra = "".join(f", {_q(c)}" for c in coords)
     rows = con.execute(
-        f"SELECT seq, channel, text, n{extra} FROM console WHERE run_id = ? "
-        "ORDER BY seq DESC LIMIT ?",
+        f"SELECT seq, channel, text, n, rank{extra} FROM console WHERE run_id = ? "
+        f"ORDER BY seq & {LOCAL_SEQ} DESC, rank DESC LIMIT ?",  # the ranks side by side
         [run_id, int(limit)],
     ).fetchall()
     total = con.execute(
@@ -181,7 +198,8 @@ def tail(
             r[1],
             r[2],
             int(r[3]),
-            {c: int(v) for c, v in zip(coords, r[4:]) if v is not None},
+            {c: int(v) for c, v in zip(coords, r[5:]) if v is not None},
+            int(r[4]),
         )
         for r in reversed(rows)
     ]

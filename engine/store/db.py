@@ -1,8 +1,14 @@
 """Short-lived DuckDB connections that wait for the single-writer lock instead of failing.
 
 DuckDB lets one process open a database file for writing. Every florwb process (CLI, app
-worker, notebook) connects only for the work at hand and closes again, and retries while
-another process holds the lock, so concurrent readers and ingesters take turns.
+worker, notebook) connects to the catalog only for the work at hand (ingesting, a bounded
+read) and closes again, and retries while another process holds the lock, so concurrent
+readers and ingesters take turns of milliseconds. Nothing holds the catalog while a result
+is paged or streamed: user SQL reads a snapshot (engine/store/snapshot.py).
+
+Within one process the threads share one DuckDB instance of the catalog; `exclusive_here`
+waits until none of them has a connection open (a snapshot is copied while nothing in this
+process can checkpoint into the file).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import logging
 import os
 import random
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,31 +39,98 @@ log = logging.getLogger(__name__)
 # Who is told, while a connection waits on another process's lock, who holds it and for how
 # long it has waited (the workbench shows it; the CLI has the log line). Per thread/task.
 LockWaitListener = Callable[[str, float], None]
-_lock_wait_listener: ContextVar[LockWaitListener | None] = ContextVar(
-    "florwb_lock_wait_listener", default=None
+LockFreedListener = Callable[[float], None]
+_lock_wait_listener: ContextVar[tuple[LockWaitListener, LockFreedListener | None] | None] = (
+    ContextVar("florwb_lock_wait_listener", default=None)
 )
 LOCK_REPORT_EVERY_S = 0.5
+# The longest pause between two tries for the lock: holders keep it for milliseconds, so a
+# waiter that slept longer would wait on a file that is free.
+RETRY_DELAY_MAX_S = 0.05
 
 
 @contextmanager
-def lock_waits_reported(listener: LockWaitListener) -> Iterator[None]:
+def lock_waits_reported(
+    listener: LockWaitListener, freed: LockFreedListener | None = None
+) -> Iterator[None]:
     """Connections opened inside this block call `listener(holder, waited_s)` every
-    LOCK_REPORT_EVERY_S while they wait on another process's lock."""
-    token = _lock_wait_listener.set(listener)
+    LOCK_REPORT_EVERY_S while they wait on another process's lock, and `freed(waited_s)`
+    when they got the file after waiting on one at all (whoever shows a holder stops
+    showing it; whoever measures waits adds it up)."""
+    token = _lock_wait_listener.set((listener, freed))
     try:
         yield
     finally:
         _lock_wait_listener.reset(token)
 
 
-# Called when this process's own read-only connection stands in the way of a connection it
-# opens (DuckDB refuses one file open with two configurations in one process): holders of
-# idle read-only connections (a result being paged through) let go of them.
-_SAME_PROCESS_CONFLICT_HOOKS: list[Callable[[], None]] = []
+class _Gate:
+    """Per catalog file: connections of this process share it, `exclusive_here` has it
+    alone. Shared entries nest in a thread (a session inside a session); one waiting
+    exclusive entry holds back new shared entries of other threads, so it is not starved."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive: int | None = None  # the thread that holds it alone
+        self._waiting = 0
+        self._mine = threading.local()
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        me = threading.get_ident()
+        depth = getattr(self._mine, "depth", 0)
+        with self._cond:
+            if self._exclusive != me and depth == 0:
+                while self._exclusive is not None or self._waiting:
+                    self._cond.wait()
+            self._shared += 1
+        self._mine.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._mine.depth = depth
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        me = threading.get_ident()
+        if getattr(self._mine, "depth", 0):
+            raise RuntimeError("exclusive use of the catalog inside a connection of this thread")
+        with self._cond:
+            self._waiting += 1
+            try:
+                while self._exclusive is not None or self._shared:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
+            self._exclusive = me
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = None
+                self._cond.notify_all()
 
 
-def on_same_process_conflict(hook: Callable[[], None]) -> None:
-    _SAME_PROCESS_CONFLICT_HOOKS.append(hook)
+_GATES: dict[Path, _Gate] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def _gate(path: Path) -> _Gate:
+    key = path.absolute()
+    with _GATES_LOCK:
+        return _GATES.setdefault(key, _Gate())
+
+
+@contextmanager
+def exclusive_here(store: Path) -> Iterator[None]:
+    """No other thread of this process has a connection to the catalog in `store` open
+    inside this block (connections this thread opens inside it are allowed)."""
+    with _gate(store / DB_FILENAME).exclusive():
+        yield
 
 
 def lock_timeout_s() -> float:
@@ -118,13 +192,23 @@ def connect(
     require_store(store)
     path = store / DB_FILENAME
     timeout_s = lock_timeout_s() if timeout_s is None else timeout_s
-    listener = _lock_wait_listener.get()
+    with _gate(path).shared(), _connected(path, timeout_s, read_only, config) as con:
+        yield con
+
+
+@contextmanager
+def _connected(
+    path: Path, timeout_s: float, read_only: bool, config: dict[str, Any] | None
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    listeners = _lock_wait_listener.get()
+    listener, freed = listeners if listeners is not None else (None, None)
+    waited = False
     began = time.monotonic()
     reported_at = began
     deadline = time.monotonic() + timeout_s
     noticed_at = time.monotonic() + LOCK_NOTICE_AFTER_S
     said = False
-    delay = 0.01
+    delay = 0.002
     while True:
         try:
             con = duckdb.connect(str(path), read_only=read_only, config=config or {})
@@ -135,9 +219,7 @@ def connect(
             if not _is_lock_conflict(exc):
                 raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
             holder = lock_holder(str(exc))
-            if "different configuration" in str(exc):
-                for hook in _SAME_PROCESS_CONFLICT_HOOKS:
-                    hook()
+            waited = True
             if time.monotonic() > deadline:
                 raise StoreBusy(f"{path} stayed locked by {holder} for {timeout_s:.0f} s") from None
             if not said and time.monotonic() > noticed_at and "Conflicting lock" in str(exc):
@@ -149,7 +231,9 @@ def connect(
                     reported_at = now
                     listener(holder, now - began)
             time.sleep(delay * (1 + random.random()))
-            delay = min(delay * 2, 0.5)
+            delay = min(delay * 2, RETRY_DELAY_MAX_S)
+    if waited and freed is not None:
+        freed(time.monotonic() - began)
     try:
         no_progress_bar(con)
         yield con

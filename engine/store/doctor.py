@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 
 from florwb_engine import project as projects
-from florwb_engine.store import repair
+from florwb_engine.store import ingest, repair
 from florwb_engine.store.catalog import Store
 from florwb_engine.store.db import DB_FILENAME, StoreError
 from florwb_engine.versions._git import VersionError, git, private_env
@@ -113,11 +113,29 @@ def _check_journals(project: Path, store: Store, report: DoctorReport) -> None:
                     continue
         except OSError as exc:
             unreadable.append(f"{path.name} ({exc.strerror})")
+            continue
+        if open_to := ingest.writable_by_others(path):
+            report.problems.append(open_to)
     report.found.append(f"journals: {len(files)} files")
     if unreadable:
         report.problems.append("journals unreadable: " + ", ".join(unreadable))
     for error in store.last_ingest.errors:
         report.problems.append(f"journal: {error}")
+    try:
+        with store.session() as con:
+            damaged = con.execute(
+                "SELECT file, 'unreadable from byte ' || \"offset\" || ': ' || error FROM journals "
+                "WHERE error IS NOT NULL UNION ALL "
+                "SELECT split_part(detail, ': ', 1), 'lost its start: run ' || run_id || "
+                "' is shown from what is left; ' || split_part(detail, ': ', 2) "
+                "FROM run_issues WHERE kind = ? ORDER BY 1",
+                [ingest.START_LOST],
+            ).fetchall()
+    except (StoreError, duckdb.Error) as exc:  # the catalog's own problem is said above
+        report.problems.append(f"journals: not checked ({repair.first_line(exc)})")
+        return
+    for file, what in damaged:  # said by the read that found it, and by every doctor
+        report.problems.append(f"journal {file}: {what}")
 
 
 def _check_versions(store_dir: Path, versions: list[str], report: DoctorReport) -> None:

@@ -34,6 +34,7 @@ from florwb_engine.store.queries import (
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import list_runs
 from florwb_engine.store.schema import LOCAL_SEQ
+from florwb_engine.store.values import exact_number
 
 # Per run and name, the one source the history reads: recorded (source_key 0) first.
 CHOSEN = "SELECT run_key, name_key, min(source_key) AS source_key FROM name_stats GROUP BY ALL"
@@ -261,7 +262,7 @@ def _series(
         ).fetchall()
         exact = con.execute(
             f"""
-            SELECT l.run_key, arg_max(l.value, l.seq),
+            SELECT l.run_key, arg_max(l.value, l.seq), arg_max_null(l.text, l.seq),
                    min(l.value) FILTER (WHERE isfinite(l.value)),
                    max(l.value) FILTER (WHERE isfinite(l.value))
             FROM log_rows l JOIN florwb_chosen t
@@ -282,12 +283,12 @@ def _series(
     out = SeriesValues(
         series={run_id: [v for _b, v in sorted(pairs)] for run_id, pairs in buckets.items()}
     )
-    for run_key, last, low, high in exact:
+    for run_key, last, digits, low, high in exact:
         run_id = run_ids.get(run_key)
         if run_id is None:
             continue
-        if last is not None:
-            out.last[run_id] = float(last)
+        if last is not None:  # an int past 2**53 as its digits say, not rounded
+            out.last[run_id] = exact_number(float(last), digits)
         if low is not None:
             out.low[run_id] = float(low)
         if high is not None:

@@ -10,11 +10,14 @@ numpy columns; nothing here loops over log rows in Python unless a batch holds s
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 import socket
+import stat
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from itertools import chain
 from pathlib import Path
@@ -25,7 +28,7 @@ import numpy as np
 from florwb_engine import journal, processes
 from florwb_engine.journal import VTYPES
 from florwb_engine.store import console, run_context, run_ranks
-from florwb_engine.store.db import fetch_one
+from florwb_engine.store.db import StoreError, fetch_one
 from florwb_engine.store.schema import RECORDED, ensure_loop_columns, quote
 
 _NUMERIC = (float, int, bool)
@@ -80,7 +83,18 @@ class _State:
 
 # What a run's journal holds; anything else (a newer florwb's event) is counted and skipped.
 KNOWN_EVENTS = frozenset(
-    {"start", "version", "version_error", "arg", "issues", "checkpoint", "end", "loop", "files"}
+    {
+        "start",
+        "version",
+        "version_error",
+        "arg",
+        "issues",
+        "checkpoint",
+        "end",
+        "loop",
+        "files",
+        "lineage",
+    }
 )
 
 
@@ -104,19 +118,73 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
         state = states.get(path.name)
         if state is not None and state.done:
             continue
+        if state is None and (open_to := writable_by_others(path)):  # said when first read
+            report.warnings.append(open_to)
         try:
+            # What a live run appends while this reader ingests is the next reader's: chasing
+            # it would hold the catalog for as long as the run writes faster than we ingest.
+            # One pass past what was there at the start (it finds a run that died meanwhile,
+            # its id known from the first pass), then it stops.
+            size, passes = _size(path), 0
             while state is None or not state.done:  # until nothing new (a live run) or done
                 rows, new_state = _ingest_one(con, path, state, report)
                 if new_state == state:
                     break
                 report.rows += rows
                 state = new_state
+                passes += 1
+                if state is not None and state.offset >= size and passes >= 2:
+                    break
             report.journals += 1
         except duckdb.Error as exc:  # the database failed: nothing of it kept, tried next read
             _rollback(con)
+            full = _disk_full(exc)
+            if full is not None:  # every journal would fail alike; the reader must not
+                # serve the catalog as if it were up to date
+                raise CatalogDiskFull(
+                    f"the catalog cannot be brought up to date: {full} where "
+                    f"{journal_dir.parent} is; free some space and run it again "
+                    "(nothing is lost: the journals still hold every value)"
+                ) from None
             report.errors.append(f"{path.name}: {str(exc).splitlines()[0]}")
     con.execute("SET SESSION preserve_insertion_order = true")
     return report
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:  # removed since listed: read_chunks finds nothing new
+        return 0
+
+
+def writable_by_others(path: Path) -> str | None:
+    """The warning for a journal every user may write (what it says a run logged could
+    have been written by anyone on the machine); None otherwise."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if not mode & stat.S_IWOTH:
+        return None
+    return (
+        f"journal {path.name} is writable by every user (mode {stat.filemode(mode)}): "
+        f"anyone could have changed what it holds; `chmod o-w` it"
+    )
+
+
+class CatalogDiskFull(StoreError):
+    """Ingestion could not write the catalog: its disk is full (or a quota or file size
+    limit was reached). One line for the user; a reader stops instead of serving stale rows."""
+
+
+_FULL = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
+
+
+def _disk_full(exc: BaseException) -> str | None:
+    """The reason, in the system's words, when `exc` is the catalog's disk being full."""
+    text = str(exc)
+    return next((reason for reason in _FULL if reason in text), None)
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
@@ -144,6 +212,9 @@ def _ingest_one(
     dead = old.run_id is not None and _is_dead(con, old.run_id, old.rank, old.source)
     scan = journal.read_chunks(path, old.offset)
     chunks, next_chunk = _new_chunks(scan.chunks, old.next_chunk)
+    if old.offset == 0 and not scan.chunks and scan.bad_tail:  # overwritten, or not a journal
+        why = f"no readable chunk in its {scan.size} bytes (overwritten, or not a florwb journal)"
+        return 0, _mark_unreadable(con, path, old, 0, why, report)
     if scan.end_offset == old.offset and scan.error is None and not dead:
         return 0, state  # nothing new: a live run between flushes
     try:
@@ -208,6 +279,9 @@ def _apply(
     entries = []
     lines = []  # printed and logged lines (store/console.py)
     unknown: dict[str, int] = {}  # event kinds this florwb does not know -> how many
+    warnings = []
+    if keys.run_id is None and chunks and not any(e.get("kind") == "start" for e in batch.events):
+        warnings.append(_start_lost(con, path, keys))
     for event in batch.events:
         kind = event.get("kind")
         if kind == "console":
@@ -236,7 +310,7 @@ def _apply(
     shared = _insert_loop_entries(con, keys, entries)
     _insert_iterations(con, keys, batch.timings)
     rows = insert_logs(con, keys, batch.logs, run_ranks.first_seq(old.next_seq, keys.rank))
-    console.insert(con, keys.run_key, keys.source_key, lines)
+    console.insert(con, keys.run_key, keys.source_key, lines, run_ranks.first_seq(0, keys.rank))
     if dead and not done and keys.rank is not None:
         run_ranks.mark_killed(con, keys.run_id, keys.rank)
     elif dead and not done:
@@ -245,7 +319,6 @@ def _apply(
             [keys.run_id],
         )
         done = not chunks  # the process is gone: once nothing new is left, nothing will come
-    warnings = []
     for loop_path, column in shared.items():
         detail = f"loop {loop_path!r} nests loops that share the column {column!r}"
         keys.issues.append(("ambiguous", detail, 1))
@@ -290,6 +363,34 @@ def _apply(
     con.execute("COMMIT")
     report.warnings.extend(warnings)
     return rows, new
+
+
+START_LOST = "start lost"  # run_issues kind: the run is shown from what is left of its journal
+
+
+def _start_lost(con, path: Path, keys: RunKeys) -> str:
+    """The journal's first chunk (the run's start: script, command line, start time, host
+    and process) is gone: the run is created from the journal's name so what is left is
+    shown under it; the line that says so."""
+    named = journal.recorded_run_of(path.name)
+    if named is None:  # a replay's journal does not name the run it replays
+        raise ValueError("its start event is lost (the run it replays is unknown)")
+    keys.run_id, keys.rank = named
+    con.execute(
+        "INSERT OR IGNORE INTO runs (run_id, run_key, status) "
+        "SELECT ?, coalesce(max(run_key), 0) + 1, 'running' FROM runs",
+        [keys.run_id],
+    )
+    if keys.rank is not None:
+        con.execute(
+            "INSERT OR IGNORE INTO run_ranks (run_id, rank, status) VALUES (?, ?, 'running')",
+            [keys.run_id, keys.rank],
+        )
+    missing = "its script, command line, start time and process are unknown"
+    keys.issues.append((START_LOST, f"{path.name}: {missing}", 1))
+    return (
+        f"run {keys.run_id}: journal {path.name} lost its start: shown from what is left; {missing}"
+    )
 
 
 def _mark_unreadable(con, path: Path, state: _State, offset: int, reason: str, report) -> _State:
@@ -470,6 +571,21 @@ def _apply_event(con, keys: RunKeys, e: dict) -> bool:
             )
         if e.get("dropped"):
             keys.issues.append(("files", "project files past the first 10,000 not noted", 1))
+    elif kind == "lineage" and keys.source == RECORDED:
+        con.execute(
+            "INSERT OR IGNORE INTO run_lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                run_id,
+                e.get("name") or "",
+                int(e.get("call", 0)),
+                e.get("parent"),
+                e.get("checkpoint"),
+                e.get("checkpoint_kind"),
+                e.get("loop"),
+                e.get("iteration"),
+                e.get("path"),
+            ],
+        )
     elif kind == "checkpoint":
         con.execute(
             "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -487,19 +603,47 @@ def _apply_event(con, keys: RunKeys, e: dict) -> bool:
         )
     elif kind == "end":
         if keys.source == RECORDED and keys.rank is not None:
-            run_ranks.on_end(con, run_id, keys.rank, e, _ts(e.get("time")))
+            run_ranks.on_end(con, run_id, keys.rank, e, _end_time(con, keys, e))
             if "context" in e:
                 run_context.apply(con, run_id, e["context"])
         elif keys.source == RECORDED:
             con.execute(
                 "UPDATE runs SET end_time = ?, status = ?, exception = ?, "
                 "message = coalesce(?, message) WHERE run_id = ?",
-                [_ts(e.get("time")), e["status"], e.get("exception"), e.get("message"), run_id],
+                [
+                    _end_time(con, keys, e),
+                    e["status"],
+                    e.get("exception"),
+                    e.get("message"),
+                    run_id,
+                ],
             )
             if "context" in e:
                 run_context.apply(con, run_id, e["context"])
         return True
     return False
+
+
+def _end_time(con, keys: RunKeys, e: dict) -> datetime | None:
+    """When the run (or rank) ended: its start plus the time it ran on the monotonic clock
+    (`elapsed_s`), so a wall clock stepped back meanwhile gives no negative duration; the
+    end's own wall-clock time for journals without it, or a run whose start is lost."""
+    elapsed = e.get("elapsed_s")
+    if type(elapsed) is float and elapsed >= 0:
+        if keys.rank is not None:
+            sql, params = (
+                "SELECT start_time FROM run_ranks WHERE run_id = ? AND rank = ?",
+                [
+                    keys.run_id,
+                    keys.rank,
+                ],
+            )
+        else:
+            sql, params = "SELECT start_time FROM runs WHERE run_id = ?", [keys.run_id]
+        row = fetch_one(con, sql, params)
+        if row is not None and row[0] is not None:
+            return row[0] + timedelta(seconds=elapsed)
+    return _ts(e.get("time"))
 
 
 def _arg_value(v) -> tuple[float | None, str | None, str]:

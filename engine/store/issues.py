@@ -8,7 +8,7 @@ silence and nothing is repeated per value.
 
 from __future__ import annotations
 
-_ORDER = ("unreadable", "lost", "dropped", "replaced", "damaged")
+_ORDER = ("unreadable", "start lost", "lost", "dropped", "replaced", "damaged")
 
 
 def summary(issues: list[dict]) -> str | None:
@@ -27,6 +27,8 @@ def summary(issues: list[dict]) -> str | None:
         more = f", {len(group) - 3} more" if len(group) > 3 else ""
         if kind == "unreadable":
             parts.append(f"journal unreadable from a chunk on ({group[0]['detail']})")
+        elif kind == "start lost":
+            parts.append(f"journal lost its start ({group[0]['detail']})")
         elif kind == "damaged":
             parts.append(f"{n} damaged journal bytes skipped ({details}{more})")
         elif kind == "lost":

@@ -30,6 +30,7 @@ from florwb_engine.store.db import StoreError, no_progress_bar
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import RunRow, list_runs
 from florwb_engine.store.schema import LOCAL_SEQ, literal, quote
+from florwb_engine.store.values import exact_number
 from florwb_engine.store.verdicts import Withheld, withheld
 
 if TYPE_CHECKING:  # duckdb.sqltypes is duckdb 2's home of the type; only annotations use it
@@ -325,6 +326,7 @@ def _run_metrics(
              b AS (SELECT source_key, name_key, min(seq) AS lo, max(seq) AS hi, count(*) AS n,
                           count(*) FILTER (WHERE vtype <= 2) AS n_num,
                           arg_max(value, seq) AS last, arg_max(text, seq) AS last_text,
+                          arg_max_null(text, seq) AS last_digits,
                           min(value) FILTER (WHERE isfinite(value)) AS low,
                           max(value) FILTER (WHERE isfinite(value)) AS high
                    FROM v GROUP BY ALL),
@@ -333,7 +335,7 @@ def _run_metrics(
                                AS INTEGER) AS bucket,
                           avg(v.value) FILTER (WHERE isfinite(v.value)) AS value
                    FROM v JOIN b USING (source_key, name_key) WHERE v.vtype <= 2 GROUP BY ALL)
-        SELECT k.name, s.source, b.n, b.n_num, b.last, b.low, b.high, b.last_text,
+        SELECT k.name, s.source, b.n, b.n_num, b.last, b.low, b.high, b.last_text, b.last_digits,
                (SELECT list(g.value ORDER BY g.bucket) FROM g
                  WHERE g.source_key = b.source_key AND g.name_key = b.name_key)
         FROM b JOIN name_keys k ON k.name_key = b.name_key
@@ -348,7 +350,7 @@ def _run_metrics(
     # no verdict; a diverged one's rows are withheld and never reach this table).
     verdict_of = {v["replay_id"]: v["verdict"] for v in verdicts}
     chosen: dict[str, MetricSeries] = {}
-    for name, source, n, n_num, last, low, high, last_text, points_ in rows:
+    for name, source, n, n_num, last, low, high, last_text, last_digits, points_ in rows:
         if name in chosen:
             if source != console_lines.EXTRACT_SOURCE and verdict_of.get(source) in (
                 None,
@@ -361,7 +363,7 @@ def _run_metrics(
             name=name,
             source=source,
             n=int(n),
-            last=last if numeric else None,
+            last=exact_number(last, last_digits) if numeric else None,
             low=low if numeric else None,
             high=high if numeric else None,
             points=[_nan(v) for v in (points_ or [])] if numeric else [],

@@ -1,11 +1,11 @@
 """A user's query result paged through without loading it (the workbench's Query tab).
 
 The result streams from a read-only connection (engine/store/user_sql.py) that stays open
-between pages, so page 500 costs what page 1 did. An open read-only connection keeps every
-writer out of the file, this process's own ingestion included, so the stream lets go of it
-as soon as it can: when the result is exhausted, when it is closed, and when it is idle and
-someone else asks for the file (`park`, called through user_sql's holders). A parked stream
-that is asked for more runs the statements again and skips the rows it already handed out.
+between pages, so page 500 costs what page 1 did. The connection is to a snapshot of the
+catalog taken when the query started (engine/store/snapshot.py), not to the catalog: an
+open result, however long it stays on screen, keeps nobody waiting, and every page comes
+from the same state of the catalog. It lets go of the snapshot when the result is exhausted
+or closed.
 
 `interrupt()` stops a running query from any thread (DuckDB's connection interrupt); the
 fetch or count then raises QueryStopped.
@@ -20,23 +20,18 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from florwb_engine.store import repair
-from florwb_engine.store.db import StoreError, connect
+from florwb_engine.store.db import StoreError
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.user_sql import (
-    READ_ONLY_CONFIG,
-    READ_ONLY_HELD,
     QueryStopped,
     check_read_only,
     count_result,
     failure_of,
-    hold,
-    park_idle_holders,
+    read_only_connection,
 )
 
 if TYPE_CHECKING:
     from florwb_engine.store.catalog import Store
-
-SKIP_CHUNK = 2048
 
 
 class ResultStream:
@@ -44,7 +39,7 @@ class ResultStream:
 
     `check_read_only` runs in the constructor (StoreError for writing SQL); nothing opens
     until `start()` or the first `fetch`. Thread-safe: one fetch at a time; `interrupt`
-    and `park` from any thread."""
+    from any thread."""
 
     def __init__(self, store: Store, sql: str) -> None:
         self.store = store
@@ -54,7 +49,6 @@ class ResultStream:
         self.returns_rows = True
         self.fetched = 0  # rows handed out so far
         self.exhausted = False
-        self.parked = 0  # how often it let go of the file while idle
         self._peeked: list[tuple] = []
         self._lock = threading.Lock()
         self._no_users = threading.Condition(self._lock)  # a count on a cursor has ended
@@ -65,7 +59,6 @@ class ResultStream:
         self._users = 0  # counts running on a cursor of the open connection
         self._closed = False
         self._stopped = False
-        hold(self)
 
     # --- opening and letting go -----------------------------------------------------------
 
@@ -82,29 +75,25 @@ class ResultStream:
             raise QueryStopped("stopped")
         if self._cursor is not None:
             return
-        self.store.ingest()  # a short write session of its own, before the lock below
-        park_idle_holders()
+        if self.fetched:  # a failed fetch let go: rows of another snapshot would not follow
+            raise StoreError("the result was lost after an error; run the query again")
         stack = ExitStack()
-        READ_ONLY_HELD.acquire()
-        stack.callback(READ_ONLY_HELD.release)
         try:
             with repair.guarded(self.store.dir):
-                con = stack.enter_context(
-                    connect(self.store.dir, read_only=True, config=READ_ONLY_CONFIG)
-                )
-                con.execute("SET lock_configuration = true")
+                con = stack.enter_context(read_only_connection(self.store))
                 cursor = con.cursor()
                 stack.callback(cursor.close)
                 self._stack, self._con, self._cursor = stack, con, cursor
                 for statement in self.statements[:-1]:
                     cursor.execute(statement).fetchall()
                 cursor.execute(self.statements[-1])
-                self._skip(cursor, self.fetched)
         except duckdb.Error as exc:
             self._let_go()
+            stack.close()
             raise self._failed(exc) from None
         except BaseException:
             self._let_go()
+            stack.close()
             raise
         description = cursor.description
         self.returns_rows = description is not None
@@ -115,34 +104,11 @@ class ResultStream:
         self.columns = [d[0] for d in description]
         self.types = [d[1] for d in description]
 
-    @staticmethod
-    def _skip(cursor: duckdb.DuckDBPyConnection, rows: int) -> None:
-        """Past the rows handed out before the stream was parked (same query, same order:
-        DuckDB preserves insertion order; an unordered GROUP BY may differ)."""
-        while rows > 0:
-            got = len(cursor.fetchmany(min(rows, SKIP_CHUNK)))
-            if got == 0:
-                return
-            rows -= got
-
     def _let_go(self) -> None:
         stack, self._stack, self._con, self._cursor = self._stack, None, None, None
         self._peeked = []
         if stack is not None:
             stack.close()
-
-    def park(self) -> bool:
-        """Close the connection if nobody is using it (it reopens when asked for more)."""
-        if not self._lock.acquire(blocking=False):
-            return False
-        try:
-            if self._users or self._cursor is None:
-                return False
-            self._let_go()
-            self.parked += 1
-            return True
-        finally:
-            self._lock.release()
 
     def close(self, *, wait: bool = True) -> None:
         """Stop whatever runs and let go of the file; the stream cannot be used again.
@@ -199,7 +165,7 @@ class ResultStream:
                 cursor = con.cursor()
                 self._counting = cursor
                 self._users += 1
-        if con is None:  # parked: count on a connection of its own
+        if con is None:  # not started: count on a connection of its own
             return count_result(self.store, ";\n".join(self.statements))
         try:
             relation = cursor.sql(self.statements[-1])

@@ -14,7 +14,8 @@ from typing import Any, Literal, cast
 
 import duckdb
 
-from florwb_engine.store import run_context
+from florwb_engine.record.save_mirror import MANIFEST_SUFFIX
+from florwb_engine.store import lineage, run_context
 from florwb_engine.store.schema import entry_join
 from florwb_engine.store.values import decode_value
 from florwb_engine.store.verdicts import Verdict, latest_verdict, run_verdicts
@@ -56,6 +57,31 @@ class RunRow:
     # its replays' verdicts, oldest first (store/verdicts.py: replay_id, names, verdict,
     # compared, rows, divergence, missing, strict)
     verdicts: list[dict[str, Any]] = field(default_factory=list)
+    # main-loop iterations with a flor.checkpointing checkpoint: where a replay can start
+    # and what an outer-mode replay restores instead of re-executing
+    restorable: list[int] = field(default_factory=list)
+    # main-loop iterations with a mirrored torch.save and no flor.checkpointing file: a
+    # replay restores them only where the plan finds they hold the whole state
+    saved: list[int] = field(default_factory=list)
+    main_iterations: int = 0  # iterations of the main loop recorded (so far, while running)
+
+    @property
+    def restorable_text(self) -> str:
+        """`12/40`, and `+N saves` for iterations only the script's own torch.save holds."""
+        if not self.main_iterations and not self.restorable and not self.saved:
+            return ""
+        text = f"{len(self.restorable)}/{self.main_iterations}"
+        return text + (f" +{len(self.saved)} saves" if self.saved else "")
+
+    # the checkpoints of other runs it started from, flor.load_checkpoint's calls
+    # (store/lineage.py: name, call, parent, checkpoint, kind, loop, iteration, path)
+    started_from: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def parents(self) -> list[str]:
+        """The runs it started from, first loaded first."""
+        return list(dict.fromkeys(str(s["parent"]) for s in self.started_from))
+
     loop_s: float | None = None  # the main loop's recorded iterations, summed
 
     def took(self, now: datetime | None = None) -> tuple[float | None, str]:
@@ -109,6 +135,10 @@ class RunRow:
             "launcher": self.launcher,
             "verdict": self.verdict,
             "verdicts": self.verdicts,
+            "restorable": self.restorable,
+            "saved_iterations": self.saved,
+            "main_iterations": self.main_iterations,
+            "started_from": self.started_from,
         }
 
 
@@ -127,7 +157,8 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
         SELECT r.run_id, r.version, r.script, r.start_time, r.end_time, r.status,
                r.exception, r.message, r.host, r.argv, r.git_head, r.git_branch, r.git_dirty,
                coalesce(ns.n_logs, 0), coalesce(ck.n, 0), coalesce(rp.sources, []),
-               w.wait_s, w.loop_s, coalesce(ns.n_replayed, 0), r.world_size, r.launcher
+               w.wait_s, w.loop_s, coalesce(ns.n_replayed, 0), r.world_size, r.launcher,
+               coalesce(ck.restorable, []), coalesce(ck.saved, []), coalesce(w.main_n, 0)
         FROM runs r
         LEFT JOIN (SELECT run_key, sum(n) FILTER (WHERE source_key = 0) AS n_logs,
                           sum(n) FILTER (WHERE NOT recorded) AS n_replayed
@@ -135,15 +166,16 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                                 OVER (PARTITION BY run_key, name_key) AS recorded
                          FROM name_stats)
                    GROUP BY run_key) ns ON ns.run_key = r.run_key
-        LEFT JOIN (SELECT run_id, count(*) AS n FROM checkpoints GROUP BY run_id) ck
-               ON ck.run_id = r.run_id
+        LEFT JOIN ({_CHECKPOINTED}) ck ON ck.run_id = r.run_id
         LEFT JOIN (SELECT n.run_key, list(DISTINCT s.source ORDER BY s.source) AS sources
                    FROM name_stats n JOIN sources s ON s.source_key = n.source_key
                    WHERE n.source_key != 0 AND s.source != 'extract'
                    GROUP BY n.run_key) rp ON rp.run_key = r.run_key
         LEFT JOIN (SELECT i.run_key, sum(i.wait_s) AS wait_s,
-                          sum(i.wait_s + i.iter_s) FILTER (WHERE e.depth = 0) AS loop_s
+                          sum(i.wait_s + i.iter_s) FILTER (WHERE e.depth = 0) AS loop_s,
+                          count(*) FILTER (WHERE e.entry_id = m.entry_id) AS main_n
                    FROM iteration_rows i {entry_join("i", "e")}
+                   LEFT JOIN ({_MAIN_ENTRY}) m ON m.run_key = i.run_key
                    WHERE i.source_key = 0 GROUP BY i.run_key) w ON w.run_key = r.run_key
         {only}
         ORDER BY r.start_time, r.run_key
@@ -154,6 +186,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
     issues = run_issues(con)
     contexts = run_context.contexts(con)
     verdicts = run_verdicts(con, run_id)
+    loaded = lineage.parents(con)
     out = []
     for r in rows:
         wait_s, loop_s = r[16], r[17]
@@ -184,10 +217,36 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                 world_size=int(r[19] or 1),
                 launcher=json.loads(r[20]) if r[20] else None,
                 verdicts=verdicts.get(r[0], []),
+                restorable=[int(i) for i in r[21]],
+                saved=[int(i) for i in r[22] if int(i) not in set(r[21])],
+                main_iterations=int(r[23]),
+                started_from=lineage.lineage_of(con, r[0]) if r[0] in loaded else [],
                 loop_s=loop_s,
             )
         )
     return out
+
+
+# Per run: its checkpoints, and the distinct main-loop iterations flor.checkpointing's files
+# (restorable) and mirrored torch.save manifests (saved) are of.
+_CHECKPOINTED = f"""
+    SELECT run_id, count(*) AS n,
+           list(DISTINCT iteration ORDER BY iteration)
+               FILTER (WHERE NOT ends_with(path, '{MANIFEST_SUFFIX}')) AS restorable,
+           list(DISTINCT iteration ORDER BY iteration)
+               FILTER (WHERE ends_with(path, '{MANIFEST_SUFFIX}')) AS saved
+    FROM checkpoints GROUP BY run_id"""
+
+# Per run: the recorded entry of its main loop, the first outermost loop entry of the loop
+# its checkpoints are of (else the first outermost one), as replay planning takes it.
+_MAIN_ENTRY = """
+    SELECT e.run_key,
+           arg_min(e.entry_id, (c.loop IS NULL, e.entry_id)) AS entry_id
+    FROM loop_entries e JOIN runs r ON r.run_key = e.run_key
+    LEFT JOIN (SELECT run_id, min(loop) AS loop FROM checkpoints GROUP BY run_id) c
+           ON c.run_id = r.run_id AND c.loop = e.loop
+    WHERE e.source_key = 0 AND e.depth = 0
+    GROUP BY e.run_key"""
 
 
 def run_args(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> dict[str, dict]:

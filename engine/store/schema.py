@@ -18,7 +18,7 @@ import duckdb
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
 from florwb_engine.store import console, run_context, verdicts
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 9
 # A log row's rank is in its seq's high bits (each rank journal numbers its rows from
 # rank << RANK_SHIFT): the rank costs no column on the hot rows (store/run_ranks.py).
 RANK_SHIFT = 40
@@ -97,6 +97,12 @@ TABLES = {
     "run_files": """
         run_id VARCHAR, path VARCHAR, access VARCHAR, size BIGINT, mtime_ns BIGINT,
         PRIMARY KEY (run_id, path)""",
+    # flor.load_checkpoint calls of a recording run (record/lineage.py): the run started
+    # from `checkpoint` of run `parent`; `call` numbers the loads of one `name`.
+    "run_lineage": """
+        run_id VARCHAR, name VARCHAR, call INTEGER, parent VARCHAR, checkpoint VARCHAR,
+        kind VARCHAR, loop VARCHAR, iteration BIGINT, path VARCHAR,
+        PRIMARY KEY (run_id, name, call)""",
     "meta": "key VARCHAR PRIMARY KEY, value VARCHAR",
     "run_context": run_context.TABLE,
     "console_rows": console.TABLE,
@@ -187,6 +193,10 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({TABLES[table]})")
         verdicts.withhold_recorded_divergences(con)
         create_views(con)
+    if version < 8:  # console lines say their rank (each rank numbers its lines apart)
+        create_views(con)
+    if version < 9:  # lineage: the checkpoint of another run a run started from
+        con.execute(f"CREATE TABLE IF NOT EXISTS run_lineage ({TABLES['run_lineage']})")
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
 

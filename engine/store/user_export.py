@@ -20,16 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from florwb_engine.store import repair
-from florwb_engine.store.db import StoreError, connect
-from florwb_engine.store.schema import quote
-from florwb_engine.store.user_sql import (
-    READ_ONLY_CONFIG,
-    READ_ONLY_HELD,
-    check_read_only,
-    failure_of,
-    park_idle_holders,
-)
+from florwb_engine.store.db import StoreError
+from florwb_engine.store.schema import literal, quote
+from florwb_engine.store.user_sql import check_read_only, failure_of, read_only_connection
 
 if TYPE_CHECKING:
     from florwb_engine.store.catalog import Store
@@ -42,13 +35,6 @@ FORMATS = {
     ".jsonl": "(FORMAT json)",
     ".ndjson": "(FORMAT json)",
 }
-# External access must be on when the instance starts for `allowed_paths` to be settable;
-# it is switched off (and locked) before any user SQL runs.
-_EXPORT_CONFIG = {k: v for k, v in READ_ONLY_CONFIG.items() if k != "enable_external_access"}
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def export_target(path: Path) -> tuple[Path, str]:
@@ -72,22 +58,14 @@ def export_result(store: Store, sql: str, path: Path) -> int:
     statements = check_read_only(sql)
     target, options = export_target(path)
     last = statements[-1].rstrip().rstrip(";")
-    store.ingest()
-    park_idle_holders()
-    with READ_ONLY_HELD, repair.guarded(store.dir):
-        with connect(store.dir, read_only=True, config=_EXPORT_CONFIG) as con:
-            con.execute(f"SET allowed_paths = [{_literal(str(target))}]")
-            con.execute("SET enable_external_access = false")
-            con.execute("SET lock_configuration = true")
-            try:
-                for statement in statements[:-1]:
-                    con.execute(statement).fetchall()
-                row = con.execute(
-                    f"COPY (\n{last}\n) TO {_literal(str(target))} {options}"
-                ).fetchall()
-            except duckdb.Error as exc:
-                target.unlink(missing_ok=True)  # a half-written file is not a result
-                raise failure_of(exc) from None
+    with read_only_connection(store, writable=target) as con:
+        try:
+            for statement in statements[:-1]:
+                con.execute(statement).fetchall()
+            row = con.execute(f"COPY (\n{last}\n) TO {literal(str(target))} {options}").fetchall()
+        except duckdb.Error as exc:
+            target.unlink(missing_ok=True)  # a half-written file is not a result
+            raise failure_of(exc) from None
     return int(row[0][0]) if row and row[0] else 0
 
 
@@ -112,7 +90,7 @@ def export_rows(
             con.execute("INSERT INTO result SELECT * FROM frame")
             written += len(page)
         named = ", ".join(f"{i} AS {quote(c)}" for i, c in zip(inner, columns))
-        con.execute(f"COPY (SELECT {named} FROM result) TO {_literal(str(target))} {options}")
+        con.execute(f"COPY (SELECT {named} FROM result) TO {literal(str(target))} {options}")
     except duckdb.Error as exc:
         target.unlink(missing_ok=True)  # a half-written file is not a result
         raise StoreError(f"cannot write {target}: {str(exc).splitlines()[0]}") from None

@@ -9,10 +9,10 @@ other file), no extension autoload/autoinstall, no persistent secrets, and the c
 locked (no SET/RESET/PRAGMA can undo any of that). The textual check stays, as a friendly
 early message only.
 
-DuckDB lets one process write a file, and one process cannot hold the same file read-write
-and read-only at once: pending journals are ingested first in a short write session, which
-is closed before the read-only connection opens. Read-only connections of this process are
-opened one at a time, each a fresh DuckDB instance (the configuration lock is per instance).
+The connection is to a snapshot of the catalog (engine/store/snapshot.py), taken after
+pending journals are ingested: a result read slowly, paged or streamed to a slow pipe, holds
+its own file and never the catalog, so nobody waits on it. Each snapshot connection is its
+own file and its own DuckDB instance (the configuration lock is per instance).
 
 Results stream: callers fetch what they show (`fetch_df_chunk`/`fetchmany`, `ResultStream`
 a page at a time), never the whole result, so `SELECT * FROM range(100000000000)` runs in
@@ -25,20 +25,22 @@ Errors keep DuckDB's whole message (`UserSqlError.detail`: candidate bindings, t
 from __future__ import annotations
 
 import re
-import threading
-import weakref
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from florwb_engine.store import repair, verdicts
-from florwb_engine.store.db import StoreError, connect, on_same_process_conflict
+from florwb_engine.journal import VTYPES
+from florwb_engine.store import repair, snapshot, verdicts
+from florwb_engine.store.db import StoreError
 from florwb_engine.store.repair import again_if_rebuilt
+from florwb_engine.store.schema import literal
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pandas as pd
 
     from florwb_engine.store.catalog import Store
@@ -54,31 +56,8 @@ READ_ONLY_CONFIG: dict[str, Any] = {
     "allow_persistent_secrets": False,
 }
 CHUNK_VECTORS = 1  # one DuckDB vector (2,048 rows) per fetched chunk
-# Held while this process has a read-only connection open (one at a time: DuckDB shares one
-# instance per file and configuration, and the configuration lock is per instance).
-READ_ONLY_HELD = threading.Lock()
 
 
-class Parkable(Protocol):
-    def park(self) -> bool: ...
-
-
-# Open results being paged through (engine/store/result_stream.py): they hold a read-only
-# connection between pages, and let go of it when idle and something else needs the file.
-_HOLDERS: weakref.WeakSet[Parkable] = weakref.WeakSet()
-
-
-def hold(holder: Parkable) -> None:
-    _HOLDERS.add(holder)
-
-
-def park_idle_holders() -> None:
-    """Idle open results close their connection (they reopen when asked for more)."""
-    for holder in list(_HOLDERS):
-        holder.park()
-
-
-on_same_process_conflict(park_idle_holders)
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)
 
 
@@ -116,34 +95,79 @@ def check_read_only(sql: str) -> list[str]:
     if not statements:
         raise StoreError("empty query")
     for statement in statements:
-        kind = statement.type.name
-        if kind == "EXPLAIN":
-            kind = _explained_kind(statement.query) or kind
-        if kind not in READ_ONLY_STATEMENTS:
+        kind = _refused_kind(statement.query, statement.type.name)
+        if kind is not None:
             raise StoreError(f"queries are read-only: {kind} statements are not allowed")
     return [s.query for s in statements]
 
 
-def _explained_kind(query: str) -> str | None:
-    """The kind of statement an EXPLAIN [ANALYZE] wraps, when it reads plainly."""
-    inner = _EXPLAIN.sub("", query, count=1)
-    try:
-        statements = duckdb.extract_statements(inner)
-    except duckdb.Error:
+# Statements that write from inside a reading one: `WITH d AS (DELETE ... RETURNING *)`.
+_WRITES = frozenset({"DELETE", "INSERT", "UPDATE", "MERGE"})
+
+
+def _refused_kind(query: str, kind: str) -> str | None:
+    """What to call `query` when it may not run; None when it only reads.
+
+    DuckDB's parser files several statements under another's type (INSTALL under LOAD,
+    CHECKPOINT under CALL, USE under SET, TRUNCATE under DELETE): the message names the
+    statement's own first word instead. An EXPLAIN is judged by what it explains, past any
+    comments before it."""
+    tokens = _tokens(query)
+    if kind == "EXPLAIN":
+        inner = _EXPLAIN.sub("", query[tokens[0][0] :] if tokens else query, count=1)
+        try:
+            (explained,) = duckdb.extract_statements(inner)
+        except (duckdb.Error, ValueError):
+            return None  # not plainly one statement: the read-only connection judges it
+        return _refused_kind(explained.query, explained.type.name)
+    if kind in READ_ONLY_STATEMENTS:
+        for (_, before), (_, word) in zip(tokens, tokens[1:]):
+            if before == "(" and word.upper() in _WRITES:
+                return word.upper()
         return None
-    return statements[0].type.name if len(statements) == 1 else None
+    words = [text.upper() for _, text in tokens[:2]]
+    if words and words[0] == "FORCE" and words[1:]:
+        return words[1]  # FORCE CHECKPOINT
+    if words and words[0].isalpha() and words[0] != "WITH":
+        return words[0]
+    return kind
+
+
+def _tokens(query: str) -> list[tuple[int, str]]:
+    """(offset, text) of each token of `query` but comments."""
+    try:
+        found = duckdb.tokenize(query)
+    except (duckdb.Error, ValueError, RuntimeError):
+        return []
+    ends = [pos for pos, _ in found[1:]] + [len(query)]
+    return [
+        (pos, query[pos:end].strip())
+        for (pos, token), end in zip(found, ends)
+        if token.name != "comment"
+    ]
 
 
 @contextmanager
-def read_only_connection(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A connection to the catalog that cannot write anything anywhere; journals are
-    ingested first (a short write session of its own)."""
-    store.ingest()
-    park_idle_holders()
-    with READ_ONLY_HELD, repair.guarded(store.dir):
-        with connect(store.dir, read_only=True, config=READ_ONLY_CONFIG) as con:
-            con.execute("SET lock_configuration = true")
-            yield con
+def read_only_connection(
+    store: Store, *, writable: Path | None = None
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection to a snapshot of the catalog (journals ingested first) that cannot
+    write anything anywhere, or only the one file `writable` (an export's target: DuckDB's
+    `allowed_paths`, set while external access is still on, which it must be at start-up
+    for the setting to take). The configuration is locked before it is handed out."""
+    config = READ_ONLY_CONFIG
+    if writable is not None:
+        config = {k: v for k, v in READ_ONLY_CONFIG.items() if k != "enable_external_access"}
+    with ExitStack() as stack:
+        private = stack.enter_context(snapshot.reading(store))
+        stack.enter_context(repair.guarded(store.dir))
+        con = snapshot.open_read_only(private, config)
+        stack.callback(con.close)
+        if writable is not None:
+            con.execute(f"SET allowed_paths = [{literal(str(writable))}]")
+            con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        yield con
 
 
 _READS_LOGS = re.compile(r"\blogs\b(?!_)", re.IGNORECASE)
@@ -157,6 +181,29 @@ def withheld_from(store: Store, sql: str) -> verdicts.Withheld:
         return verdicts.Withheld()
     with read_only_connection(store) as con:
         return verdicts.withheld(con)
+
+
+_READS_VALUE = re.compile(r"\bvalue\b|(?<!\()\*", re.IGNORECASE)
+
+
+@repair.again_if_rebuilt
+def rounded_ints_note(store: Store, sql: str) -> str | None:
+    """What to say when `sql` may read the `value` column of `logs` and the catalog holds
+    ints a DOUBLE cannot hold exactly: there they are rounded; `text` keeps their digits."""
+    if not (_READS_LOGS.search(sql) and _READS_VALUE.search(sql)):
+        return None
+    with read_only_connection(store) as con:
+        row = con.execute(
+            "SELECT count(*) FROM log_rows WHERE vtype = ? AND text IS NOT NULL",
+            [VTYPES.index("int")],
+        ).fetchone()
+    n = int(row[0]) if row else 0
+    if not n:
+        return None
+    return (
+        f"{n} logged int(s) are past 2**53: `value` (a DOUBLE) holds them rounded; "
+        "`text` holds their exact digits"
+    )
 
 
 @contextmanager

@@ -8,7 +8,7 @@ them back with this one function, so a value reads the same wherever it is shown
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, overload
 
 
 def decode_value(value: float | None, text: str | None, vtype: str | None) -> Any:
@@ -32,6 +32,20 @@ def decode_value(value: float | None, text: str | None, vtype: str | None) -> An
         except ValueError:
             return text
     return text
+
+
+@overload
+def exact_number(value: float, digits: str | None) -> float: ...
+@overload
+def exact_number(value: float | None, digits: str | None) -> float | None: ...
+def exact_number(value: float | None, digits: str | None) -> float | None:
+    """A number a reader shows alone (a run's last value): the int of its kept digits when
+    it is an int a float would round (past 2**53), else `value`."""
+    if digits is not None:
+        exact = _exact_int(digits)
+        if isinstance(exact, int):
+            return exact
+    return value
 
 
 def _exact_int(text: str) -> int | str:

@@ -187,19 +187,16 @@ def read_file(store_dir: Path, version: str, path: str) -> bytes | None:
     while rel.startswith("./"):
         rel = rel[2:]
     rel = rel.strip("/")
-    if not rel or "\n" in rel:
+    if not rel:
         return None
-    out = git(
-        ["cat-file", "--batch"],
+    # the path as an argument, not a line of --batch input: a file name may hold a newline
+    proc = git(
+        ["cat-file", "blob", f"{tree}:{rel}"],
         cwd=git_dir,
         env=private_env(git_dir),
-        input=f"{tree}:".encode() + os.fsencode(rel) + b"\n",
-    ).stdout
-    header, _, body = out.partition(b"\n")
-    parts = header.split()
-    if len(parts) != 3 or parts[1] != b"blob":
-        return None  # "missing", a folder, or a submodule
-    return body[: int(parts[2])]
+        check=False,
+    )
+    return proc.stdout if proc.returncode == 0 else None  # missing, a folder, a submodule
 
 
 def list_files(store_dir: Path, version: str) -> list[str]:

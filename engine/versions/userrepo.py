@@ -43,23 +43,33 @@ def _as_dir(path: Path) -> Path:
 
 
 def _locate(path: Path) -> tuple[Path, Path] | None:
-    """(toplevel, common_dir) of the work tree containing ``path``, or None."""
+    """(toplevel, common_dir) of the work tree containing ``path``, or None.
+
+    One git call per answer: rev-parse has no ``-z``, and a folder name may hold a newline,
+    so two answers in one output could not be told apart."""
     cwd = _as_dir(path)
     if not cwd.is_dir():
         return None
-    try:
-        proc = git(
-            ["rev-parse", "--show-toplevel", "--git-common-dir"],
-            cwd=cwd,
-            env=user_env(),
-            check=False,
-        )
-    except VersionError:
-        return None  # git missing: there is no work tree we could read either
-    lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines()
-    if proc.returncode != 0 or len(lines) < 2 or not lines[0]:
+    toplevel = _rev_parse(cwd, "--show-toplevel")
+    if not toplevel:
         return None  # not a work tree, inside .git/, a bare repository, or unsafe ownership
-    return Path(lines[0]).resolve(), (cwd / lines[1]).resolve()
+    common_dir = _rev_parse(cwd, "--git-common-dir")
+    if not common_dir:
+        return None
+    return Path(toplevel).resolve(), (cwd / common_dir).resolve()
+
+
+def _rev_parse(cwd: Path, *args: str) -> str | None:
+    """rev-parse's one answer, without only its final newline (the path itself may end in
+    one); None when git fails or is missing."""
+    try:
+        proc = git(["rev-parse", *args], cwd=cwd, env=user_env(), check=False)
+    except VersionError:
+        return None
+    if proc.returncode != 0:
+        return None
+    out = proc.stdout.decode("utf-8", "surrogateescape")
+    return out[:-1] if out.endswith("\n") else out
 
 
 def find_git_toplevel(path: Path) -> Path | None:
@@ -83,21 +93,12 @@ def read_user_repo(project_root: Path) -> UserRepo | None:
     rel = project.relative_to(toplevel).as_posix() if project != toplevel else ""
     if rel and git(["check-ignore", "-q", "."], cwd=project, env=env, check=False).returncode == 0:
         return None
-    head = head_tree = None
-    if "\n" not in rel:
-        spec = f"HEAD:{rel}" if rel else "HEAD^{tree}"
-        out = git(
-            ["cat-file", "--batch-check"],
-            cwd=project,
-            env=env,
-            input=f"HEAD^{{commit}}\n{spec}\n".encode(),
-            check=False,
-        ).stdout.decode("utf-8", "replace")
-        parts = [line.split() for line in out.splitlines()]
-        if len(parts) == 2 and len(parts[0]) == 3 and parts[0][1] == "commit":
-            head = parts[0][0]
-            if len(parts[1]) == 3 and parts[1][1] == "tree":
-                head_tree = parts[1][0]
+    head = _rev_parse(project, "-q", "--verify", "HEAD^{commit}")
+    head_tree = None
+    if head:  # an argument, not a line of input: the folder's name may hold a newline
+        spec = f"{head}:{rel}^{{tree}}" if rel else f"{head}^{{tree}}"
+        head_tree = _rev_parse(project, "-q", "--verify", spec) or None
+    head = head or None
     ref = git(["symbolic-ref", "-q", "HEAD"], cwd=project, env=env, check=False)
     branch = None
     if ref.returncode == 0:

@@ -25,11 +25,12 @@ from florwb.ui.messages import (
     LiveUpdated,
     PendingChanged,
     ScriptSaved,
+    StoreFreed,
     StoreWaiting,
 )
 from florwb.ui.workers import run_in_thread
 from florwb_engine.store import Store, StoreBusy
-from florwb_engine.store.db import LockWaitListener, lock_waits_reported
+from florwb_engine.store.db import LockFreedListener, LockWaitListener, lock_waits_reported
 from florwb_engine.store.history_values import (
     HistoryValues,
     load_history_values,
@@ -110,7 +111,7 @@ class LiveMonitor(Widget):
             if initial:
                 self._sizes.changed()  # the poll then reports only what is new after this
             try:
-                with lock_waits_reported(self._say_waiting(began)):
+                with lock_waits_reported(self._say_waiting(began), self._say_freed()):
                     history = load_history_values(self.store, metric)
             except StoreBusy:
                 self.post_message(StoreWaiting(self.holder, time.monotonic() - began))
@@ -127,6 +128,16 @@ class LiveMonitor(Widget):
             self.post_message(StoreWaiting(holder, time.monotonic() - began))
 
         return said
+
+    def _say_freed(self, waits: list[float] | None = None) -> LockFreedListener:
+        """The holder is gone: said at once (and the time waited kept in `waits`)."""
+
+        def freed(waited_s: float) -> None:
+            if waits is not None:
+                waits.append(waited_s)
+            self.post_message(StoreFreed())
+
+        return freed
 
     def _retry_reload(self, initial: bool) -> None:
         self.set_timer(BUSY_RETRY_S, lambda: self.reload(initial=initial))
@@ -169,6 +180,7 @@ class LiveMonitor(Widget):
             if changes == set() and not force:
                 return
             began, cpu = time.monotonic(), time.process_time()
+            waits: list[float] = []  # time spent waiting on another process: not our cost
             live_only = (
                 isinstance(history, HistoryValues)
                 and not self._poll_was_busy
@@ -177,7 +189,7 @@ class LiveMonitor(Widget):
                 and all(any(name.startswith(f"{r}.") for r in running) for name in changes)
             )
             try:
-                with lock_waits_reported(self._say_waiting(began)):
+                with lock_waits_reported(self._say_waiting(began), self._say_freed(waits)):
                     fresh = None
                     if (
                         live_only
@@ -192,15 +204,15 @@ class LiveMonitor(Widget):
                     live = load_live(self.store) if recording else []
             except StoreBusy:
                 self._poll_was_busy = True  # the next poll retries what this one saw change
+                waits.append(time.monotonic() - began)  # it all went on waiting
                 return
             finally:
                 if live_only:
                     spent = (time.process_time() - cpu) / self.follow_share
                     self._next_reload = time.monotonic() + max(spent, LIVE_REFRESH_S)
                 else:
-                    self._next_reload = time.monotonic() + RELOAD_COST_FACTOR * (
-                        time.monotonic() - began
-                    )
+                    cost = time.monotonic() - began - sum(waits)
+                    self._next_reload = time.monotonic() + RELOAD_COST_FACTOR * max(cost, 0.0)
             self._poll_was_busy = False
             self.post_message(HistoryLoaded(fresh, runs_only=not whole))
             self.post_message(LiveUpdated(live))

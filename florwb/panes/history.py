@@ -32,6 +32,8 @@ from florwb_engine.store.history_values import HistoryValues, load_series_values
 from florwb_engine.store.queries import History
 from florwb_engine.watch import PendingStatements
 
+LOADING_HISTORY = "Loading the version history…"
+
 
 @dataclass
 class WhereAnswered(Message):
@@ -78,7 +80,7 @@ class HistoryPane(Vertical):
             id="history-filter",
         )
         yield Static(id="history-filter-error")
-        yield RunSummary("Loading the version history…", hints=self.hints, id="run-summary")
+        yield RunSummary(LOADING_HISTORY, hints=self.hints, id="run-summary")
 
     @property
     def history_list(self) -> HistoryList:

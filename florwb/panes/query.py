@@ -20,7 +20,6 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.timer import Timer
 from textual.widgets import Static
 
 from florwb.screens.export_result import ExportScreen
@@ -51,8 +50,6 @@ from florwb_engine.store.queries import PAGE_ROWS, example_query, series_columns
 from florwb_engine.store.result_stream import ResultStream
 from florwb_engine.store.user_export import export_result, export_rows
 from florwb_engine.store.user_sql import QueryStopped, UserSqlError
-
-IDLE_RELEASE_S = 5.0  # an open result lets go of the catalog file after this long unused
 
 
 class QueryPane(Vertical):
@@ -90,7 +87,6 @@ class QueryPane(Vertical):
         self.outline: list[Relation] | None = None
         self._stop_serial = -1
         self._fetching = False
-        self._idle_timer: Timer | None = None
         self.example = example_query(None)  # in the editor until the user changes it
         self._shown: ResultStream | None = None  # the stream whose rows the table holds
 
@@ -184,9 +180,6 @@ class QueryPane(Vertical):
 
     def _close_stream(self) -> None:
         stream, self.stream = self.stream, None
-        if self._idle_timer is not None:
-            self._idle_timer.stop()
-            self._idle_timer = None
         if stream is not None:
             self._discard(stream)
 
@@ -291,21 +284,6 @@ class QueryPane(Vertical):
         if stream.exhausted:
             self.total = stream.fetched
         self._show_rows()
-        self._arm_idle_release(stream)
-
-    def _arm_idle_release(self, stream: ResultStream) -> None:
-        """Let go of the catalog file when the user stops paging (a writer elsewhere, a
-        `florwb runs` in another terminal, would wait on it); paging on reopens it."""
-        if self._idle_timer is not None:
-            self._idle_timer.stop()
-            self._idle_timer = None
-        if stream.is_open:
-            self._idle_timer = self.set_timer(
-                IDLE_RELEASE_S,
-                lambda: run_in_thread(
-                    self, stream.park, group="park", description="letting go of the catalog"
-                ),
-            )
 
     def _show_rows(self) -> None:
         loaded = len(self.results.raw_rows)

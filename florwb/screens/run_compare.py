@@ -86,6 +86,11 @@ def render_header(comparison: RunComparison) -> Table:
             for r in (a, b)
         ),
     )
+    if a.started_from or b.started_from:  # flor.load_checkpoint: where training started
+        table.add_row(
+            "from",
+            *(Text(", ".join(r.parents) or "its own initialisation", "dim") for r in (a, b)),
+        )
     return table
 
 

@@ -26,7 +26,9 @@ from florwb.ui.workers import run_in_thread
 from florwb.widgets.history_rows import run_status, took_text
 from florwb.widgets.run_summary import data_wait_line
 from florwb.widgets.sparkline import sparkline
+from florwb_engine.replay.cost import ranges
 from florwb_engine.store import Store
+from florwb_engine.store.lineage import describe
 from florwb_engine.store.queries import MetricSeries, RunDetail, load_run_detail
 from florwb_engine.store.runs import RunRow
 
@@ -74,6 +76,8 @@ def render_detail(detail: RunDetail, find: str = "") -> Group:
         "dim",
     )
     parts: list = [head, facts]
+    for start in run.started_from:  # flor.load_checkpoint: the checkpoints it started from
+        parts.append(Text(f"started from {describe(start)}", "dim"))
     if detail.loop_name:
         total = detail.loop_total if detail.loop_total is not None else "?"
         parts.append(Text(f"{detail.loop_name} {detail.loop_done}/{total} iterations done", "dim"))
@@ -127,6 +131,7 @@ def render_detail(detail: RunDetail, find: str = "") -> Group:
         parts.append(Text(detail.withheld.note("florwb dataframe NAME --diverged"), "yellow"))
 
     parts.append(_section(f"Checkpoints ({len(detail.checkpoints)})"))
+    parts.extend(Text(line, "dim") for line in restorable_lines(run, detail.loop_name))
     if detail.checkpoints:
         ckpt = _table("loop", "iteration", "size", "written", "file")
         for c in detail.checkpoints:
@@ -178,6 +183,37 @@ def _source_label(source: str, rechecked: int) -> str:
     else:
         label = "↻ " + fmt.short_run(source)
     return f"{label} ✓{rechecked}" if rechecked else label
+
+
+RESTORABLE_SHOWN = 12  # ranges of iterations listed before the rest is cut to "…"
+
+
+def restorable_lines(run: RunRow, loop: str | None) -> list[str]:
+    """Which main-loop iterations a replay can restore instead of re-executing: the checkpoint
+    policy's budget (or `every=`) decided them, and they decide what a replay costs."""
+    if not run.restorable and not run.saved:
+        return []
+    where = f"{loop} iterations" if loop else "iterations"
+    lines = [
+        f"restorable {where}: {_iterations(run.restorable)} "
+        f"({len(run.restorable)} of {run.main_iterations})"
+    ]
+    if run.saved:
+        lines.append(
+            f"own torch.save only at {where}: {_iterations(run.saved)} (restorable where the "
+            "replay plan finds they hold the whole state)"
+        )
+    return lines
+
+
+def _iterations(values: list[int]) -> str:
+    """`0-3, 8, 12, …, 40`: runs of iterations as ranges, the middle cut when long."""
+    if not values:
+        return "none"
+    parts = ranges(values).removeprefix("iterations ").split(", ")
+    if len(parts) > RESTORABLE_SHOWN:
+        parts = [*parts[: RESTORABLE_SHOWN - 1], "…", parts[-1]]
+    return ", ".join(parts)
 
 
 def load_command(detail: RunDetail) -> str:
@@ -283,8 +319,11 @@ def _console(detail: RunDetail) -> list:
     lines.add_column(style="dim", no_wrap=True)
     lines.add_column(no_wrap=True)
     lines.add_column(overflow="fold")
+    ranks = any(line.rank for line in detail.console)
     for line in detail.console:
         where = " ".join(f"{k}={v}" for k, v in line.where.items()) or "-"
+        if ranks:
+            where = f"rank {line.rank} {where}"
         text = Text(fmt.clip(line.text, TAIL_LINE_CHARS), CHANNEL_STYLES.get(line.channel, "cyan"))
         if line.n > 1:
             text.append(f" (×{line.n})", "dim")

@@ -109,6 +109,11 @@ class StoreWaiting(Message):
 
 
 @dataclass
+class StoreFreed(Message):
+    """A connection that waited on another process's lock got the file: the holder is gone."""
+
+
+@dataclass
 class OutlineLoaded(Message):
     relations: list[Any]  # florwb_engine.store.catalog_outline.Relation
 

@@ -105,6 +105,7 @@ class HistoryList(ScrollView, can_focus=True):
         self.differ: list[str] = []
         self.arg_widths: dict[str, int] = {}  # arg column -> its widest value in cells
         self.common_args: list[str] = []  # args with one value in every run listed
+        self.script_width = 0  # the script column's width; 0 when every run has one script
         self.sort: tuple[str, bool] = ("started", True)  # column key, descending
         self._columns: Columns | None = None
         self.marked_runs: set[str] = set()
@@ -122,6 +123,8 @@ class HistoryList(ScrollView, can_focus=True):
         self.differ = differ
         names = {n for r in rows if r.run is not None for n in r.run.args}
         self.common_args = sorted(names - set(differ))
+        scripts = {r.run.script or "" for r in rows if r.run is not None}
+        self.script_width = max(map(cell_len, scripts), default=0) if len(scripts) > 1 else 0
         self.arg_widths = {
             name: max(
                 (
@@ -180,7 +183,8 @@ class HistoryList(ScrollView, can_focus=True):
                 self.metric,
                 values,  # type: ignore[arg-type]
                 common,
-                max((cell_len(label) for label in self.live.values()), default=0),
+                script=self.script_width,
+                status=max((cell_len(label) for label in self.live.values()), default=0),
             )
             self._columns_width = width
         return cached
@@ -200,6 +204,8 @@ class HistoryList(ScrollView, can_focus=True):
             return (self.high if best_is_max(self.metric) else self.low).get(run.run_id)
         if key == "took":
             return run.took()[0]
+        if key == "script":
+            return run.script
         if key.startswith("arg:"):
             value = run.args.get(key[4:])
             return None if isinstance(value, bool) else value
@@ -210,6 +216,7 @@ class HistoryList(ScrollView, can_focus=True):
         return [
             "started",
             "run",
+            *(["script"] if self.script_width else []),
             "status",
             "took",
             *(f"arg:{n}" for n in self.differ),
@@ -426,6 +433,9 @@ class HistoryList(ScrollView, can_focus=True):
                 text.append(
                     cols.cell(column, fmt.short_run(run.run_id)) + " ", "bold" if marked else ""
                 )
+            elif key == "script":  # a pipeline's runs: which of its scripts each ran
+                shown = fmt.clip(run.script or "", column.width)
+                text.append(cols.cell(column, shown) + " ", self._style("dim"))
             elif key == "status":
                 label = self.live.get(run.run_id, status)
                 text.append(cols.cell(column, fmt.clip(label, column.width)) + " ", style)

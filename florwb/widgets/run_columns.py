@@ -17,7 +17,7 @@ from florwb_engine.run_compare import best_is_max
 # The columns of the run table in the order they are dropped when the width runs out
 # (first dropped first); `run` and `final` always stay. An arg column is never cut
 # mid-value: a column that does not fit whole is left out, and the header says so.
-DROP_ORDER = ("common", "took", "status", "spark", "best", "args", "started")
+DROP_ORDER = ("common", "took", "script", "status", "spark", "best", "args", "started")
 SPARK_MIN, SPARK_MAX = 8, 40
 PREFIX = 5  # "  *✓ ": indent, mark, status icon
 STATUS_WIDTH = 10  # a wider status (live progress) is clipped to this when room runs out
@@ -25,7 +25,7 @@ STATUS_WIDTH = 10  # a wider status (live progress) is clipped to this when room
 
 @dataclass(frozen=True)
 class Column:
-    key: str  # "started", "run", "status", "arg:<name>", "final", "best", "spark"
+    key: str  # "started", "run", "script", "status", "arg:<name>", "final", "best", "spark"
     title: str
     width: int
     right: bool = False  # numbers are right-aligned
@@ -53,12 +53,15 @@ class Columns:
         metric: str | None = None,
         values: tuple[int, int] = (6, 6),
         common: Sequence[tuple[str, int]] = (),
+        script: int = 0,
         status: int = STATUS_WIDTH,
     ) -> Columns:
         """`args`: (name, widest value in cells) of each arg column, in order; `values`:
         the widest final and best value; `common`: args every run has the same value of,
-        shown only where the width allows (at 200 columns); `status`: the widest status
-        (a recording run's `26/60 epoch`), shown whole where the width allows."""
+        shown only where the width allows (at 200 columns); `script`: the widest script
+        name where the runs listed ran several scripts (a pipeline), else 0: no column;
+        `status`: the widest status (a recording run's `26/60 epoch`), shown whole where
+        the width allows."""
         arg_columns = [
             Column(f"arg:{name}", name, max(cell_len(name), widest, 1), right=True)
             for name, widest in args
@@ -67,6 +70,7 @@ class Columns:
         parts: dict[str, list[Column]] = {
             "started": [Column("started", "started", 11)],
             "run": [Column("run", "run", 6)],
+            "script": [Column("script", "script", max(script, 6))] if script else [],
             "status": [Column("status", "status", max(status, STATUS_WIDTH))],
             "took": [Column("took", "took", 7, right=True)],
             "args": arg_columns,
@@ -77,7 +81,7 @@ class Columns:
                 for name, widest in common
             ],
         }
-        order = ("started", "run", "status", "took", "args", "final", "best", "common")
+        order = ("started", "run", "script", "status", "took", "args", "final", "best", "common")
         hidden: list[str] = []
 
         def used(note: int) -> int:
@@ -113,7 +117,7 @@ class Columns:
                 if parts[key]:
                     continue
             elif key not in ("args", "common"):
-                if key != "took":  # an extra of wide screens, not a loss to report
+                if key != "took" and parts[key]:  # took: an extra of wide screens
                     hidden.append(key)
                 parts[key] = []
             drop.pop(0)

@@ -1,4 +1,4 @@
-"""Step-based training with a while loop: refused (flor.loop needs an iterable)."""
+"""Step-based training with a while loop: becomes a for loop over flor.loop."""
 import torch
 
 max_steps = 20

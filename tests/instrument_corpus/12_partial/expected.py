@@ -1,5 +1,5 @@
-"""An epoch loop whose batches are drained by a while loop: the epoch loop is
-instrumented, the while loop is left as it is and reported."""
+"""An epoch loop whose batches are drained by a while loop: both are instrumented (the
+while loop as a for loop over flor.loop); a global counter is left as it is and reported."""
 import torch
 import florwb as flor
 
@@ -21,7 +21,7 @@ with flor.checkpointing(model=model, optimizer=opt):
     for epoch in flor.loop("epoch", range(EPOCHS)):
         batches = iter(torch.randn(4, 5, 3))
         batch = next(batches, None)
-        while batch is not None:
+        for _florwb_iteration in flor.loop("step", iter(lambda: batch is not None, False)):
             loss = model(batch).abs().mean()
             opt.zero_grad()
             loss.backward()

@@ -1,5 +1,5 @@
-"""An epoch loop whose batches are drained by a while loop: the epoch loop is
-instrumented, the while loop is left as it is and reported."""
+"""An epoch loop whose batches are drained by a while loop: both are instrumented (the
+while loop as a for loop over flor.loop); a global counter is left as it is and reported."""
 import torch
 
 EPOCHS = 2

@@ -1,0 +1,45 @@
+"""flordb's columns on `flor.dataframe`: scripts written for flordb read `tstamp`,
+`filename`, `projid` and, for a `flor.iteration` given a value, `<name>_value`.
+
+`tstamp` is the run's start time (what flordb names a run by, and what
+`flor.load_checkpoint(row.tstamp)` takes), `filename` its script, `projid` the project
+folder's name. `<name>_value` is logged once per flor.iteration (record/api.py) and put on
+every row of that iteration, nested loops' rows included, as flordb's context gives it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from florwb_engine.store.catalog import Store
+from florwb_engine.store.db import StoreError
+
+FIXED = ("run_id", "version", "start_time", "rank", "diverged")
+
+
+def flordb_columns(store: Store, frame: Any, names: tuple[str, ...]) -> Any:
+    attrs = dict(frame.attrs)
+    loops = [c for c in frame.columns if c not in FIXED and c not in names]
+    for column in loops:
+        value_name = f"{column}_value"
+        if value_name in names or value_name in frame.columns:
+            continue
+        try:
+            values = store.dataframe(value_name)
+        except StoreError:  # no flor.iteration of that name logged a value
+            continue
+        keys = ["run_id", *[c for c in loops if c in values.columns]]
+        values = values[[*keys, value_name]].dropna(subset=[value_name])
+        values = values.drop_duplicates(subset=keys, keep="last")
+        for key in keys:
+            values[key] = values[key].astype(frame[key].dtype)
+        frame = frame.merge(values, on=keys, how="left")
+    scripts = dict(
+        store.query("SELECT run_id, script FROM runs").itertuples(index=False, name=None)
+    )
+    at = list(frame.columns).index("start_time") + 1 if "start_time" in frame.columns else 0
+    frame.insert(at, "projid", store.project.name)
+    frame.insert(at + 1, "tstamp", frame["start_time"] if "start_time" in frame else None)
+    frame.insert(at + 2, "filename", [scripts.get(str(r)) for r in frame["run_id"]])
+    frame.attrs.update(attrs)
+    return frame
