@@ -35,7 +35,7 @@ from florwb_engine.store.runs import RunRow
 RELOAD_S = 1.0  # while the run records
 # Metric rows drawn at once: Rich measures every row of a table on each layout, so a run
 # with 10,000 names drawn whole would hold the screen for a minute; `/` finds the others.
-METRIC_ROWS = 60
+METRIC_ROWS = 30
 TAIL_LINE_CHARS = 200  # a longer line is clipped in the tail; `florwb io` shows it whole
 CHANNEL_STYLES = {"stdout": "", "stderr": "yellow", "warning": "yellow", "error": "red"}
 
