@@ -1,10 +1,11 @@
-"""Workbench speed on a large project: 1,000 runs and 10 million log rows.
+"""Workbench speed on a large project: 1,000 runs and 10 million log rows, one run with
+10,000 names and a run recording meanwhile (benchmarks/README.md).
 
     .venv/bin/python benchmarks/bench_workbench.py [--runs 1000] [--rows 10000000]
         [--rounds 3] [--rebuild] [--project DIR]
 
-Builds the project once (journals written directly with florwb_engine.journal, as a recording
-run writes them, then ingested) under the system temp dir and reuses it. Prints:
+Builds the project once (each run's events in a journal, ingested; the log rows generated in
+DuckDB: see build_project) under the system temp dir and reuses it. Prints:
 
   workbench_cold_start_s      process start -> first complete frame (history listed with
                               sparklines and the summary pane), headless, median of rounds
@@ -12,6 +13,10 @@ run writes them, then ingested) under the system temp dir and reuses it. Prints:
   workbench_cold_start_cpu_s  CPU seconds of that whole process (median)
   workbench_move_ms           j in the version list -> summary pane updated (median)
   workbench_move_p95_ms       the same, 95th percentile
+  workbench_key_p95_ms        95th percentile of every key timed (the moves, and scrolling,
+                              `/`, typing and esc on the 10,000-name run's detail)
+  workbench_wide_detail_s     the 10,000-name run's detail: pushed -> its metrics drawn
+                              (median; _max_s the slowest, _cpu_s the CPU time)
   workbench_query_first_page_s  `SELECT * FROM logs LIMIT 1000000`: run -> first page shown
   workbench_query_sorted_first_page_s  a sorted 1,000,000-row result -> first page shown
   workbench_chart_draw_ms     10 marked runs x 10,000 loss values each, in hand: `l` (log
@@ -21,7 +26,7 @@ run writes them, then ingested) under the system temp dir and reuses it. Prints:
   workbench_chart_open_ms     `c` -> the chart painted, reading the 100,000 values first
   workbench_chart_open_cpu_ms its CPU time
   workbench_idle_cpu_pct      the app idle on the History tab (its live monitor polling as
-                              it does for a user, no run recording): process CPU time / wall
+                              it does for a user, live.py recording): process CPU time / wall
                               time over IDLE_S seconds, in a child process of its own
 """
 
@@ -44,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import PYCACHE, PYTHON, REPO, note, result  # noqa: E402
 
-from florwb_engine.journal import JournalWriter, pack_logs, pack_timings  # noqa: E402
+from florwb_engine.journal import JournalWriter  # noqa: E402
 
 EPOCHS = 10
 VERSIONS = 20
@@ -94,72 +99,103 @@ run_workbench(Path(sys.argv[1]), headless=True, size=(100, 30), on_ready=ready)
 """.replace("SETTLE_S", repr(SETTLE_S)).replace("IDLE_S", repr(IDLE_S))
 
 
+WIDE_NAMES = 10_000
+WIDE_STEPS = 10  # the 10,000-name run logs each name once per step: 100 values a name
+WIDE_RUN = "20991231-235959-wide00"
+# A run that records while everything is measured: a real training process in the project,
+# logging every 50 ms; the live monitor follows it as it does for a user.
+LIVE_SCRIPT = """
+import time
+import florwb as flor
+
+for epoch in flor.loop("epoch", range(1_000_000)):
+    for step in flor.loop("step", range(20)):
+        flor.log("loss", 1.0 / (epoch * 20 + step + 1))
+        time.sleep(0.05)
+"""
+
+
+def _run_events(folder: Path, run_id: str, when: float, version: str, args: dict) -> list:
+    events = [
+        {
+            "kind": "start",
+            "source": "record",
+            "run_id": run_id,
+            "script": "train.py",
+            "argv": ["train.py", "--kwargs", *(f"{k}={v}" for k, v in args.items())],
+            "cwd": str(folder),
+            "host": "bench",
+            "pid": None,
+            "pid_ticks": None,
+            "python": "3.11",
+            "time": when,
+        },
+        {
+            "kind": "version",
+            "version": version,
+            "n_files": 1,
+            "n_bytes": 1000,
+            "skipped": [],
+            "git_head": None,
+            "git_branch": "main",
+            "git_dirty": False,
+        },
+        *({"kind": "arg", "name": k, "value": v} for k, v in args.items()),
+        {"kind": "loop", "entry": 1, "names": ["epoch"], "outer": [], "total": EPOCHS},
+    ]
+    return events
+
+
 def build_project(folder: Path, runs: int, rows: int) -> None:
-    """Journals of `runs` finished runs with `rows` log rows in all, then one ingestion."""
+    """`runs` finished runs with `rows` log rows in all, plus one run with WIDE_NAMES names.
+
+    Each run's journal holds what a recording writes about it (start, version, args, loop
+    entries, end), ingested as usual; the log and timing rows are then generated inside
+    DuckDB, straight into the catalog's own tables (`log_rows`, `iteration_rows`,
+    `name_stats`), which takes seconds where writing 10 million values through journals
+    takes minutes. (A catalog rebuilt from these journals would lack those rows: the
+    project is for measuring, made again by --rebuild.)
+    """
     from florwb_engine.store import Store
+    from florwb_engine.store.db import connect
 
     if folder.exists():
         shutil.rmtree(folder)
     journal = folder / ".florwb" / "journal"
     journal.mkdir(parents=True)
     (folder / "train.py").write_text("import florwb as flor\n")
+    (folder / "live.py").write_text(LIVE_SCRIPT)
     rng = random.Random(0)
     steps = max(rows // runs // EPOCHS - 1, 1)
     versions = [f"{rng.getrandbits(160):040x}" for _ in range(VERSIONS)]
-    start = time.time() - runs * 60
-    for i in range(runs):
-        run_id = time.strftime("%Y%m%d-%H%M%S", time.localtime(start + i * 60)) + f"-{i:06x}"
+    start = time.time() - runs * 60 - 3600
+    for i in range(runs + 1):
+        wide = i == runs
+        run_id = (
+            WIDE_RUN
+            if wide
+            else time.strftime("%Y%m%d-%H%M%S", time.localtime(start + i * 60)) + f"-{i:06x}"
+        )
         lr = rng.choice([0.1, 0.05, 0.02, 0.01])
         failed = i % 50 == 49
-        events = [
-            {
-                "kind": "start",
-                "source": "record",
-                "run_id": run_id,
-                "script": "train.py",
-                "argv": ["train.py", "--kwargs", f"lr={lr}"],
-                "cwd": str(folder),
-                "host": "bench",
-                "pid": None,
-                "pid_ticks": None,
-                "python": "3.11",
-                "time": start + i * 60,
-            },
-            {
-                "kind": "version",
-                "version": versions[i * VERSIONS // runs],
-                "n_files": 1,
-                "n_bytes": 1000,
-                "skipped": [],
-                "git_head": None,
-                "git_branch": "main",
-                "git_dirty": False,
-            },
-            {"kind": "arg", "name": "lr", "value": lr},
-            {"kind": "arg", "name": "epochs", "value": EPOCHS},
-            {"kind": "arg", "name": "seed", "value": i},
-            {"kind": "loop", "entry": 1, "names": ["epoch"], "outer": [], "total": EPOCHS},
-        ]
-        logs: list = []
-        timings: list = []
-        loss = 1.0
+        loop_steps = WIDE_STEPS if wide else steps
+        events = _run_events(
+            folder,
+            run_id,
+            start + i * 60,
+            versions[min(i * VERSIONS // runs, VERSIONS - 1)],
+            {"lr": lr, "epochs": EPOCHS, "seed": i},
+        )
         for epoch in range(EPOCHS):
-            entry = 2 + epoch
             events.append(
                 {
                     "kind": "loop",
-                    "entry": entry,
+                    "entry": 2 + epoch,
                     "names": ["epoch", "step"],
                     "outer": [epoch],
-                    "total": steps,
+                    "total": loop_steps,
                 }
             )
-            base = entry << 32
-            for step in range(steps):
-                loss = loss * 0.9995 + rng.random() * 0.001
-                logs.extend(("loss", loss, base + step))
-            logs.extend(("acc", 1.0 - loss / 2, (1 << 32) + epoch))
-            timings.extend(((1 << 32) + epoch, rng.random() * 0.2, 1.0 + rng.random()))
         events.append(
             {
                 "kind": "end",
@@ -170,14 +206,90 @@ def build_project(folder: Path, runs: int, rows: int) -> None:
             }
         )
         writer = JournalWriter(journal / f"{run_id}.journal")
-        writer.append((pack_logs(logs), pack_timings(timings), events))
+        writer.append((None, None, events))
         writer.close()
-        if i % 100 == 99:
-            note(f"wrote {i + 1} journals")
     began = time.perf_counter()
-    Store(folder).ingest()
-    note(f"ingested in {time.perf_counter() - began:.1f} s")
-    (folder / ".florwb" / "bench-complete").write_text(f"{runs} {rows}\n")
+    store = Store(folder)
+    store.ingest()
+    note(f"{runs + 1} runs ingested in {time.perf_counter() - began:.1f} s")
+    began = time.perf_counter()
+    names = ["loss", "acc"] + [
+        f"layers.{i // 4}.{('q', 'k', 'v', 'o')[i % 4]}_proj.grad_norm" for i in range(WIDE_NAMES)
+    ]
+    with connect(folder / ".florwb") as con:
+        con.execute("BEGIN")
+        con.executemany(
+            "INSERT INTO name_keys VALUES (?, ?)", [[k + 1, n] for k, n in enumerate(names)]
+        )
+        # loss per step (seq e*(steps+1)+s, ctx entry 2+e), acc once per epoch at its end
+        con.execute(
+            f"""
+            INSERT INTO log_rows
+            SELECT r.run_key, 0, e.e * ({steps} + 1) + s.s, 1,
+                   exp(-(e.e * {steps} + s.s) / ({EPOCHS * steps} / 3.0)) * (0.5 + r.run_key
+                       % 7 / 7.0) + random() * 0.01,
+                   NULL, 0, ((2 + e.e) << 32) + s.s
+            FROM runs r, range({EPOCHS}) e(e), range({steps}) s(s)
+            WHERE r.run_id != '{WIDE_RUN}'
+            """
+        )
+        con.execute(
+            f"""
+            INSERT INTO log_rows
+            SELECT r.run_key, 0, e.e * ({steps} + 1) + {steps}, 2,
+                   1 - exp(-e.e / 3.0) * 0.5 - r.run_key % 5 / 50.0, NULL, 0,
+                   (1::BIGINT << 32) + e.e
+            FROM runs r, range({EPOCHS}) e(e) WHERE r.run_id != '{WIDE_RUN}'
+            """
+        )
+        # the wide run: every name once per step (loss among them)
+        per_step = len(names) - 1
+        con.execute(
+            f"""
+            INSERT INTO log_rows
+            SELECT r.run_key, 0, (e.e * {WIDE_STEPS} + s.s) * {per_step} + k.k, k.k + 1,
+                   CASE WHEN k.k = 0 THEN 1.0 / (e.e * {WIDE_STEPS} + s.s + 1)
+                        ELSE random() END,
+                   NULL, 0, ((2 + e.e) << 32) + s.s
+            FROM runs r, range({EPOCHS}) e(e), range({WIDE_STEPS}) s(s),
+                 (SELECT k FROM range({per_step + 1}) t(k) WHERE k != 1) k(k)
+            WHERE r.run_id = '{WIDE_RUN}'
+            """
+        )
+        con.execute(
+            """
+            INSERT INTO iteration_rows
+            SELECT r.run_key, 0, (1::BIGINT << 32) + e.e, random() * 0.2, 1.0 + random()
+            FROM runs r, range(10) e(e)
+            """
+        )
+        con.execute(
+            """
+            INSERT INTO name_stats
+            SELECT l.run_key, l.source_key, l.name_key, coalesce(e.path, ''), count(*),
+                   count(*), 0, 0, max(l.ctx_id)
+            FROM log_rows l LEFT JOIN loop_entries e ON e.run_key = l.run_key
+                 AND e.source_key = l.source_key AND e.entry_id = l.ctx_id >> 32
+            GROUP BY ALL
+            """
+        )
+        con.execute("COMMIT")
+        total = con.execute("SELECT count(*) FROM log_rows").fetchall()[0][0]
+    note(f"{total:,} log rows generated in {time.perf_counter() - began:.1f} s")
+    (folder / ".florwb" / "bench-complete").write_text(f"{runs} {rows} {WIDE_NAMES}\n")
+
+
+def start_recording(project: Path) -> subprocess.Popen:
+    """The run in progress: live.py recording in the project until the bench ends."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPATH=str(REPO), PYTHONPYCACHEPREFIX=str(PYCACHE))
+    return subprocess.Popen(
+        [str(PYTHON), "live.py"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def cold_start(project: Path, rounds: int) -> tuple[list[float], list[float]]:
@@ -246,9 +358,11 @@ async def chart(project: Path, rounds: int) -> dict[str, list[float]]:
             await pilot.press("m")
             await pilot.pause(0.2)
         listing = app.query_one("#history-list")
-        while len(app.marked_runs) < 10:  # ten runs, skipping the version headers
+        while len(app.marked_runs) < 10:  # ten of train.py (not live.py, not the wide run)
             current = listing.current
-            await pilot.press("space" if current is not None and current.run else "j")
+            run = current.run if current is not None else None
+            wanted = run is not None and run.run_id != WIDE_RUN and run.script == "train.py"
+            await pilot.press("space" if wanted and run.run_id not in app.marked_runs else "j")
         for _ in range(rounds):
             began, cpu = time.perf_counter(), time.process_time()
             app._driver.send_message(events.Key("c", "c"))
@@ -271,6 +385,45 @@ async def chart(project: Path, rounds: int) -> dict[str, list[float]]:
             await pilot.press("escape")
             while isinstance(app.screen, ChartScreen):
                 await pilot.pause(0.02)
+    return out
+
+
+async def wide_detail(app, pilot) -> dict[str, list[float]]:
+    """The run detail of the 10,000-name run: push -> its metrics drawn, then keys on it
+    (scrolling, finding a name, esc) until the frame after each is drawn."""
+    from textual import events
+
+    from florwb.screens.run_detail import RunDetailScreen
+
+    out: dict[str, list[float]] = {"wide": [], "wide_cpu": [], "wide_keys": []}
+
+    async def drawn(node) -> None:
+        painted = asyncio.Event()
+        node.call_after_refresh(painted.set)
+        await painted.wait()
+
+    for _ in range(3):
+        began, cpu = time.perf_counter(), time.process_time()
+        screen = RunDetailScreen(app.store, WIDE_RUN)
+        app.push_screen(screen)
+        while screen.detail is None:
+            await asyncio.sleep(0.001)
+        await drawn(screen.query_one("#detail"))
+        out["wide"].append(time.perf_counter() - began)
+        out["wide_cpu"].append(time.process_time() - cpu)
+        assert len(screen.detail.metrics) == WIDE_NAMES + 1, len(screen.detail.metrics)
+        for key, char in [("j", "j")] * 10 + [("slash", "/"), ("7", "7"), ("escape", None)]:
+            began = time.perf_counter()
+            app._driver.send_message(events.Key(key, char))
+            await pilot.pause(0)
+            await drawn(screen.query_one("#detail"))
+            out["wide_keys"].append(time.perf_counter() - began)
+        began = time.perf_counter()
+        app._driver.send_message(events.Key("escape", None))
+        while app.screen is screen:
+            await asyncio.sleep(0.001)
+        await drawn(app.screen)
+        out["wide_keys"].append(time.perf_counter() - began)
     return out
 
 
@@ -303,6 +456,7 @@ async def in_app(project: Path, moves: int) -> dict[str, list[float]]:
             await painted.wait()
             out["move"].append(time.perf_counter() - began)
             await pilot.pause(0.02)
+        out.update(await wide_detail(app, pilot))
         await pilot.press("4")
         pane = app.query_one("#query-pane")
         status = app.query_one("#query-status")
@@ -330,6 +484,11 @@ async def in_app(project: Path, moves: int) -> dict[str, list[float]]:
     return out
 
 
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(int(len(ordered) * 0.95) - 1, 0)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
@@ -346,17 +505,22 @@ def main() -> None:
     if (
         args.rebuild
         or not marker.exists()
-        or marker.read_text().split()
-        != [
-            str(args.runs),
-            str(args.rows),
-        ]
+        or marker.read_text().split() != [str(args.runs), str(args.rows), str(WIDE_NAMES)]
     ):
         note(f"building {args.runs} runs, {args.rows:,} log rows in {args.project}")
         build_project(args.project, args.runs, args.rows)
     else:
         note(f"reusing {args.project}")
     note(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    recording = start_recording(args.project)
+    try:
+        measure(args)
+    finally:
+        recording.terminate()
+        recording.wait(timeout=30)
+
+
+def measure(args: argparse.Namespace) -> None:
     if args.only in ("all", "chart"):
         drawn = asyncio.run(chart(args.project, args.rounds))
         for key in ("draw", "draw_cpu", "open", "open_cpu"):
@@ -374,7 +538,12 @@ def main() -> None:
     measured = asyncio.run(in_app(args.project, args.moves))
     moves = sorted(measured["move"])
     result("workbench_move_ms", statistics.median(moves) * 1000, "ms")
-    result("workbench_move_p95_ms", moves[int(len(moves) * 0.95) - 1] * 1000, "ms")
+    result("workbench_move_p95_ms", p95(moves) * 1000, "ms")
+    keys = sorted(measured["move"] + measured["wide_keys"])
+    result("workbench_key_p95_ms", p95(keys) * 1000, "ms")
+    result("workbench_wide_detail_s", statistics.median(measured["wide"]), "s")
+    result("workbench_wide_detail_max_s", max(measured["wide"]), "s")
+    result("workbench_wide_detail_cpu_s", statistics.median(measured["wide_cpu"]), "s")
     result("workbench_query_first_page_s", statistics.median(measured["page"]), "s")
     result("workbench_query_sorted_first_page_s", statistics.median(measured["sorted"]), "s")
 

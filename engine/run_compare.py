@@ -28,6 +28,12 @@ from florwb_engine.store.verdicts import Withheld, withheld
 BEST_IS_MAX = re.compile(
     r"acc|auc|f1|score|precision|recall|bleu|rouge|iou|map|reward|return|r2|ndcg|hit"
 )
+# Names that are settings, not results: a logged learning rate, momentum or step counter
+# has no better direction, so a comparison shows no "best" and colours no delta for it.
+SETTING = re.compile(
+    r"(^|[._/])(lr|learning_rate|momentum|weight_decay|wd|beta[12]?|eps|epsilon|warmup"
+    r"|temperature|batch_size|bs|seed|epochs?|steps?|global_step|iteration)($|[._/])"
+)
 MAX_FILES = 20  # files of a code diff shown at most
 MAX_FILE_BYTES = 512 * 1024  # larger files are named, not diffed
 
@@ -37,14 +43,23 @@ def best_is_max(metric: str | None) -> bool:
     return bool(metric and BEST_IS_MAX.search(metric.lower()))
 
 
+def better_direction(metric: str, args: set[str] | frozenset[str] = frozenset()) -> bool | None:
+    """True when a higher value of `metric` is better, False when lower is, None when it
+    is a setting (an arg of either run, or a name like `lr`) that no value is better for."""
+    if metric in args or SETTING.search(metric.lower()):
+        return None
+    return best_is_max(metric)
+
+
 @dataclass
 class MetricPair:
-    """One name both runs logged: final (last) and best value of each."""
+    """One name both runs logged: final (last) and best value of each (no best for a
+    setting such as a logged `lr`: `higher_is_better` None)."""
 
     name: str
     final: tuple[float | None, float | None]
     best: tuple[float | None, float | None]
-    higher_is_better: bool
+    higher_is_better: bool | None
 
     @property
     def final_delta(self) -> float | None:
@@ -104,17 +119,15 @@ def compare_runs(project: Path, store: Store, first: str, second: str) -> RunCom
     ]
     args = [(n, None if x is MISSING else x, None if y is MISSING else y) for n, x, y in differ]
     metrics = []
+    settings = set(a.args) | set(b.args)
     for name in sorted(set(stats[first]) & set(stats[second])):
-        high = best_is_max(name)
+        high = better_direction(name, settings)
         (last_a, low_a, high_a), (last_b, low_b, high_b) = stats[first][name], stats[second][name]
-        metrics.append(
-            MetricPair(
-                name,
-                (last_a, last_b),
-                (high_a, high_b) if high else (low_a, low_b),
-                high,
-            )
-        )
+        if high is None:
+            best: tuple[float | None, float | None] = (None, None)
+        else:
+            best = (high_a, high_b) if high else (low_a, low_b)
+        metrics.append(MetricPair(name, (last_a, last_b), best, high))
     comparison = RunComparison(
         a,
         b,
@@ -183,4 +196,11 @@ def _code(project: Path, comparison: RunComparison) -> None:
         comparison.files.append(FileDiff(path, texts[0], texts[1], note))
 
 
-__all__ = ["FileDiff", "MetricPair", "RunComparison", "best_is_max", "compare_runs"]
+__all__ = [
+    "FileDiff",
+    "MetricPair",
+    "RunComparison",
+    "best_is_max",
+    "better_direction",
+    "compare_runs",
+]

@@ -33,7 +33,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from florwb.components.live_monitor import LiveMonitor, waiting_line
+from florwb.components.live_monitor import FOLLOW_SHARE, LiveMonitor, waiting_line
 from florwb.components.replay_runner import ReplayRunner
 from florwb.panes.history import LOADING_HISTORY, HistoryPane
 from florwb.panes.query import QueryPane
@@ -93,8 +93,11 @@ class WorkbenchApp(App[int]):
         *,
         watch: bool = True,
         poll_s: float = 1.0,
+        follow_share: float = FOLLOW_SHARE,
         on_ready: Callable[[], None] | None = None,
     ) -> None:
+        """`follow_share`: the share of a core that following the runs still recording
+        may take (their rows are read again no more often than that allows)."""
         super().__init__()
         self.project = Path(project)
         self.store = Store(self.project)
@@ -109,7 +112,12 @@ class WorkbenchApp(App[int]):
         self._quit_when_replay_ends = False  # `q`, `y`: the replay is being cancelled
         # The components and panes, built here with what they need; compose places them.
         self._monitor = LiveMonitor(
-            self.project, self.store, poll_s=poll_s, watch_scripts=watch, id="live-monitor"
+            self.project,
+            self.store,
+            poll_s=poll_s,
+            watch_scripts=watch,
+            follow_share=follow_share,
+            id="live-monitor",
         )
         self._runner = ReplayRunner(id="replay-runner")
         self._banner = PendingBanner(id="pending-banner")
@@ -229,8 +237,10 @@ class WorkbenchApp(App[int]):
         self._history_pane.show(history)
         self._holder_shown = False
         self.sub_title = self._summary_title()
-        self._statements.set_history(history)
-        self._refresh_statements()
+        if not message.runs_only:  # runs recording change no version or statement
+            self._statements.set_history(history)
+            self._query.suggest_metric(history.metric)
+            self._refresh_statements()
         self._chart_data_changed()
         if not self._first_frame:
             self._first_frame = True

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -196,6 +197,8 @@ def _replay(
         return 0
     if not args.json:
         _print_plan(plan, f"{why}; {each}")
+        for warning in plan.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
     ready = plan.ready()
     if not ready:
         if not args.json:
@@ -292,11 +295,28 @@ def _print_plan(plan: Plan, workers_why: str) -> None:
         print(note)
 
 
-def _progress_printer():
+TTY_PROGRESS_EVERY_S = 1.0  # on a terminal, a running segment's count at most this often
+
+
+def _progress_printer(stream=None):
+    """Progress on stderr. To a pipe or a file (CI logs, `| tee`): one line when a segment
+    starts and one when it ends, so a replay's log has two lines per segment however many
+    iterations it replays; on a terminal also the running count, at most once a second."""
+    stream = stream or sys.stderr
+    tty = stream.isatty()
+    shown: dict[tuple[str, int], tuple[str, float]] = {}
+
     def show(p) -> None:
         if p.state == "waiting":
             return
-        print(f"  {p.run_id} segment {p.segment}: {p.done}/{p.total} {p.state}", file=sys.stderr)
+        key = (p.run_id, p.segment)
+        last = shown.get(key)
+        now = time.monotonic()
+        if last is not None and last[0] == p.state:
+            if not tty or p.state != "running" or now - last[1] < TTY_PROGRESS_EVERY_S:
+                return
+        shown[key] = (p.state, now)
+        print(f"  {p.run_id} segment {p.segment}: {p.done}/{p.total} {p.state}", file=stream)
 
     return show
 

@@ -135,8 +135,9 @@ async def test_replayed_names_are_offered_by_metric_cycling_and_show_their_value
 async def test_a_name_a_run_has_is_not_replayed_again_and_the_default_query_counts_once(
     demo: Path,
 ):
-    from florwb.panes.query import DEFAULT_SQL
+    from florwb_engine.store.queries import example_query
 
+    acc_sql = example_query("acc")
     app = make_app(demo)
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
@@ -150,7 +151,7 @@ async def test_a_name_a_run_has_is_not_replayed_again_and_the_default_query_coun
         await replay_marked(pilot, app, "second replay")
         # the Query tab's default query: each recorded acc once, replays or not
         await pilot.press("4")
-        app.query_one("#query-pane").run_sql(DEFAULT_SQL)
+        app.query_one("#query-pane").run_sql(acc_sql)
         text = await wait_for(pilot, lambda t: "4 rows" in t, what="the default query")
         assert short_run(run_id) in text
     first, second = _replays(demo)["replay_id"]
@@ -164,7 +165,7 @@ async def test_a_name_a_run_has_is_not_replayed_again_and_the_default_query_coun
         f"SELECT count(*) AS n FROM logs WHERE name = 'acc' AND run_id = '{run_id}' "
         "AND source = 'record'"
     )["n"][0]
-    shown = Store(demo).query(DEFAULT_SQL)
+    shown = Store(demo).query(acc_sql)
     acc = dict(zip(shown["run_id"], shown["acc"], strict=True))[run_id]
     assert len(acc) == recorded
 

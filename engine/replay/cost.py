@@ -44,6 +44,13 @@ RAY_IMPORT_S = 3.0
 RAY_BYTES_PER_S = 100e6  # object-store transfer of code and checkpoints to the node
 PREFIX_FLOOR_S = 0.2
 PREFIX_EPOCHS = 2.0
+# A multi-process run's replay starts its processes afresh, not from the warm fork server
+# (ddp_launch.py): torchrun's launcher imports torch, then every rank's interpreter imports
+# torch and the script's modules (side by side, as many at once as there are cores) and
+# the ranks meet at the rendezvous. Measured on a 2-core box: `import torch` 1.7 s of
+# CPU; a 2-rank torchrun of a script that only joins the process group, 5.2 s of CPU.
+TORCH_IMPORT_S = 1.7
+RENDEZVOUS_S = 1.0
 # A project's finished replays calibrate the next estimate: the median ratio of their
 # recorded durations to their estimates, within these bounds (facts.past_ratio).
 CALIBRATION_BOUNDS = (0.25, 4.0)
@@ -61,9 +68,25 @@ def replayed_prefix_s(facts: RunFacts) -> float:
     return min(facts.prefix_s, PREFIX_FLOOR_S + PREFIX_EPOCHS * typical)
 
 
-def segment_start_s(executor: ExecutorName) -> float:
-    """Seconds a segment costs before the old script runs its first line."""
-    return LOCAL_START_S if executor == "local" else RAY_START_S
+def segment_start_s(executor: ExecutorName, launch: dict | None = None) -> float:
+    """Seconds a segment costs before the old script runs its first line; `launch`: the
+    plan's launch of a multi-process run (ddp_launch.py), whose processes start afresh."""
+    start = LOCAL_START_S if executor == "local" else RAY_START_S
+    return start + launch_start_s(launch)
+
+
+def launch_start_s(launch: dict | None) -> float:
+    """What starting a torchrun / mp.spawn launch's processes costs (0 for one process)."""
+    if not launch:
+        return 0.0
+    # planning imports these anyway (ddp_launch.py); the Replay tab imports this module
+    from florwb_engine.record.ranks import TORCHRUN
+    from florwb_engine.replay.cores import available_cores
+
+    ranks = max(int(launch.get("nproc") or 1), 1)
+    waves = math.ceil(ranks / max(available_cores(), 1))
+    launcher = TORCH_IMPORT_S if launch.get("launcher") == TORCHRUN else 0.0
+    return launcher + waves * TORCH_IMPORT_S + RENDEZVOUS_S
 
 
 @dataclass
@@ -101,11 +124,13 @@ def run_work(
     executor: ExecutorName = "local",
     *,
     from_start: bool = False,
+    launch: dict | None = None,
 ) -> Work | str:
     """The work of replaying one run in `mode` on `executor`, or why there is none to do.
     `from_start`: the statements read state no checkpoint holds, so the main loop runs
-    from its first iteration in one segment, restoring nothing (state_reads.py)."""
-    prefix_s = segment_start_s(executor) + replayed_prefix_s(facts)
+    from its first iteration in one segment, restoring nothing (state_reads.py).
+    `launch`: how a multi-process run starts (each segment pays it)."""
+    prefix_s = segment_start_s(executor, launch) + replayed_prefix_s(facts)
     if mode == PREFIX:
         return Work([], {}, set(), prefix_s)
     epochs = sorted(facts.epoch_s) or sorted(facts.checkpoints)

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Union
 
@@ -104,10 +105,11 @@ class ReplayResult:
     shipped: dict[int, Shipment] = field(default_factory=dict)  # segment -> bytes sent (ray)
     profile: dict | None = None  # where the time went (profile.py); not in to_json
     finished: bool = False  # its status is stored (executor's own bookkeeping; not in to_json)
+    ended: datetime | None = None  # when its row says it ended (not in to_json)
 
     def to_json(self) -> dict:
         found = asdict(self)
-        del found["profile"], found["finished"]
+        del found["profile"], found["finished"], found["ended"]
         return found
 
 
@@ -148,7 +150,7 @@ def execute(
     RayOptions) runs the segments as Ray tasks instead (ray_executor.py). `started_at`:
     when the user started the replay (Unix time), so the result's profile counts the
     command's start and planning too."""
-    started = time.perf_counter()
+    began_at = datetime.now()  # the replay's row starts here: its one duration
     profiler = Profiler(started_at if started_at is not None else time.time())
     cancel = cancel or threading.Event()
     project = plan.project
@@ -186,7 +188,7 @@ def execute(
 
     try:
         with profiler.span("ingest"), store.session() as con:
-            record_replay(con, plan.replay_id, plan.names, plan.to_json())
+            record_replay(con, plan.replay_id, plan.names, plan.to_json(), started=began_at)
         # after its row: a work folder without a running replay is a leftover readers remove
         workdir.mkdir(parents=True, exist_ok=True)
 
@@ -219,6 +221,9 @@ def execute(
         if not result.finished:
             with profiler.span("ingest"), store.session() as con:
                 _finish(plan, result, con)
+        # the duration the CLI, the Replay tab, past replays and the replay detail all show
+        assert result.ended is not None
+        result.elapsed_s = (result.ended - began_at).total_seconds()
     except BaseException:
         _remove_results(store, project, plan.replay_id)
         with store.session() as con:
@@ -231,7 +236,6 @@ def execute(
         for task in tasks:
             if task.contain is not None:
                 contain.remove_scratch(Path(task.contain["scratch"]))
-    result.elapsed_s = time.perf_counter() - started
     result.profile = profiler.result()
     return result
 
@@ -696,7 +700,7 @@ def _finish(plan: Plan, result: ReplayResult, con: duckdb.DuckDBPyConnection) ->
     if kept:  # beside the journals, for a catalog rebuilt from them (store/verdicts.py)
         verdicts.write_sidecar(journal_dir(plan.project), plan.replay_id, kept)
     detail = {**plan.to_json(), "results": [asdict(r) for r in result.runs]}
-    finish_replay(con, plan.replay_id, result.status, detail)
+    result.ended = finish_replay(con, plan.replay_id, result.status, detail)
 
 
 def _unlink_journals(project: Path, replay_id: str, tasks: list[SegmentTask]) -> None:

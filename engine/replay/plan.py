@@ -116,6 +116,8 @@ class Plan:
     estimate_raw_s: float = 0.0
     calibration: float = 1.0
     notes: list[str] = field(default_factory=list)  # about the whole replay (fewer workers)
+    # what the user must know before starting (runs still recording)
+    warnings: list[str] = field(default_factory=list)
     # the replay's estimate had its runs checkpointed every main-loop iteration (None: the
     # runs' checkpoints would not make it much shorter)
     denser_estimate_s: float | None = None
@@ -147,6 +149,7 @@ class Plan:
             "estimate_raw_s": self.estimate_raw_s,
             "calibration": self.calibration,
             "notes": self.notes,
+            "warnings": self.warnings,
             "denser_estimate_s": self.denser_estimate_s,
             "denser_note": self.denser_note(),
             "runs": [
@@ -159,6 +162,16 @@ class Plan:
                 for run in self.runs
             ],
         }
+
+
+def estimate_of(plan: Plan) -> float:
+    """The plan's wall-time estimate from its ready runs' segments, as plan_replay makes it
+    (the segments scheduled on the workers, what a replay pays once, the calibration): the
+    workbench re-estimates with it after leaving runs out, so every screen and the CLI say
+    the same for the same runs."""
+    factor = plan.calibration or 1.0
+    costs = [s.estimate_s / factor for run in plan.ready() for s in run.segments]
+    return replay_estimate(costs, plan.workers, plan.executor) * factor
 
 
 @again_if_rebuilt
@@ -226,6 +239,7 @@ def plan_replay(
                 facts[run.run_id],
                 executor,
                 from_start=plan.from_start,
+                launch=plan.launch,
             )
             if isinstance(found, str):
                 plan.status, plan.reason = SKIP, found
@@ -265,6 +279,13 @@ def plan_replay(
     if executor == "local":  # a Ray task's threads follow its CPUs (ray_executor.py)
         at_once, cut = workers_for_threads(workers, [recorded_threads(p.threads) for p in ready])
         notes += [cut] if cut else []
+    recording = [p.run_id for p in ready if facts[p.run_id].status == "running"]
+    warnings = []
+    if recording:  # what such a replay fills in is not the whole run
+        warnings.append(
+            f"{len(recording)} run(s) still recording ({', '.join(recording[:3])}): only "
+            "the iterations recorded so far are replayed"
+        )
     factor = 1.0 if ratio is None else min(max(ratio, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
     # segments as many as `workers` asked for (each still starts from a checkpoint); at most
     # `at_once` of them run side by side, each with its run's recorded threads
@@ -286,6 +307,7 @@ def plan_replay(
         estimate_raw_s=raw,
         calibration=factor,
         notes=notes,
+        warnings=warnings,
         denser_estimate_s=denser,
     )
 
@@ -394,6 +416,8 @@ def _plan_run(
         )
     if facts.diverged:
         plan.notes.append(f"retries replay {facts.diverged}, which diverged on this run")
+    if facts.status == "running":
+        plan.notes.insert(0, "still recording: only the iterations recorded so far replay")
     plan.status = READY
     return plan
 
@@ -475,4 +499,12 @@ def seconds_text(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
 
 
-__all__ = ["Plan", "PlanError", "RunPlan", "RunPlanStatus", "Segment", "plan_replay"]
+__all__ = [
+    "Plan",
+    "PlanError",
+    "RunPlan",
+    "RunPlanStatus",
+    "Segment",
+    "estimate_of",
+    "plan_replay",
+]

@@ -14,7 +14,7 @@ Versions are dated by their first run's start, not by when the store ingested th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import duckdb
 import numpy as np
@@ -86,6 +86,51 @@ def load_history_values(store: Store, metric: str | None = None) -> HistoryValue
     )
 
 
+@again_if_rebuilt
+def refresh_runs(store: Store, history: HistoryValues, run_ids: set[str]) -> HistoryValues | None:
+    """`history` with only the runs `run_ids` read again: the runs still recording, whose
+    journals grew. Their rows (status, counts) and their values of the history's metric
+    change; nothing else can while they record (versions, the other runs, the coverage of
+    finished runs). None when that does not hold: one of them ended or is unknown, or
+    logged a name the history does not list. The metric list's counts are the last full
+    reload's (a reload after the run ends brings them up to date)."""
+    known = {m.name for m in history.metrics}
+    with read_session(store) as con:
+        fresh = {}
+        for run_id in run_ids:
+            found = list_runs(con, run_id)
+            if not found or found[0].status != "running":
+                return None
+            fresh[run_id] = found[0]
+        keys = [
+            row[0]
+            for row in con.execute(
+                "SELECT run_key FROM runs WHERE run_id IN (SELECT unnest(?))", [sorted(run_ids)]
+            ).fetchall()
+        ]
+        names = con.execute(
+            "SELECT DISTINCT k.name FROM name_stats s JOIN name_keys k USING (name_key) "
+            "WHERE s.run_key IN (SELECT unnest(?))",
+            [keys],
+        ).fetchall()
+        if any(name not in known for (name,) in names):
+            return None
+        values = _series(con, history.metric, run_keys=keys) if history.metric else SeriesValues()
+    runs = [fresh.get(run.run_id, run) for run in history.runs]
+
+    def merged(old: dict, new: dict) -> dict:
+        return {**{k: v for k, v in old.items() if k not in run_ids}, **new}
+
+    return replace(
+        history,
+        runs=runs,
+        series=merged(history.series, values.series),
+        last=merged(history.last, values.last),
+        low=merged(history.low, values.low),
+        high=merged(history.high, values.high),
+    )
+
+
 def _coverage(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
     """Read in the history's session, so the pending check opens no connection of its own."""
     finished = dict(
@@ -138,14 +183,27 @@ def _metrics(con: duckdb.DuckDBPyConnection) -> list[MetricInfo]:
     return [MetricInfo(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
 
 
-def _series(con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POINTS) -> SeriesValues:
-    """Per run, the values of `name` from its chosen source, averaged into at most `points`
-    buckets by place in the run's log sequence (hash-sampled above SAMPLE_ROWS rows, in the
-    scan itself), plus the exact last, min and max."""
+def _series(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    points: int = SERIES_POINTS,
+    run_keys: list[int] | None = None,
+) -> SeriesValues:
+    """Per run (of `run_keys`, or all), the values of `name` from its chosen source,
+    averaged into at most `points` buckets by place in the run's log sequence
+    (hash-sampled above SAMPLE_ROWS rows, in the scan itself), plus the exact last, min
+    and max."""
     row = con.execute("SELECT name_key FROM name_keys WHERE name = ?", [name]).fetchall()
     if not row:
         return SeriesValues()
     key = row[0][0]
+    # integers read from the catalog: the scans skip the other runs' row groups
+    only = (
+        ""
+        if run_keys is None
+        else f" AND c.run_key IN ({', '.join(map(str, map(int, run_keys or [-1])))})"
+    )
+    scan_only = only.replace("c.run_key", "l.run_key")
     stats = con.execute(
         f"""
         SELECT c.run_key, c.source_key,
@@ -156,7 +214,7 @@ def _series(con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POIN
                            WHERE r.run_key = c.run_key), 1),
                (SELECT sum(n) FROM name_stats a WHERE a.run_key = c.run_key
                 AND a.source_key = c.source_key AND a.name_key = c.name_key)
-        FROM ({CHOSEN}) c WHERE c.name_key = ?
+        FROM ({CHOSEN}) c WHERE c.name_key = ?{only}
         """,
         [key],
     ).fetchall()
@@ -173,6 +231,9 @@ def _series(con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POIN
             "keep_all": np.array(
                 [int(s[3] or 0) < SAMPLE_ROWS * modulus for s in stats], dtype=np.bool_
             ),
+            # a run with at most `points` values of the name: one bar each, in order (by
+            # place in the whole run, values logged close together would share a bar)
+            "few": np.array([int(s[3] or 0) <= points for s in stats], dtype=np.bool_),
         },
     )
     try:
@@ -185,19 +246,28 @@ def _series(con: duckdb.DuckDBPyConnection, name: str, points: int = SERIES_POIN
                    avg(l.value) FILTER (WHERE isfinite(l.value))
             FROM log_rows l JOIN florwb_chosen t
                  ON t.run_key = l.run_key AND t.source_key = l.source_key
-            WHERE l.name_key = ? AND l.vtype <= 2{sample}
+            WHERE l.name_key = ? AND l.vtype <= 2 AND NOT t.few{sample}{scan_only}
+            GROUP BY ALL
+            UNION ALL
+            SELECT run_key, bucket, avg(value) FILTER (WHERE isfinite(value))
+            FROM (SELECT l.run_key, l.value,  -- ranks of one launch share a bar
+                         dense_rank() OVER (PARTITION BY l.run_key
+                                            ORDER BY l.seq & {LOCAL_SEQ}) - 1 AS bucket
+                  FROM log_rows l JOIN florwb_chosen t
+                       ON t.run_key = l.run_key AND t.source_key = l.source_key
+                  WHERE l.name_key = ? AND l.vtype <= 2 AND t.few{scan_only})
             GROUP BY ALL
             """,
-            [key],
+            [key, key],
         ).fetchall()
         exact = con.execute(
-            """
+            f"""
             SELECT l.run_key, arg_max(l.value, l.seq), arg_max_null(l.text, l.seq),
                    min(l.value) FILTER (WHERE isfinite(l.value)),
                    max(l.value) FILTER (WHERE isfinite(l.value))
             FROM log_rows l JOIN florwb_chosen t
                  ON t.run_key = l.run_key AND t.source_key = l.source_key
-            WHERE l.name_key = ? AND l.vtype <= 2
+            WHERE l.name_key = ? AND l.vtype <= 2{scan_only}
             GROUP BY l.run_key
             """,
             [key],
@@ -235,4 +305,5 @@ __all__ = [
     "SeriesValues",
     "load_history_values",
     "load_series_values",
+    "refresh_runs",
 ]

@@ -29,7 +29,7 @@ from florwb_engine.store.console import ConsoleLine
 from florwb_engine.store.db import StoreError, no_progress_bar
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import RunRow, list_runs
-from florwb_engine.store.schema import LOCAL_SEQ
+from florwb_engine.store.schema import LOCAL_SEQ, literal, quote
 from florwb_engine.store.system_metrics import SystemSample
 from florwb_engine.store.values import exact_number
 from florwb_engine.store.verdicts import Withheld, withheld
@@ -225,6 +225,19 @@ def default_metric(metrics: list[MetricInfo]) -> str | None:
     if not numeric:
         return None
     return min(numeric, key=lambda m: (-m.n_runs, m.depth != 0, m.name)).name
+
+
+def example_query(metric: str | None) -> str:
+    """The Query tab's first SQL: each run's recorded values of `metric` (a name the project
+    has, the history's), in the order logged, drawn as a sparkline per run. `source =
+    'record'`: a replay re-executes recorded statements too, and would add copies."""
+    if metric is None:
+        return "SELECT run_id, status, start_time, end_time FROM runs ORDER BY start_time DESC"
+    return (
+        f"SELECT run_id, list(value ORDER BY seq) AS {quote(metric)}\n"
+        f"FROM logs WHERE name = {literal(metric)} AND source = 'record'\n"
+        "GROUP BY run_id ORDER BY run_id"
+    )
 
 
 def _name_key(con: duckdb.DuckDBPyConnection, name: str) -> int | None:
@@ -525,6 +538,7 @@ __all__ = [
     "check_read_only",
     "count_rows",
     "default_metric",
+    "example_query",
     "load_live",
     "load_replays",
     "load_run_detail",

@@ -31,14 +31,26 @@ REL_TOLERANCE = 1e-6
 ABS_TOLERANCE = 1e-9
 
 
-def record_replay(con: duckdb.DuckDBPyConnection, replay_id: str, names: list[str], detail) -> None:
-    """A replay starts; its owner (this process) is kept so that a replay whose process was
-    killed can be told from one still going in another terminal."""
+def record_replay(
+    con: duckdb.DuckDBPyConnection,
+    replay_id: str,
+    names: list[str],
+    detail,
+    started: datetime | None = None,
+) -> None:
+    """A replay starts (at `started`, by default now); its owner (this process) is kept so
+    that a replay whose process was killed can be told from one still going in another
+    terminal."""
     pid = os.getpid()
     owner = {"host": socket.gethostname(), "pid": pid, "pid_ticks": processes.start_ticks(pid)}
     con.execute(
         "INSERT OR REPLACE INTO replays VALUES (?, ?, NULL, 'running', ?, ?)",
-        [replay_id, datetime.now(), ",".join(names), json.dumps({**detail, "owner": owner})],
+        [
+            replay_id,
+            started or datetime.now(),
+            ",".join(names),
+            json.dumps({**detail, "owner": owner}),
+        ],
     )
 
 
@@ -83,11 +95,14 @@ def remove_results(con: duckdb.DuckDBPyConnection, project: Path, replay_id: str
 
 def finish_replay(
     con: duckdb.DuckDBPyConnection, replay_id: str, status: ReplayStatus, detail
-) -> None:
+) -> datetime:
+    """The replay ended now (returned: its duration everywhere is `ended - started`)."""
+    ended = datetime.now()
     con.execute(
         "UPDATE replays SET ended = ?, status = ?, detail = ? WHERE replay_id = ?",
-        [datetime.now(), status, json.dumps(detail), replay_id],
+        [ended, status, json.dumps(detail), replay_id],
     )
+    return ended
 
 
 def delete_rows(con: duckdb.DuckDBPyConnection, replay_id: str, run_id: str | None = None) -> None:

@@ -82,6 +82,19 @@ class RunRow:
         """The runs it started from, first loaded first."""
         return list(dict.fromkeys(str(s["parent"]) for s in self.started_from))
 
+    loop_s: float | None = None  # the main loop's recorded iterations, summed
+
+    def took(self, now: datetime | None = None) -> tuple[float | None, str]:
+        """How long the run took, and how to read it: "" start to end; "so far" while it
+        records (start to `now`); "at least" for a run that left no end (killed): the
+        time of the main-loop iterations it recorded, a lower bound."""
+        if self.duration_s is not None:
+            return self.duration_s, ""
+        if self.status == "running" and self.start_time is not None:
+            elapsed = ((now or datetime.now()) - self.start_time).total_seconds()
+            return max(elapsed, 0.0), "so far"
+        return self.loop_s, "at least" if self.loop_s is not None else ""
+
     @property
     def verdict(self) -> Verdict | None:
         """The latest replay's verdict: what the run reads as (None: never replayed)."""
@@ -208,6 +221,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                 saved=[int(i) for i in r[22] if int(i) not in set(r[21])],
                 main_iterations=int(r[23]),
                 started_from=lineage.lineage_of(con, r[0]) if r[0] in loaded else [],
+                loop_s=loop_s,
             )
         )
     return out

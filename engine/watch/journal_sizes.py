@@ -27,12 +27,18 @@ class JournalSizes:
 
     def changed(self) -> bool:
         """True when a journal appeared or grew since the last call (the first call: True)."""
+        return self.changes() != set()
+
+    def changes(self) -> set[str] | None:
+        """The journals (file names) that appeared, grew or went since the last call; None
+        on the first call (everything is new)."""
         sizes: dict[str, int] = {}
         with contextlib.suppress(FileNotFoundError), os.scandir(self.folder) as entries:
             for entry in entries:
                 if entry.name.endswith(SUFFIX):
                     with contextlib.suppress(FileNotFoundError):  # a journal removed meanwhile
                         sizes[entry.name] = entry.stat().st_size
-        changed = sizes != self._seen
-        self._seen = sizes
-        return changed
+        seen, self._seen = self._seen, sizes
+        if seen is None:
+            return None
+        return {name for name in sizes.keys() | seen.keys() if sizes.get(name) != seen.get(name)}

@@ -31,13 +31,21 @@ from florwb.ui.messages import (
 from florwb.ui.workers import run_in_thread
 from florwb_engine.store import Store, StoreBusy
 from florwb_engine.store.db import LockFreedListener, LockWaitListener, lock_waits_reported
-from florwb_engine.store.history_values import HistoryValues, load_history_values
+from florwb_engine.store.history_values import (
+    HistoryValues,
+    load_history_values,
+    refresh_runs,
+)
 from florwb_engine.store.name_coverage import names_lacking
 from florwb_engine.store.queries import History, load_live
 from florwb_engine.watch import JournalSizes, PendingStatements, ScriptWatcher, pending_statements
 
 RUNNING_POLL_EVERY = 3  # polls: re-read running runs this often even if journals are quiet
-RELOAD_COST_FACTOR = 4  # wait this many times the last reload's duration before the next
+RELOAD_COST_FACTOR = 4  # wait this many times the last whole reload's duration
+LIVE_REFRESH_S = 2.0  # at most this often, the rows of the runs recording are read again
+# ... and spaced so that following them takes at most this share of a core (CPU time of
+# the read, ingestion of their new rows included): the idle workbench stays under 1%
+FOLLOW_SHARE = 0.01
 BUSY_RETRY_S = 1.0  # a reload that found the catalog held past the lock wait tries again
 
 
@@ -58,12 +66,14 @@ class LiveMonitor(Widget):
         *,
         poll_s: float = 1.0,
         watch_scripts: bool = True,
+        follow_share: float = FOLLOW_SHARE,
         id: str | None = None,
     ) -> None:
         super().__init__(id=id)
         self.project = project
         self.store = store
         self.poll_s = poll_s
+        self.follow_share = follow_share
         self.watch_scripts = watch_scripts
         self.history: History | None = None  # the newest history this monitor loaded
         self.metric: str | None = None  # the sparkline metric reloads keep
@@ -75,6 +85,7 @@ class LiveMonitor(Widget):
         self._watched: set[Path] = set()
         self._watching = False
         self._polls = 0
+        self._polling = False  # a poll's worker is reading
         self._next_reload = 0.0
 
     def on_mount(self) -> None:
@@ -137,7 +148,7 @@ class LiveMonitor(Widget):
         self.history = message.history
         if self.metric is None:  # the loader's default; a metric the user chose stays
             self.metric = message.history.metric
-        if self._watching:
+        if self._watching and not message.runs_only:  # runs recording add no script
             self._update_watch()
             self.check_pending()
 
@@ -145,34 +156,65 @@ class LiveMonitor(Widget):
         self._polls += 1
         if time.monotonic() < self._next_reload:
             return  # a big project: reloading takes a while, so not every second
+        if self._polling or self.history is None:
+            return  # the last read is still going (the first load too): one at a time
+        self._polling = True
         history = self.history
-        running = bool(history and any(r.status == "running" for r in history.runs))
-        force = (running and self._polls % RUNNING_POLL_EVERY == 0) or self._poll_was_busy
+        running = {r.run_id for r in history.runs if r.status == "running"} if history else set()
+        force = (bool(running) and self._polls % RUNNING_POLL_EVERY == 0) or self._poll_was_busy
         metric = self.metric
 
         def work() -> None:
             """Reload only when a journal grew, or now and then while runs are marked
-            running (a killed run's journal never grows again). Reloads are spaced by a few
-            times what the last one cost, so a project with a thousand runs does not spend
-            the machine on refreshing its history."""
-            if not self._sizes.changed() and not force:
+            running (a killed run's journal never grows again). When only the journals of
+            runs recording grew, only their rows are read again (refresh_runs); reads are
+            spaced by a multiple of what the last one cost, so a project with a thousand
+            runs and one recording does not spend the machine on refreshing its history."""
+            try:
+                read()
+            finally:
+                self._polling = False
+
+        def read() -> None:
+            changes = self._sizes.changes()
+            if changes == set() and not force:
                 return
-            began = time.monotonic()
+            began, cpu = time.monotonic(), time.process_time()
             waits: list[float] = []  # time spent waiting on another process: not our cost
+            live_only = (
+                isinstance(history, HistoryValues)
+                and not self._poll_was_busy
+                and changes is not None
+                and bool(running)
+                and all(any(name.startswith(f"{r}.") for r in running) for name in changes)
+            )
             try:
                 with lock_waits_reported(self._say_waiting(began), self._say_freed(waits)):
-                    history = load_history_values(self.store, metric)
-                    recording = any(r.status == "running" for r in history.runs)
+                    fresh = None
+                    if (
+                        live_only
+                        and isinstance(history, HistoryValues)
+                        and metric == history.metric
+                    ):
+                        fresh = refresh_runs(self.store, history, running)
+                    whole = fresh is None
+                    if fresh is None:
+                        fresh = load_history_values(self.store, metric)
+                    recording = any(r.status == "running" for r in fresh.runs)
                     live = load_live(self.store) if recording else []
             except StoreBusy:
                 self._poll_was_busy = True  # the next poll retries what this one saw change
                 waits.append(time.monotonic() - began)  # it all went on waiting
                 return
             finally:
-                cost = time.monotonic() - began - sum(waits)
-                self._next_reload = time.monotonic() + RELOAD_COST_FACTOR * max(cost, 0.0)
+                if live_only:
+                    spent = (time.process_time() - cpu) / self.follow_share
+                    self._next_reload = time.monotonic() + max(spent, LIVE_REFRESH_S)
+                else:
+                    cost = time.monotonic() - began - sum(waits)
+                    self._next_reload = time.monotonic() + RELOAD_COST_FACTOR * max(cost, 0.0)
             self._poll_was_busy = False
-            self.post_message(HistoryLoaded(history))
+            self.post_message(HistoryLoaded(fresh, runs_only=not whole))
             self.post_message(LiveUpdated(live))
 
         run_in_thread(self, work, group="poll", description="refreshing the history")

@@ -13,6 +13,7 @@ tables and views with their columns. History is kept per project in
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from rich.text import Text
@@ -45,17 +46,10 @@ from florwb.widgets.sql_editor import SqlEditor
 from florwb_engine.store import Store, StoreBusy, StoreError
 from florwb_engine.store.catalog_outline import Relation, outline
 from florwb_engine.store.db import LockWaitListener, lock_waits_reported
-from florwb_engine.store.queries import PAGE_ROWS, series_columns
+from florwb_engine.store.queries import PAGE_ROWS, example_query, series_columns
 from florwb_engine.store.result_stream import ResultStream
-from florwb_engine.store.user_export import export_result
+from florwb_engine.store.user_export import export_result, export_rows
 from florwb_engine.store.user_sql import QueryStopped, UserSqlError
-
-# `source = 'record'`: a replay re-executes recorded statements too, so without it each
-# replay would add another copy of every value (issue 14, defect 4).
-DEFAULT_SQL = (
-    "SELECT run_id, list(value ORDER BY epoch) AS acc\n"
-    "FROM logs WHERE name = 'acc' AND source = 'record'\nGROUP BY run_id ORDER BY run_id"
-)
 
 
 class QueryPane(Vertical):
@@ -93,6 +87,19 @@ class QueryPane(Vertical):
         self.outline: list[Relation] | None = None
         self._stop_serial = -1
         self._fetching = False
+        self.example = example_query(None)  # in the editor until the user changes it
+        self._shown: ResultStream | None = None  # the stream whose rows the table holds
+
+    def suggest_metric(self, metric: str | None) -> None:
+        """The example query names `metric`, a name the project has (the history's), while
+        the editor still holds the untouched example."""
+        example = example_query(metric)
+        if example == self.example:
+            return
+        if not self.is_mounted or self.editor.text == self.example:
+            if self.is_mounted:
+                self.editor.text = example
+            self.example = example
 
     def key_line(self) -> str:
         """The editor's keys in force, under it until the first query runs."""
@@ -104,7 +111,7 @@ class QueryPane(Vertical):
         )
 
     def compose(self) -> ComposeResult:
-        editor = SqlEditor(DEFAULT_SQL, id="sql", soft_wrap=True, tab_behavior="focus")
+        editor = SqlEditor(self.example, id="sql", soft_wrap=True, tab_behavior="focus")
         with Horizontal(id="query-body"):
             yield SchemaTree(id="schema")
             with Vertical(id="query-main"):
@@ -268,6 +275,7 @@ class QueryPane(Vertical):
                 table.append(table.generation, [], complete=True)
                 self._status(Text.assemble(("✓ ", "green"), "done (no rows returned)"))
                 return
+            self._shown = stream
             series = series_columns(stream.types)
             table.start(stream.columns, [str(t) for t in stream.types], series, message.rows)
             if not stream.exhausted:
@@ -366,13 +374,33 @@ class QueryPane(Vertical):
         self.app.push_screen(ExportScreen(self.project, "query-result.csv", self.hints), chosen)
 
     def _export(self, sql: str, path: Path) -> None:
+        """The result on screen, as shown: the rows the table holds, then the rest of the
+        same stream (added to the table too). Only a result no longer on screen (a query
+        that failed or was stopped) is run again."""
         serial = self.serial
         self._status(Text(f"writing {path}…", "yellow"))
+        stream, table = self.stream, self.results
+        shown = stream is not None and stream is self._shown and stream.returns_rows
+        held = list(table.raw_rows) if shown else []
+
+        def rest() -> Iterator[list[tuple]]:
+            yield held
+            while stream is not None and not stream.exhausted:
+                rows = stream.fetch(PAGE_ROWS * 10)
+                self.post_message(QueryRows(serial, stream, rows, False, 0.0))
+                yield rows
 
         def work() -> None:
             try:
                 with lock_waits_reported(self._waiting(serial)):
-                    rows = export_result(self.store, sql, path)
+                    if shown and stream is not None:
+                        self._fetching = True  # the pages arrive in order, from here alone
+                        try:
+                            rows = export_rows(stream.columns, stream.types, rest(), path)
+                        finally:
+                            self._fetching = False
+                    else:
+                        rows = export_result(self.store, sql, path)
             except (StoreError, StoreBusy) as exc:
                 self._post_failure(serial, exc)
                 return

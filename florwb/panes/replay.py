@@ -242,7 +242,6 @@ class ReplayPane(Vertical):
         """The replay is over; `result` None: it failed (the error modal says why)."""
         self.running = False
         self.result = result
-        elapsed = time.perf_counter() - self.started
         if self.plan is not None:  # nothing left to cancel: the title stops offering it
             title = self.query_one("#replay-title", Static)
             title.update(
@@ -269,7 +268,7 @@ class ReplayPane(Vertical):
             row.set_progress(row.done, row.total, Text(f"{run.status}{detail}", style))
         summary = Text()
         summary.append(f"{result.status} ", "bold")
-        summary.append(f"in {fmt.duration(elapsed)}: ")
+        summary.append(f"in {fmt.duration(result.elapsed_s)}: ")  # the replay row's duration
         counts: dict[str, int] = {}
         for run in result.runs:
             counts[run.status] = counts.get(run.status, 0) + 1

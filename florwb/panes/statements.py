@@ -99,8 +99,15 @@ class StatementsPane(Vertical, can_focus=False):
     # --- what the app hands over ----------------------------------------------------------
 
     def set_history(self, history: History) -> None:
+        """Stale only when what the table shows can differ: the runs' scripts, versions
+        and replays (a run's values growing changes no cell)."""
+        shown = [(r.script, r.version, tuple(r.replays)) for r in history.runs]
+        before = self.history
+        if before is None or shown != [
+            (r.script, r.version, tuple(r.replays)) for r in before.runs
+        ]:
+            self.stale = True
         self.history = history
-        self.stale = True
 
     def select_version(self, version: str | None, script: str | None = None) -> None:
         """The history's cursor moved to `version` (the diff starts there next time); on a
@@ -158,6 +165,7 @@ class StatementsPane(Vertical, can_focus=False):
     @on(StatementTableLoaded)
     def _loaded(self, loaded: StatementTableLoaded) -> None:
         loaded.stop()
+        kept = self._cursor_cell(self.query_one("#matrix", DataTable))  # before the rebuild
         message = self.data = loaded.table
         title = f"{message.script}: {LEGEND.format(replay=self.hints('matrix.replay'))}"
         if message.note:
@@ -189,7 +197,12 @@ class StatementsPane(Vertical, can_focus=False):
             table.add_row(*cells, key=name)
         start = self.selected_version
         recorded = [v for v in self.order if v != WORKING]
-        if start in self.order:
+        if kept is not None and kept[0] in message.names and kept[1] in self.order:
+            # rebuilt (the history changed, the tab shown again): the cursor stays put
+            table.move_cursor(
+                row=message.names.index(kept[0]), column=self.order.index(kept[1]) + 1
+            )
+        elif start in self.order:
             table.move_cursor(column=self.order.index(start) + 1, row=0)
         elif recorded:  # the newest recorded version
             table.move_cursor(column=self.order.index(recorded[-1]) + 1, row=0)
@@ -197,6 +210,16 @@ class StatementsPane(Vertical, can_focus=False):
         self.show_diff()
 
     # --- cursor, reason, diff -------------------------------------------------------------
+
+    def _cursor_cell(self, table: DataTable) -> tuple[str, str] | None:
+        """(statement, version) under the matrix's cursor, before a rebuild."""
+        if not table.row_count or not self.order:
+            return None
+        row, column = table.cursor_coordinate
+        names = self.data.names if self.data is not None else []
+        if not (0 <= row < len(names)) or not (1 <= column <= len(self.order)):
+            return None
+        return names[row], self.order[column - 1]
 
     @on(DataTable.CellHighlighted, "#matrix")
     def _cell_moved(self) -> None:

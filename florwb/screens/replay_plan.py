@@ -23,7 +23,6 @@ from textual.widgets import Button, DataTable, Static
 from florwb.ui import format as fmt
 from florwb.ui import keys
 from florwb.ui.workers import run_in_thread
-from florwb_engine.replay.cost import schedule
 
 # More workers than cores only slow a replay down (they take turns on the cores).
 MAX_WORKERS = max(os.cpu_count() or 1, 1)
@@ -60,9 +59,9 @@ def without_runs(plan: Any, excluded: set[str]) -> Any:
     for run in shown.runs:
         if run.run_id in excluded and run.status == "ready":
             run.status, run.reason, run.segments, run.estimate_s = "skip", EXCLUDED, [], 0.0
-    shown.estimate_s = schedule(
-        [s.estimate_s for r in shown.runs for s in r.segments], shown.workers
-    )
+    from florwb_engine.replay.plan import estimate_of  # the planner loads libcst: on use
+
+    shown.estimate_s = estimate_of(shown)
     return shown
 
 
@@ -103,6 +102,8 @@ class ReplayPlanScreen(ModalScreen[Any]):
         self.excluded: set[str] = set()  # run ids the user left out (space)
         self.fork_server: Any | None = None  # the replay's warm fork server, once planning starts
         self.serial = 0
+        self.start_when_planned = False  # Start pressed while planning: it starts once planned
+        self.plan_error: str | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -155,6 +156,7 @@ class ReplayPlanScreen(ModalScreen[Any]):
         estimate = self.query_one("#plan-estimate", Static)
         if planned.error:
             self.plan = None
+            self.plan_error, self.start_when_planned = planned.error, False
             table.update(Text(f"Cannot replay: {planned.error}", "bold red"))
             estimate.update("")
             return
@@ -163,6 +165,12 @@ class ReplayPlanScreen(ModalScreen[Any]):
         self.planned = plan
         table.display = False
         self._show_plan(focus=True)
+        if self.start_when_planned:
+            self.start_when_planned = False
+            if plan.warnings:  # what the user must read first: shown, Start pressed again
+                self.notify("read the warning, then start again", title="Replay plan")
+            else:
+                self.action_start()
 
     def _show_plan(self, focus: bool = False) -> None:
         """The planned runs less the excluded ones: table, estimate, Start."""
@@ -188,6 +196,8 @@ class ReplayPlanScreen(ModalScreen[Any]):
             line.append(f" · {len(self.excluded)} excluded", "yellow")
         for note in getattr(plan, "notes", ()):  # fewer at once for the recorded threads
             line.append(f" · {note}", "yellow")
+        for warning in getattr(plan, "warnings", ()):  # runs still recording
+            line.append(f"\n⚠ {warning}", "bold yellow")
         line.append(f" · {self.hints('plan_runs.toggle')} include/exclude", "dim")
         self.query_one("#plan-estimate", Static).update(line)
         self.query_one("#plan-start", Button).disabled = not ready
@@ -234,6 +244,12 @@ class ReplayPlanScreen(ModalScreen[Any]):
         if self.plan is not None and self.plan.ready():
             fork_server, self.fork_server = self.fork_server, None
             self.dismiss((self.plan, fork_server))
+        elif self.planned is None and self.plan_error is None and not self.start_when_planned:
+            self.start_when_planned = True  # still planning: the key is kept, not dropped
+            self.query_one("#plan-table", Static).update(
+                "Planning… (propagating the statements into each version) · "
+                f"{self.hints('plan.start')} pressed: the replay starts once it is planned"
+            )
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -26,7 +26,7 @@ from florwb.ui import format as fmt
 from florwb.ui import keys
 from florwb.ui.workers import run_in_thread
 from florwb.widgets.code_diff import DiffView, render_diff
-from florwb.widgets.history_rows import run_status
+from florwb.widgets.history_rows import run_status, took_text
 from florwb_engine.run_compare import MetricPair, RunComparison, compare_runs
 from florwb_engine.store import Store
 from florwb_engine.store.runs import RunRow
@@ -49,11 +49,13 @@ def git_text(run: RunRow) -> Text:
     return text if text.plain else Text("not in a git repository", "dim")
 
 
-def _delta(value: float | None, higher_is_better: bool) -> Text:
+def _delta(value: float | None, higher_is_better: bool | None) -> Text:
     if value is None:
         return Text("-", "dim")
     if value == 0:
         return Text("0", "dim")
+    if higher_is_better is None:
+        return Text(f"{value:+.4g}")
     better = (value > 0) == higher_is_better
     return Text(f"{value:+.4g}", "green" if better else "red")
 
@@ -80,7 +82,7 @@ def render_header(comparison: RunComparison) -> Table:
     table.add_row(
         "started",
         *(
-            Text.assemble(_status(r), f" {fmt.clock(r.start_time)} · {fmt.duration(r.duration_s)}")
+            Text.assemble(_status(r), f" {fmt.clock(r.start_time)} · {took_text(r)}")
             for r in (a, b)
         ),
     )
@@ -138,6 +140,16 @@ def render_metrics(comparison: RunComparison) -> Group | Text:
 
 
 def _metric_cells(pair: MetricPair) -> list[Text | str]:
+    if pair.higher_is_better is None:  # a setting (lr...): values, no best, no verdict
+        return [
+            Text.assemble(pair.name, (" setting", "dim")),
+            fmt.number(pair.final[0]),
+            fmt.number(pair.final[1]),
+            _delta(pair.final_delta, None),
+            "-",
+            "-",
+            "",
+        ]
     way = "↑" if pair.higher_is_better else "↓"
     return [
         Text.assemble(pair.name, (f" {way}", "dim")),

@@ -17,23 +17,26 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Header, Input, Static
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
 from florwb.ui.messages import ReplayRequested, RunDetailLoaded
 from florwb.ui.workers import run_in_thread
-from florwb.widgets.history_rows import run_status
+from florwb.widgets.history_rows import run_status, took_text
 from florwb.widgets.run_summary import data_wait_line
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.replay.cost import ranges
 from florwb_engine.store import Store
 from florwb_engine.store.lineage import describe
-from florwb_engine.store.queries import RunDetail, load_run_detail
+from florwb_engine.store.queries import MetricSeries, RunDetail, load_run_detail
 from florwb_engine.store.runs import RunRow
 from florwb_engine.store.system_metrics import SystemSample
 
 RELOAD_S = 1.0  # while the run records
+# Metric rows drawn at once: Rich measures every row of a table on each layout, so a run
+# with 10,000 names drawn whole would hold the screen for a minute; `/` finds the others.
+METRIC_ROWS = 30
 TAIL_LINE_CHARS = 200  # a longer line is clipped in the tail; `florwb io` shows it whole
 CHANNEL_STYLES = {"stdout": "", "stderr": "yellow", "warning": "yellow", "error": "red"}
 
@@ -50,7 +53,15 @@ def _table(*columns: str) -> Table:
     return table
 
 
-def render_detail(detail: RunDetail) -> Group:
+def matching_metrics(metrics: list[MetricSeries], words: str) -> list[MetricSeries]:
+    """The metrics whose name holds every word of `words` (case-insensitive)."""
+    wanted = words.lower().split()
+    if not wanted:
+        return metrics
+    return [m for m in metrics if all(w in m.name.lower() for w in wanted)]
+
+
+def render_detail(detail: RunDetail, find: str = "") -> Group:
     run = detail.run
     status = run_status(run)
     head = Text()
@@ -62,7 +73,7 @@ def render_detail(detail: RunDetail) -> Group:
         head.append(f" ({run.exception}: {run.message or ''})", "red")
     facts = Text(
         f"version {fmt.short_version(run.version)} · {run.script or '?'} · started "
-        f"{fmt.clock(run.start_time)} · {fmt.duration(run.duration_s)}",
+        f"{fmt.clock(run.start_time)} · {took_text(run)}",
         "dim",
     )
     parts: list = [head, facts]
@@ -84,7 +95,8 @@ def render_detail(detail: RunDetail) -> Group:
         parts.append(Text("none", "dim"))
 
     parts.append(_section("Metrics"))
-    if detail.metrics:
+    found = matching_metrics(detail.metrics, find)
+    if found:
         metrics = _table()
         metrics.add_column("name", style="cyan", no_wrap=True, max_width=18)
         metrics.add_column("source", no_wrap=True, max_width=13)
@@ -93,7 +105,7 @@ def render_detail(detail: RunDetail) -> Group:
         metrics.add_column("min", justify="right")
         metrics.add_column("max", justify="right")
         metrics.add_column("series", no_wrap=True, style="cyan")
-        for m in detail.metrics:
+        for m in found[:METRIC_ROWS]:
             source = _source_label(m.source, m.rechecked)
             if m.points:
                 values = (fmt.number(m.last), fmt.number(m.low), fmt.number(m.high))
@@ -103,6 +115,17 @@ def render_detail(detail: RunDetail) -> Group:
                 spark = ""
             metrics.add_row(m.name, source, f"{m.n:,}", *values, spark)
         parts.append(metrics)
+        if len(found) > METRIC_ROWS or find:
+            of = f" matching {find.strip()!r}" if find.strip() else ""
+            parts.append(
+                Text(
+                    f"{min(len(found), METRIC_ROWS):,} of {len(found):,} names{of} shown"
+                    f" ({len(detail.metrics):,} logged) · / finds a name",
+                    "dim",
+                )
+            )
+    elif find.strip():
+        parts.append(Text(f"no name matches {find.strip()!r} · / changes it", "dim"))
     else:
         parts.append(Text("nothing logged", "dim"))
     if detail.withheld:
@@ -356,6 +379,8 @@ class RunDetailScreen(Screen[None]):
     BINDINGS = keys.bindings("run")
     DEFAULT_CSS = """
     RunDetailScreen #detail-scroll { padding: 0 1; }
+    RunDetailScreen #metric-find { display: none; }
+    RunDetailScreen #metric-find.-shown { display: block; }
     """
 
     def __init__(self, store: Store, run_id: str) -> None:
@@ -369,6 +394,7 @@ class RunDetailScreen(Screen[None]):
         yield Header(icon=fmt.TITLE_ICON)
         with VerticalScroll(id="detail-scroll"):
             yield Static(f"Loading run {self.run_id}…", id="detail")
+        yield Input(placeholder="find a metric name (words)", id="metric-find")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
@@ -382,10 +408,15 @@ class RunDetailScreen(Screen[None]):
 
         run_in_thread(self, work, group="run-detail", description="loading the run detail")
 
+    def _show(self) -> None:
+        if self.detail is not None:
+            find = self.query_one("#metric-find", Input).value
+            self.query_one("#detail", Static).update(render_detail(self.detail, find))
+
     @on(RunDetailLoaded)
     def _loaded(self, message: RunDetailLoaded) -> None:
         self.detail = message.detail
-        self.query_one("#detail", Static).update(render_detail(message.detail))
+        self._show()
         live = message.detail.run.status == "running"
         if live and self._reload is None:  # follow the run while it records
             self._reload = self.set_interval(RELOAD_S, self.load)
@@ -393,7 +424,26 @@ class RunDetailScreen(Screen[None]):
             self._reload.stop()
             self._reload = None
 
+    @on(Input.Changed, "#metric-find")
+    def _find_changed(self) -> None:
+        self._show()
+
+    @on(Input.Submitted, "#metric-find")
+    def _find_done(self) -> None:
+        self.query_one("#detail-scroll").focus()
+
+    def action_find(self) -> None:
+        box = self.query_one("#metric-find", Input)
+        box.add_class("-shown")
+        box.focus()
+
     def action_back(self) -> None:
+        box = self.query_one("#metric-find", Input)
+        if box.has_class("-shown"):  # esc closes the search first, then the screen
+            box.remove_class("-shown")
+            box.value = ""
+            self.query_one("#detail-scroll").focus()
+            return
         self.dismiss(None)
 
     def action_scroll_down(self) -> None:

@@ -187,6 +187,7 @@ KEYS: dict[str, tuple[Key, ...]] = {
         Key("run.up", "k,up", "scroll_up", "Scroll up"),
         Key("run.first", "g,home", "first", "Top"),
         Key("run.last", "G,end", "last", "Bottom"),
+        Key("run.find", "slash", "find", "Find a metric by name", True, label="find"),
         Key(
             "run.replay",
             "r",
@@ -231,7 +232,10 @@ KEYS: dict[str, tuple[Key, ...]] = {
     "export": (Key("export.close", "escape", "close", "Cancel the export", True, label="cancel"),),
     "query_history": (Key("query_history.close", "escape", "dismiss(None)", "Close the history"),),
     "metric_picker": (Key("metric_picker.close", "escape", "dismiss(None)", "Close the picker"),),
-    "help": (Key("help.close", "escape,question_mark,q", "close", "Close the help"),),
+    "help": (
+        Key("help.close", "escape,question_mark,q", "close", "Close the help"),
+        Key("help.find", "slash", "find", "Search the keys"),
+    ),
     "confirm": (
         Key("confirm.yes", "y,enter", "answer(True)", "Yes", palette=False),
         Key("confirm.no", "n,escape,q", "answer(False)", "No", palette=False),

@@ -25,6 +25,7 @@ from florwb_engine.watch import PendingStatements
 @dataclass
 class HistoryLoaded(Message):
     history: History
+    runs_only: bool = False  # only recording runs were read again (versions, scripts same)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from textual.strip import Strip
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
-from florwb.widgets.history_rows import HistoryRow, run_status
+from florwb.widgets.history_rows import HistoryRow, run_status, took_text
 from florwb.widgets.run_columns import Columns, shared_scale
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.run_compare import best_is_max
@@ -184,6 +184,7 @@ class HistoryList(ScrollView, can_focus=True):
                 values,  # type: ignore[arg-type]
                 common,
                 script=self.script_width,
+                status=max((cell_len(label) for label in self.live.values()), default=0),
             )
             self._columns_width = width
         return cached
@@ -202,7 +203,7 @@ class HistoryList(ScrollView, can_focus=True):
         if key == "best":
             return (self.high if best_is_max(self.metric) else self.low).get(run.run_id)
         if key == "took":
-            return run.duration_s
+            return run.took()[0]
         if key == "script":
             return run.script
         if key.startswith("arg:"):
@@ -224,6 +225,9 @@ class HistoryList(ScrollView, can_focus=True):
         ]
 
     def set_live(self, live: dict[str, str]) -> None:
+        widest = max((cell_len(label) for label in live.values()), default=0)
+        if widest != max((cell_len(label) for label in self.live.values()), default=0):
+            self._columns = None  # the status column fits the widest label
         self.live = live
         self._cache.clear()
         self.refresh()
@@ -438,9 +442,7 @@ class HistoryList(ScrollView, can_focus=True):
                 label = self.live.get(run.run_id, status)
                 text.append(cols.cell(column, fmt.clip(label, column.width)) + " ", style)
             elif key == "took":
-                text.append(
-                    cols.cell(column, fmt.duration(run.duration_s)) + " ", self._style("dim")
-                )
+                text.append(cols.cell(column, took_text(run)) + " ", self._style("dim"))
             elif key.startswith("arg:"):
                 name = key[4:]
                 value = fmt.number(run.args[name], 3) if name in run.args else "-"

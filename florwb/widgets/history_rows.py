@@ -42,6 +42,20 @@ def run_status(run: RunRow) -> str:
     return run.status
 
 
+def took_text(run: RunRow) -> str:
+    """The run's duration as the history, its summary and the run detail show it: `…`
+    after a time still counting (recording), `≥` before a lower bound (killed)."""
+    seconds, reading = run.took()
+    text = fmt.duration(seconds)
+    if seconds is None:
+        return text
+    if reading == "so far":
+        return text + "…"
+    if reading == "at least":
+        return "≥" + text
+    return text
+
+
 # What the run table sorts by (`s` cycles, `S` reverses); arg columns add "arg:<name>".
 SORT_KEYS = ("started", "run", "status", "final", "best")
 

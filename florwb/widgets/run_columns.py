@@ -20,6 +20,7 @@ from florwb_engine.run_compare import best_is_max
 DROP_ORDER = ("common", "took", "script", "status", "spark", "best", "args", "started")
 SPARK_MIN, SPARK_MAX = 8, 40
 PREFIX = 5  # "  *✓ ": indent, mark, status icon
+STATUS_WIDTH = 10  # a wider status (live progress) is clipped to this when room runs out
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,14 @@ class Columns:
         values: tuple[int, int] = (6, 6),
         common: Sequence[tuple[str, int]] = (),
         script: int = 0,
+        status: int = STATUS_WIDTH,
     ) -> Columns:
         """`args`: (name, widest value in cells) of each arg column, in order; `values`:
         the widest final and best value; `common`: args every run has the same value of,
         shown only where the width allows (at 200 columns); `script`: the widest script
-        name where the runs listed ran several scripts (a pipeline), else 0: no column."""
+        name where the runs listed ran several scripts (a pipeline), else 0: no column;
+        `status`: the widest status (a recording run's `26/60 epoch`), shown whole where
+        the width allows."""
         arg_columns = [
             Column(f"arg:{name}", name, max(cell_len(name), widest, 1), right=True)
             for name, widest in args
@@ -67,7 +71,7 @@ class Columns:
             "started": [Column("started", "started", 11)],
             "run": [Column("run", "run", 6)],
             "script": [Column("script", "script", max(script, 6))] if script else [],
-            "status": [Column("status", "status", 10)],
+            "status": [Column("status", "status", max(status, STATUS_WIDTH))],
             "took": [Column("took", "took", 7, right=True)],
             "args": arg_columns,
             "final": [Column("final", "final", max(values[0], 5), right=True)],
@@ -95,6 +99,9 @@ class Columns:
             return used(note_width()) + (spark + 1 if spark else 0) > width
 
         while too_wide() and drop:
+            if parts["status"] and parts["status"][0].width > STATUS_WIDTH:
+                parts["status"] = [Column("status", "status", STATUS_WIDTH)]  # clipped first
+                continue
             key = drop[0]
             if key == "spark":
                 hidden.append("spark")

@@ -14,7 +14,7 @@ from textual.widgets import Static
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
-from florwb.widgets.history_rows import HistoryRow, run_status
+from florwb.widgets.history_rows import HistoryRow, run_status, took_text
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.replay.facts import is_condition
 from florwb_engine.store.hints import data_wait_hint
@@ -96,7 +96,7 @@ class RunSummary(Static):
             head.append(f" ({run.exception})", "red")
         if live:
             head.append(f" {live}", "yellow")
-        head.append(f" · {fmt.duration(run.duration_s)} · version {fmt.short_version(run.version)}")
+        head.append(f" · {took_text(run)} · version {fmt.short_version(run.version)}")
         head.append(f" · {run.script or '?'}")
         lines = [head]
         lines.append(Text.assemble(("args  ", "dim"), fmt.args_text(run.args) or "none"))
