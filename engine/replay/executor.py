@@ -226,6 +226,7 @@ def execute(
         raise
     finally:
         if server is not None:
+            profiler.fork_server = dict(server.identity)
             server.close()
         shutil.rmtree(workdir, ignore_errors=True)
         for task in tasks:
