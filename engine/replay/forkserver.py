@@ -679,7 +679,9 @@ class ForkServer:
         no private runtime folder). If the session ends before it greeted the replay, a
         server of its own takes over (logging to `fallback_log`)."""
         path = socket_path()
-        connection = _connect(path) if path is not None else None
+        if path is None:
+            return None
+        connection = _connect(path)
         if connection is None:
             return None
         server = cls(path.with_suffix(".log"), connection=connection)
