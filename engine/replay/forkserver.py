@@ -481,7 +481,8 @@ def _become_session(conn, hello: dict, served: int) -> None:
     for folder in hello.get("shadow", []):
         with contextlib.suppress(OSError):
             _forget_shadowed(folder, _BOOT)
-    _send({"server": os.getppid(), "session": os.getpid(), "served": served})
+    with contextlib.suppress(OSError):  # the replay gave up already: serve sees it gone
+        _send({"server": os.getppid(), "session": os.getpid(), "served": served})
 
 
 _BOOT: set[str] = set()  # a shared server's start-up modules (main's `boot`)
