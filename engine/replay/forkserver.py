@@ -15,10 +15,19 @@ differ between versions and must come from each version's folder. If a preloaded
 left Python threads running, forking is unsafe and the children exec a fresh interpreter
 instead (slower, still correct).
 
+The server may outlive the replay (`main_shared`): the next replay of the same user, Python,
+florwb code and environment connects to it through a Unix socket and is served by a session
+forked from it, so torch is imported once per idle period (FLORWB_FORKSERVER_IDLE_S), not
+once per replay. A session takes the replay's environment and forgets the modules its
+project has its own of; whatever goes wrong with the shared server, the replay starts a
+server of its own as before.
+
 Protocol: JSON lines on stdin ({"preload": [...], "shadow": [...]},
 {"start": n, "argv": [...], "cwd": ..., "env": {...}, "stderr": path}); replies on stdout
 ({"started": n, "pid": pid} or {"started": n, "error": text}, then {"exited": pid,
-"code": c} with Popen's convention: negative for a signal).
+"code": c} with Popen's convention: negative for a signal). A shared server's replay first
+says {"hello": 1, "preload": [...], "shadow": [...], "environ": {...}, "umask": m} and is
+answered {"server": pid, "session": pid, "served": n} by its session.
 """
 
 from __future__ import annotations
