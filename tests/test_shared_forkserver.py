@@ -192,7 +192,7 @@ def test_a_session_lost_before_its_greeting_falls_back_to_a_server_of_its_own(
     )
     server = ForkServer.shared(tmp_path / "own.log", ["colorsys"], [tmp_path])
     try:
-        assert server is not None and server.identity["shared"]
+        assert server is not None  # connected: the hang-up comes after (or as it says hello)
         n = server.start([str(script), "!"], tmp_path, {"FWS_JOB": "ran"}, tmp_path / "err")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -200,7 +200,11 @@ def test_a_session_lost_before_its_greeting_falls_back_to_a_server_of_its_own(
             pid = server.started.get(n)
             if isinstance(pid, int) and pid in server.exited:
                 break
-        assert server.identity.get("fell_back") is True
+        assert server.identity == {
+            "shared": False,
+            "pid": server.identity["pid"],
+            "fell_back": True,
+        }
         assert server.exited[server.started[n]] == 0
         assert out.read_text() == "ran!"
     finally:
@@ -250,6 +254,42 @@ def test_a_module_one_project_preloaded_is_the_next_projects_own_where_it_has_on
             if project == a:
                 assert out.read_text() != str(b / "colorsys.py")  # the installed one
         assert out.read_text() == str(b / "colorsys.py")
+        assert servers[0].identity["server"] == servers[1].identity["server"]
+    finally:
+        for server in servers:
+            with contextlib.suppress(ProcessLookupError, KeyError):
+                os.kill(server.identity["server"], signal.SIGKILL)
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def test_a_worker_has_its_replays_environment_not_the_servers(tmp_path, monkeypatch):
+    """Variables that do not pick the server (TERM) still reach the worker as the replay
+    has them: the session takes the replay's environment, and its umask."""
+    run = tempfile.mkdtemp(prefix="fws")
+    os.chmod(run, 0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", run)
+    monkeypatch.setenv(IDLE_ENV, "120")
+    out = tmp_path / "out.txt"
+    script = write(
+        tmp_path / "job.py",
+        f"import os\nmask = os.umask(0)\n"
+        f"open({str(out)!r}, 'w').write(os.environ.get('TERM', '-') + ' ' + oct(mask))\n",
+    )
+    servers, seen = [], []
+    try:
+        for term, mask in (("first-term", 0o022), ("second-term", 0o027)):
+            monkeypatch.setenv("TERM", term)
+            old = os.umask(mask)
+            try:
+                server = ForkServer.shared(tmp_path / "own.log", [], [tmp_path])
+            finally:
+                os.umask(old)
+            assert server is not None
+            servers.append(server)
+            assert _run_job(server, script, tmp_path, tmp_path / "err") == 0
+            server.close()
+            seen.append(out.read_text())
+        assert seen == ["first-term 0o22", "second-term 0o27"]
         assert servers[0].identity["server"] == servers[1].identity["server"]
     finally:
         for server in servers:

@@ -422,7 +422,10 @@ def _accept(listener, path: str, idle_s: float) -> bytes:
             os._exit(0)
         if listener not in ready:
             continue
-        conn, _ = listener.accept()
+        try:
+            conn, _ = listener.accept()
+        except OSError:  # out of descriptors, or the replay gave up: it falls back
+            continue
         hello, pending = _hello(conn)
         if hello is None:
             conn.close()
@@ -639,6 +642,18 @@ def _connect(path: Path, start_s: float = 15.0):
     return None
 
 
+def _umask() -> int:
+    """This process's umask, read without setting it where Linux says it (setting it, even
+    back at once, would change it for files other threads create meanwhile)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class ForkServer:
     """The replay's handle on its fork server: start segments, learn when they end.
 
@@ -696,14 +711,12 @@ class ForkServer:
             return None
         server = cls(path.with_suffix(".log"), connection=connection)
         server._fallback = fallback_log
-        mask = os.umask(0o022)
-        os.umask(mask)
         hello = {
             "hello": 1,
             "preload": modules,
             "shadow": [str(s) for s in shadow],
             "environ": dict(os.environ),
-            "umask": mask,
+            "umask": _umask(),
         }
         server._request(hello)
         return server
