@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+# Replays in tests start a fork server of their own (the shared one would outlive the test
+# and a tmp project); tests of the shared server turn it on themselves.
+os.environ.setdefault("FLORWB_FORKSERVER_IDLE_S", "0")
+
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test",
     "GIT_AUTHOR_EMAIL": "test@example.com",

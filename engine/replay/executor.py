@@ -199,6 +199,7 @@ def execute(
             began, ingested = time.time(), profiler.spans.get("ingest", 0.0)
             if remote is None:
                 assert server is not None
+                _import_meanwhile("numpy")  # the ingestion of their rows needs it
                 _run_all(prepared, plan.workers, server, store, on_progress, cancel, ingest_early)
             else:
                 from florwb_engine.replay import ray_executor
@@ -231,6 +232,7 @@ def execute(
         raise
     finally:
         if server is not None:
+            profiler.fork_server = dict(server.identity)
             server.close()
         shutil.rmtree(workdir, ignore_errors=True)
         for task in tasks:
@@ -238,6 +240,14 @@ def execute(
                 contain.remove_scratch(Path(task.contain["scratch"]))
     result.profile = profiler.result()
     return result
+
+
+def _import_meanwhile(module: str) -> None:
+    """Import `module` in a thread while the workers run: this process mostly waits for
+    them, and what comes after them needs it."""
+    import importlib
+
+    threading.Thread(target=importlib.import_module, args=(module,), daemon=True).start()
 
 
 def _journal_bytes(journals: Path, replay_id: str) -> int:

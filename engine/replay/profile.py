@@ -71,6 +71,7 @@ class Profiler:
     workers: list[WorkerTimes] = field(default_factory=list)
     run_s: float = 0.0  # wall time while workers ran, less ingestion done meanwhile
     measured_workers: bool = True  # False on Ray: the tasks' own times stay remote
+    fork_server: dict | None = None  # which fork server ran the workers (ForkServer.identity)
 
     @contextmanager
     def span(self, part: str) -> Iterator[None]:
@@ -110,6 +111,7 @@ class Profiler:
             "workers": len(self.workers),
             "checkpoint_loads": sum(w.loads for w in self.workers),
             "workers_measured": self.measured_workers,
+            **({"fork_server": self.fork_server} if self.fork_server else {}),
         }
 
 
@@ -126,4 +128,8 @@ def text(profile: dict) -> list[str]:
         + ("" if profile["workers_measured"] else "; Ray tasks' own parts not measured")
         + ")"
     )
+    server = profile.get("fork_server")
+    if server and "session" in server:
+        warm = "warm" if server.get("served", 1) > 1 else "started by this replay"
+        lines.append(f"  (shared fork server {server['server']}, {warm})")
     return lines

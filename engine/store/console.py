@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
-import numpy as np
 
 from florwb_engine.store.repair import again_if_rebuilt
 
@@ -69,6 +68,8 @@ def insert(
             counts.append(int(n))
         more.extend((base + int(s), int(k)) for s, k in event.get("more", ()))
     if seqs:
+        import numpy as np  # not at import: the catalog's schema imports this module
+
         frame = {
             "seq": np.array(seqs, dtype=np.int64),
             "ctx_id": np.array(ctxs, dtype=np.int64),

@@ -21,15 +21,18 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from itertools import chain
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import numpy as np
 
 from florwb_engine import journal, processes
 from florwb_engine.journal import VTYPES
 from florwb_engine.store import console, run_context, run_ranks, system_metrics
 from florwb_engine.store.db import StoreError, fetch_one
 from florwb_engine.store.schema import RECORDED, ensure_loop_columns, quote
+
+if TYPE_CHECKING:  # numpy is imported where rows are ingested: a session with nothing new
+    import numpy as np  # to ingest (planning's queries) does without it
 
 _NUMERIC = (float, int, bool)
 _FLOATS = frozenset({float})
@@ -698,6 +701,8 @@ def _insert_loop_entries(con, keys: RunKeys, entries: list[dict]) -> dict[str, s
     """One row per loop entry, holding the outer loops' coordinates for its iterations.
     Returns the loop paths whose loops share a column (`epoch` in `Epoch`), by column:
     their coordinates cannot be told apart, which the caller says."""
+    import numpy as np
+
     shared: dict[str, str] = {}
     if not entries:
         return shared
@@ -750,6 +755,8 @@ def _repeats(name_keys: np.ndarray, ctx_ids: np.ndarray) -> dict[str, np.ndarray
     Sorting by name keeps each name's rows in log order, so a repeat is the same ctx_id
     twice in a row; numpy does it in a few ms per million rows, DuckDB's DISTINCT count
     took a third of the ingestion time."""
+    import numpy as np
+
     order = np.argsort(name_keys, kind="stable")
     keys, ctxs = name_keys[order], ctx_ids[order]
     again = np.flatnonzero((keys[1:] == keys[:-1]) & (ctxs[1:] == ctxs[:-1])) + 1
@@ -767,6 +774,8 @@ def _or_minus_one(total: int | None) -> int:
 
 
 def _insert_iterations(con, keys: RunKeys, blocks: list) -> None:
+    import numpy as np
+
     if not blocks:
         return
     frame = {
@@ -799,6 +808,8 @@ def split_values(
     journal from elsewhere holds) is stored as text with its type, and counted in `found`
     by reason: one odd value never keeps the others out.
     """
+    import numpy as np
+
     types = set(map(type, values))
     if types <= _FLOATS:
         return np.array(values, dtype=np.float64), None, np.zeros(len(values), np.uint8)
@@ -849,6 +860,8 @@ def split_values(
 
 
 def _log_columns(values_blocks: list[list], found: dict[str, int]) -> dict:
+    import numpy as np
+
     values, texts, vtypes = [], [], []
     for block in values_blocks:
         number, text, code = split_values(block, found)
@@ -901,6 +914,8 @@ def _name_keys(con, names: set[str]) -> dict[str, int]:
 
 
 def insert_logs(con, keys: RunKeys, blocks: list, first_seq: int) -> int:
+    import numpy as np
+
     if not blocks:
         return 0
     unpacked = [journal.unpack_logs(b) for b in blocks]
