@@ -8,7 +8,9 @@ The real app through Pilot on the demo project (and the CLI in a subprocess)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import florwb, recorded_project, run_py
@@ -17,6 +19,7 @@ from conftest_app import copy_demo, loaded, make_app, wait_for, wait_until, writ
 from florwb.screens.replay_detail import ReplayDetailScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.ui import format as fmt
+from florwb_engine import replay as replay_package
 from florwb_engine.record.ranks import TORCHRUN
 from florwb_engine.replay import plan_replay
 from florwb_engine.replay.cost import TORCH_IMPORT_S, launch_start_s, run_work
@@ -32,8 +35,17 @@ def demo(tmp_path: Path) -> Path:
 
 
 async def test_enter_while_planning_starts_once_planned_and_one_duration_everywhere(
-    demo: Path,
+    demo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # planning waits for the test's go: ⏎ is surely pressed while "Planning..." shows
+    go = threading.Event()
+    plan_now = replay_package.plan_replay
+
+    def plan_on_go(*args: Any, **kwargs: Any) -> Any:
+        go.wait(120)
+        return plan_now(*args, **kwargs)
+
+    monkeypatch.setattr(replay_package, "plan_replay", plan_on_go)
     app = make_app(demo)
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
@@ -44,6 +56,7 @@ async def test_enter_while_planning_starts_once_planned_and_one_duration_everywh
         screen = app.screen
         assert screen.planned is None  # still planning: the key is kept, not dropped
         await pilot.press("enter")
+        go.set()
         await wait_until(pilot, lambda: screen.planned is not None, timeout=60, what="planned")
         # the estimate shown (the plan less the runs left out: none) is the planner's
         await wait_until(pilot, lambda: screen.plan is not None, what="the plan shown")
