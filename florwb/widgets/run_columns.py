@@ -117,7 +117,9 @@ class Columns:
                 if parts[key]:
                     continue
             elif key not in ("args", "common"):
-                if key != "took" and parts[key]:  # took: an extra of wide screens
+                # took and a pipeline's script: extras of wide screens (the run detail says
+                # both), not worth a note that would push the status out at 80 columns
+                if key not in ("took", "script") and parts[key]:
                     hidden.append(key)
                 parts[key] = []
             drop.pop(0)
