@@ -257,3 +257,43 @@ def test_a_name_too_big_to_memoize_costs_only_the_statements_that_read_it(tmp_pa
     assert execute(plan).status == "finished"
     values = list(Store(project).dataframe("memo_check").memo_check)
     assert values == _forward(tmp_path / "f", new, "memo_check")
+
+
+def test_an_evaluation_loop_that_binds_the_step_loops_names_again_skips_the_step_loop(tmp_path):
+    """pytorch-cifar's shape: after the step loop a plain loop over held-out data binds `x`
+    and `y` again before reading them, so nothing reads the step loop's `x`, `y`: the
+    replay skips the step loop (memoized `running_loss`) and gives a forward run's values."""
+    evaluation = (
+        "        val = 0.0\n"
+        "        for x, y in [(data[:8], target[:8]), (data[8:16], target[8:16])]:\n"
+        "            val += float(((net(x) - y) ** 2).mean())\n"
+    )
+    script = PLAIN.replace('        print(f"epoch {e}', evaluation + '        print(f"epoch {e}')
+    new = script.replace(
+        '        flor.log("epoch_loss", running_loss / n)\n',
+        '        flor.log("epoch_loss", running_loss / n)\n'
+        '        flor.log("memo_check", running_loss / n + val)\n',
+    )
+    values, run = _replayed(tmp_path / "p", script, new, "memo_check")
+    _assert_skipped(run)
+    assert values == _forward(tmp_path / "f", new, "memo_check")
+
+
+def test_a_name_the_next_epoch_reads_before_its_step_loop_is_memoized_and_put_back(tmp_path):
+    """`loss` of the last step read at the top of the next epoch (`if e: ...`): it is live
+    where the step loop ends across the back edge, so the plan counts it among what the
+    step loop leaves; memoized, the replay skips the step loops and reads the value a
+    forward run read, within a segment and at a segment's start."""
+    script = PLAIN.replace(
+        "        running_loss = 0.0\n",
+        "        running_loss = 0.0\n        before = loss.item() if e else 0.0\n",
+    )
+    new = script.replace(
+        '        flor.log("epoch_loss", running_loss / n)\n',
+        '        flor.log("epoch_loss", running_loss / n)\n'
+        '        flor.log("memo_check", running_loss / n + before)\n',
+    )
+    assert "loss" in loop_state(script, "epoch").leaves
+    values, run = _replayed(tmp_path / "p", script, new, "memo_check")
+    _assert_skipped(run)
+    assert values == _forward(tmp_path / "f", new, "memo_check")

@@ -119,7 +119,7 @@ def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = 
     per_loop = [
         (first, last, tuple(sorted(names - excluded)), tuple(sorted(assigned - excluded)))
         for first, last, names, assigned in _inner_leaves(
-            module, loop, functions, summaries, imports
+            module, loop, functions, summaries, imports, head
         )
     ]
     leaves = {name for _, _, names, _ in per_loop for name in names}
@@ -251,17 +251,21 @@ def _inner_leaves(
     functions: dict[str, cst.FunctionDef],
     summaries: dict[str, tuple[set[str], set[str]]],
     imports: FlorImports,
+    head: set[str],
 ) -> list[tuple[int, int, set[str], set[str]]]:
     """Names an inner flor.loop assigns that the code after it reads (before the body or
     the function holding it ends, a `return` included): in the main loop's body, and in
     the module-level functions it calls (transitively; a pytorch-cifar `train()` whose step
     loop leaves `batch_idx` for its `return`). A replay that skips such a loop must put
-    them back. One pass without the back edge, noting what is live after each loop. Per
-    loop, with the lines its `for` header spans."""
+    them back. What is live after each loop is noted in one pass; the main loop's body
+    ends where its next iteration starts, so what that reads before assigning (`head`)
+    counts too: `if epoch: print(loss)` at the top of the body reads the last iteration's
+    loss. Per loop, with the lines its `for` header spans."""
     found: list[tuple[cst.For, set[str], set[str]]] = []
-    for scope in [loop.body, *(fn.body for fn in _called_functions(loop, functions))]:
+    scopes = [(loop.body, head), *((fn.body, set()) for fn in _called_functions(loop, functions))]
+    for scope, at_end in scopes:
         live = _Liveness(summaries, record=True)
-        live.block(scope, set(), _Ctx(set(), set()))
+        live.block(scope, set(at_end), _Ctx(set(), set(at_end)))
         for inner, after in live.after_loops:
             if type(inner) is cst.For and iterates_loop_cst(inner, imports, ANY_LOOP):
                 assigned = _scope_defs(inner)
