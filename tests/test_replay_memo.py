@@ -279,11 +279,12 @@ def test_an_evaluation_loop_that_binds_the_step_loops_names_again_skips_the_step
     assert values == _forward(tmp_path / "f", new, "memo_check")
 
 
-def test_a_name_the_next_epoch_reads_before_its_step_loop_is_memoized_and_put_back(tmp_path):
-    """`loss` of the last step read at the top of the next epoch (`if e: ...`): it is live
-    where the step loop ends across the back edge, so the plan counts it among what the
-    step loop leaves; memoized, the replay skips the step loops and reads the value a
-    forward run read, within a segment and at a segment's start."""
+def test_a_name_the_next_epoch_reads_before_its_step_loop_re_executes_from_the_start(tmp_path):
+    """`loss` of the last step read at the top of the next epoch (`if e: ...`): live where
+    the step loop ends across the back edge, so it counts among what the step loop leaves;
+    but a segment starting at f > 0 runs f - 1's top before any checkpoint is restored,
+    where nothing set `loss`: the run re-executes from its start, said in the plan, and
+    gives a forward run's values."""
     script = PLAIN.replace(
         "        running_loss = 0.0\n",
         "        running_loss = 0.0\n        before = loss.item() if e else 0.0\n",
@@ -293,7 +294,9 @@ def test_a_name_the_next_epoch_reads_before_its_step_loop_is_memoized_and_put_ba
         '        flor.log("epoch_loss", running_loss / n)\n'
         '        flor.log("memo_check", running_loss / n + before)\n',
     )
-    assert "loss" in loop_state(script, "epoch").leaves
+    found = loop_state(script, "epoch")
+    assert "loss" in found.leaves and found.before_inner == ("loss",)
     values, run = _replayed(tmp_path / "p", script, new, "memo_check")
-    _assert_skipped(run)
+    assert run.from_start, run.notes
+    assert any("reads loss before its inner loops" in note for note in run.notes), run.notes
     assert values == _forward(tmp_path / "f", new, "memo_check")

@@ -63,6 +63,8 @@ class LoopState:
     # leaves, names it assigns)
     inner_leaves: tuple[tuple[int, int, tuple[str, ...], tuple[str, ...]], ...] = ()
     registered: tuple[str, ...] = field(default=())  # flor.checkpointing's objects
+    # names an inner loop assigns that the main body reads before its first inner loop
+    before_inner: tuple[str, ...] = ()
 
 
 def loop_state(source: str, main_loop: str | None, line: int | None = None) -> LoopState:
@@ -123,6 +125,8 @@ def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = 
         )
     ]
     leaves = {name for _, _, names, _ in per_loop for name in names}
+    inner_assigned = {name for _, _, _, assigned in per_loop for name in assigned}
+    before = _before_first_inner(loop.body, imports, functions, live) & inner_assigned
     return LoopState(
         found=True,
         at_module=function is None,
@@ -134,6 +138,7 @@ def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = 
         leaves=tuple(sorted(leaves)),
         inner_leaves=tuple(sorted(per_loop)),
         registered=tuple(sorted(".".join(p) for p in registered)),
+        before_inner=tuple(sorted(before)),
     )
 
 
@@ -279,6 +284,39 @@ def _inner_leaves(
         (positions[inner].start.line, positions[inner.body].start.line, names, assigned)
         for inner, names, assigned in found
     ]
+
+
+def _before_first_inner(
+    body: cst.CSTNode,
+    imports: FlorImports,
+    functions: dict[str, cst.FunctionDef],
+    live: _Liveness,
+) -> set[str]:
+    """Names the main loop's body reads before its first inner flor.loop can begin. A
+    segment that starts at f > 0 runs iteration f - 1 from its top with the state from
+    before the main loop and restores f - 1's checkpoint only where that inner loop
+    begins, so what this code reads of the last iteration has no value there. The
+    statement holding the first inner loop (or a call of a module-level function, which
+    may run one) counts with everything it reads, to err towards more names."""
+    statements = list(getattr(body, "body", ()))
+    reads: set[str] = set()
+    prefix: list[cst.CSTNode] = []
+    for stmt in statements:
+        nodes = list(walk(stmt))
+        if any(type(n) is cst.For and iterates_loop_cst(n, imports, ANY_LOOP) for n in nodes):
+            reads = _reads(stmt.iter) if type(stmt) is cst.For else _reads(stmt)
+            break
+        if any(
+            type(n) is cst.Call and type(n.func) is cst.Name and n.func.value in functions
+            for n in nodes
+        ):
+            reads = _reads(stmt)
+            break
+        prefix.append(stmt)
+    ctx = _Ctx(set(), set())
+    for stmt in reversed(prefix):
+        reads = live.stmt(stmt, reads, ctx)
+    return reads
 
 
 def _called_functions(
