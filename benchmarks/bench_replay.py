@@ -458,7 +458,7 @@ REAL = {
         '        print(f"[epoch',
         "epoch_loss",
         'flor.log("epoch_loss", running_loss / len(loader))',
-        200,
+        1000,
         (1, 5),
     ),
     "accuracy": RealScript(
@@ -466,7 +466,7 @@ REAL = {
         '        print(f"epoch {epoch}:',
         "train_acc",
         'flor.log("train_acc", 100.0 * correct / total)',
-        200,
+        1000,
         (1, 5),
     ),
     "nanogpt_like": RealScript(

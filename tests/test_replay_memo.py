@@ -300,3 +300,35 @@ def test_a_name_the_next_epoch_reads_before_its_step_loop_re_executes_from_the_s
     assert run.from_start, run.notes
     assert any("reads loss before its inner loops" in note for note in run.notes), run.notes
     assert values == _forward(tmp_path / "f", new, "memo_check")
+
+
+def test_a_segment_replays_its_lead_iteration_with_the_names_earlier_epochs_left(tmp_path):
+    """`prev`, set at the end of each epoch, read at the top of the next one before its
+    step loop: a segment starting at f >= 2 runs f - 1's top silently before restoring
+    f - 1's checkpoint at the step loop, and that top must find `prev` as the run had it
+    (it raised NameError), so each segment gives a forward run's values."""
+    script = (
+        PLAIN.replace("range(4)", "range(6)")
+        .replace(
+            "        running_loss = 0.0\n",
+            "        running_loss = 0.0\n        shown = prev + 1 if e else 0.0\n",
+        )
+        .replace(
+            "        time.sleep(0.02)\n",
+            "        prev = running_loss / n\n        time.sleep(0.02)\n",
+        )
+    )
+    new = script.replace(
+        '        flor.log("epoch_loss", running_loss / n)\n',
+        '        flor.log("epoch_loss", running_loss / n)\n'
+        '        flor.log("memo_check", running_loss / n + shown)\n',
+    )
+    project = recorded_project(tmp_path / "p", script)
+    write(project / "train.py", new)
+    plan = plan_replay(project, ["memo_check"], workers=3)
+    (run,) = plan.runs
+    assert run.mode == "outer" and not run.from_start, run.notes
+    assert any(s.first >= 2 for s in run.segments), run.segments
+    assert execute(plan).status == "finished"
+    values = list(Store(project).dataframe("memo_check").memo_check)
+    assert values == _forward(tmp_path / "f", new, "memo_check")
