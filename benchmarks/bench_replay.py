@@ -36,6 +36,16 @@ Two measurements, each in throwaway git repos, in one run of this script:
      replay_local_s, replay_ray_s, replay_ray_over_local (= ray / local)
      replay_ray_bytes_per_segment
 
+4. Real-script shapes (`--parts real`; in the default run): each script in
+   benchmarks/real_scripts/ (an epoch summary printed after the step loop, accuracy
+   accumulated over batches, a nanoGPT-like iteration loop with estimate_loss() every N
+   iterations) sized to about --real-record-s seconds (calibrated by two runs without
+   recording), recorded, given an epoch-level statement and replayed with florwb
+   (--real-repeats fresh copies, median) and with flordb; florwb's values are checked equal
+   to a forward run of today's script, flordb's against the same.
+
+     replay_ratio_<script>_florwb, replay_ratio_<script>_flordb   replay wall / recorded wall
+
 The workload is benchmarks/train_mlp.py with its dynamic `flor = load_flor(...)` line
 replaced by a static `import florwb as flor` (or `import flordb as flor`): florwb finds log
 statements through the names its import binds, and flordb through the literal name `flor`.
@@ -323,8 +333,8 @@ def flordb_epoch(repo: Path, sizes: dict[str, str]) -> dict | None:
     return {"record_s": record_s, "replay_s": replay_s, "values": got}
 
 
-def flordb_values(repo: Path, name: str) -> dict[int, float]:
-    """epoch -> value of the replayed `name`, read from flordb's sqlite cache."""
+def flordb_values(repo: Path, name: str, loop: str = "epoch") -> dict[int, float]:
+    """iteration of `loop` -> value of the replayed `name`, read from flordb's sqlite cache."""
     dbs = sorted((repo / ".flor").glob("*.db"))
     if not dbs:
         return {}
@@ -337,7 +347,7 @@ def flordb_values(repo: Path, name: str) -> dict[int, float]:
         con.close()
     got = {}
     for ctx, value in rows:
-        epoch = next(s["iteration"] for s in json.loads(ctx) if s["name"] == "epoch")
+        epoch = next(s["iteration"] for s in json.loads(ctx) if s["name"] == loop)
         got[int(epoch)] = float(value)
     return got
 
@@ -466,6 +476,224 @@ def part_workers(args) -> None:
     result("replay_workers2_speedup", t1 / t2, "x")
 
 
+# ------------------------------------------------------ 4. real-script shapes, side by side
+
+
+class RealScript(NamedTuple):
+    """A script in benchmarks/real_scripts/ and the epoch-level statement added to it."""
+
+    loop: str  # the main loop's name
+    anchor: str  # the statement goes on its own line after the line starting with this
+    name: str
+    statement: str
+    steps: int  # BENCH_STEPS: batches per epoch (nanogpt_like: the eval interval)
+    calibrate: tuple[int, int]  # BENCH_EPOCHS of the two calibration runs
+
+
+REAL_DIR = BENCH_DIR / "real_scripts"
+REAL_IMPORT = "import florwb as flor\n"
+REAL = {
+    "summary_print": RealScript(
+        "epoch",
+        '        print(f"[epoch',
+        "epoch_loss",
+        'flor.log("epoch_loss", running_loss / len(loader))',
+        1000,
+        (1, 5),
+    ),
+    "accuracy": RealScript(
+        "epoch",
+        '        print(f"epoch {epoch}:',
+        "train_acc",
+        'flor.log("train_acc", 100.0 * correct / total)',
+        1000,
+        (1, 5),
+    ),
+    "nanogpt_like": RealScript(
+        "iter",
+        '            print(f"step {iter_num}',
+        "val_ppl",
+        'flor.log("val_ppl", math.exp(losses["val"]))',
+        25,
+        (20, 100),
+    ),
+}
+# `import florwb as flor` resolves to this in a calibration run's folder (the script's
+# folder comes first on sys.path): what the script costs with no recording at all.
+PLAIN_SHIM = """import contextlib
+def arg(name, default=None): return default
+def log(name, value): return value
+def loop(name, iterable): yield from iterable
+def checkpointing(**objects): return contextlib.nullcontext()
+def commit(): pass
+"""
+
+
+def real_project(
+    repo: Path, script: str, backend: str, with_statement: RealScript | None = None
+) -> Path:
+    """The real script (with `import <backend> as flor`, and the new statement where
+    `with_statement` is given) committed in `repo`."""
+    source = (REAL_DIR / f"{script}.py").read_text()
+    if source.count(REAL_IMPORT) != 1:
+        raise SystemExit(f"{script}.py changed: cannot find {REAL_IMPORT.strip()!r}")
+    (repo / f"{script}.py").write_text(source.replace(REAL_IMPORT, f"import {backend} as flor\n"))
+    if with_statement is not None:
+        add_real_statement(repo, script, with_statement)
+    env = backend_env("plain")
+    for cmd in (["git", "add", "-A"], ["git", "-c", "commit.gpgsign=false", "commit", "-qm", "x"]):
+        subprocess.run(cmd, cwd=repo, env=env, check=True, stdout=subprocess.DEVNULL)
+    return repo
+
+
+def add_real_statement(repo: Path, script: str, spec: RealScript) -> None:
+    """Today's script gets the statement on a line of its own after the anchor's line,
+    indented like it."""
+    path = repo / f"{script}.py"
+    lines = path.read_text().splitlines(keepends=True)
+    at = [i for i, line in enumerate(lines) if line.startswith(spec.anchor)]
+    if len(at) != 1:
+        raise SystemExit(f"{script}.py changed: cannot find {spec.anchor.strip()!r} once")
+    indent = spec.anchor[: len(spec.anchor) - len(spec.anchor.lstrip())]
+    lines.insert(at[0] + 1, f"{indent}{spec.statement}\n")
+    path.write_text("".join(lines))
+
+
+def real_calibrate(script: str, spec: RealScript) -> tuple[float, float]:
+    """(fixed seconds, seconds per main-loop iteration) of the script without recording:
+    two runs of different lengths, their difference is the loop. CPU seconds (the scripts
+    run one thread): on a shared machine they say what an idle one would take, wall
+    seconds under load do not."""
+    cpus = []
+    with tempfile.TemporaryDirectory(prefix="florwb-bench-") as tmp:
+        shutil.copy2(REAL_DIR / f"{script}.py", tmp)
+        (Path(tmp) / "florwb.py").write_text(PLAIN_SHIM)
+        for n in spec.calibrate:
+            env = backend_env("plain", BENCH_EPOCHS=str(n), BENCH_STEPS=str(spec.steps))
+            env.pop("PYTHONPATH", None)
+            cpus.append(run_logged([str(PYTHON), f"{script}.py"], Path(tmp), env).cpu)
+    a, b = spec.calibrate
+    per = max((cpus[1] - cpus[0]) / (b - a), 1e-4)
+    return max(cpus[0] - a * per, 0.0), per
+
+
+def florwb_values(repo: Path, name: str, loop: str) -> dict[int, float]:
+    """main-loop iteration -> the value of `name`, as `florwb dataframe` serves it."""
+    rows = florwb_json(repo, "dataframe", name, "--format", "json")
+    return {int(r[loop]): r[name] for r in rows if r.get(name) is not None}
+
+
+def compare_values(label: str, got: dict[int, float], want: dict[int, float]) -> bool:
+    if not want:
+        note(f"FAIL {label}: the forward run logged no values to compare with")
+        return False
+    missing = sorted(set(want) - set(got))
+    if missing:
+        note(f"FAIL {label}: no value for iteration(s) {missing[:10]}")
+        return False
+    differ = [i for i in sorted(want) if got[i] != want[i]]
+    if differ:
+        worst = max(abs(got[i] - want[i]) for i in differ)
+        note(f"FAIL {label}: {len(differ)} of {len(want)} values differ (max |diff| {worst:.3g})")
+        return False
+    note(f"{label}: all {len(want)} values equal to the forward run's")
+    return True
+
+
+def real_florwb(script: str, spec: RealScript, sizes: dict[str, str], repeats: int) -> dict:
+    """Record the script, then replay the new statement on `repeats` fresh copies (median)
+    and run today's script forward once for the values to compare with."""
+    out: dict = {}
+    env = backend_env("florwb", **sizes)
+    with temp_git_repo() as repo:
+        real_project(repo, script, "florwb")
+        out["record_s"] = run_timed([str(PYTHON), f"{script}.py"], cwd=repo, env=env)
+        n_ckpt = florwb_json(
+            repo, "query", "SELECT count(*) AS n FROM checkpoints", "--format", "json"
+        )[0]["n"]
+        note(
+            f"{script}: florwb recorded {sizes['BENCH_EPOCHS']} {spec.loop} iterations in "
+            f"{out['record_s']:.1f} s, {n_ckpt} checkpointed"
+        )
+        add_real_statement(repo, script, spec)
+        walls, values = [], None
+        for i in range(repeats):
+            copy = fresh_copy(repo, f"replay-{i}")
+            ran = florwb_cli(copy, "replay", spec.name, "--yes", "--json")
+            walls.append(ran.wall)
+            report = json.loads(ran.stdout)
+            run = report["plan"]["runs"][0]
+            res = report["result"]
+            note(
+                f"{script}: florwb replay {i + 1}/{repeats} {ran.wall:.2f} s wall "
+                f"({ran.cpu:.1f} s cpu), mode {run['mode']}, status {res['status']}; "
+                f"plan: {' | '.join(run['notes'])}"
+            )
+            got = florwb_values(copy, spec.name, spec.loop)
+            if values is not None and got != values:
+                note(f"FAIL {script}: florwb replay {i + 1} differs from replay 1")
+            values = values if values is not None else got
+            shutil.rmtree(copy, ignore_errors=True)
+        out["replay_s"] = median(walls)
+    out["values"] = values or {}
+    with temp_git_repo() as forward:  # today's script run forward: what a replay must give
+        real_project(forward, script, "florwb", with_statement=spec)
+        run_timed([str(PYTHON), f"{script}.py"], cwd=forward, env=env)
+        out["forward"] = florwb_values(forward, spec.name, spec.loop)
+    out["equal"] = compare_values(f"{script} florwb replay", out["values"], out["forward"])
+    return out
+
+
+def real_flordb(script: str, spec: RealScript, sizes: dict[str, str]) -> dict:
+    with temp_git_repo() as repo:
+        real_project(repo, script, "flordb")
+        env = backend_env("flordb", **sizes)
+        env["PATH"] = f"{PYTHON.parent}{os.pathsep}{env.get('PATH', '')}"
+        record_s = run_logged([str(PYTHON), f"{script}.py"], repo, env).wall
+        add_real_statement(repo, script, spec)
+        cmd = [str(PYTHON), "-m", "flordb", "replay", "--apply", spec.name]
+        ran = run_logged(cmd, repo, env, stdin="y\n")
+        note(
+            f"{script}: flordb recorded in {record_s:.1f} s, replayed in {ran.wall:.2f} s "
+            f"({ran.cpu:.1f} s cpu)"
+        )
+        values = flordb_values(repo, spec.name, spec.loop)
+    return {"record_s": record_s, "replay_s": ran.wall, "values": values}
+
+
+def part_real(args) -> None:
+    scripts = [s.strip() for s in args.real_scripts.split(",") if s.strip()]
+    unknown = set(scripts) - set(REAL)
+    if unknown:
+        raise SystemExit(f"unknown real script(s) {sorted(unknown)}; choose from {sorted(REAL)}")
+    note(f"== 4. real-script shapes ({', '.join(scripts)}), ~{args.real_record_s:.0f} s each")
+    for script in scripts:
+        spec = REAL[script]
+        fixed, per = real_calibrate(script, spec)
+        n = max(spec.calibrate[1], round((args.real_record_s - fixed) / per))
+        note(
+            f"{script}: calibration (no recording) {fixed:.1f} s fixed + {per * 1000:.0f} ms cpu "
+            f"per {spec.loop} -> {n} iterations; statement `{spec.statement}`"
+        )
+        sizes = {"BENCH_EPOCHS": str(n), "BENCH_STEPS": str(spec.steps)}
+        out = {}
+        try:
+            out["florwb"] = real_florwb(script, spec, sizes, args.real_repeats)
+        except BenchError as exc:
+            note(f"{script}: florwb failed: {exc}")
+        if args.flordb:
+            try:
+                out["flordb"] = real_flordb(script, spec, sizes)
+            except BenchError as exc:
+                note(f"{script}: flordb failed: {exc}")
+        if "florwb" in out and "flordb" in out:
+            compare_values(
+                f"{script} flordb replay", out["flordb"]["values"], out["florwb"]["forward"]
+            )
+        for backend, m in out.items():
+            result(f"replay_ratio_{script}_{backend}", m["replay_s"] / m["record_s"], "x")
+
+
 # ------------------------------------------------- 3. the same replay, local and on Ray
 
 
@@ -556,7 +784,12 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=4, help="part 2 recorded runs")
     parser.add_argument("--rounds", type=int, default=3, help="part 2 rounds (medians)")
-    parser.add_argument("--parts", default="epoch,workers")
+    parser.add_argument("--parts", default="epoch,workers,real", help="epoch, workers, real")
+    parser.add_argument(
+        "--real-record-s", type=float, default=30.0, help="part 4 recorded size of each script"
+    )
+    parser.add_argument("--real-repeats", type=int, default=2, help="part 4 replays (median)")
+    parser.add_argument("--real-scripts", default=",".join(REAL), help="part 4 scripts")
     parser.add_argument(
         "--executor",
         choices=("local", "ray"),
@@ -589,6 +822,8 @@ def main() -> None:
         part_epoch(args)
     if "workers" in parts:
         part_workers(args)
+    if "real" in parts:
+        part_real(args)
     note(f"after: {uptime()}")
     note(f"benchmark took {time.perf_counter() - started:.0f} s")
 

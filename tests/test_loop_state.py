@@ -56,7 +56,9 @@ def test_a_prefetching_while_style_loop_carries_its_batch_ema_best_and_counter()
     # any read, `shown` only read; `it` is the loop's own, net/opt are checkpointed
     assert found.carried == ("X", "Y", "best_val", "ema", "iter_num")
     assert found.mutated_objects == ()  # opt.step() changes a registered object
-    assert found.leaves == ("loss",)  # the micro-step loop sets it, the body reads it after
+    # the micro-step loop sets loss, which the body reads after it, and the prefetched X, Y,
+    # which the next iteration's micro-step loop reads first
+    assert found.leaves == ("X", "Y", "loss")
 
 
 def test_an_rl_episode_loop_over_count_carries_its_running_reward():
@@ -118,7 +120,8 @@ def test_a_helper_function_trainer_with_a_global_best_and_counters():
     assert found.carried == ("best", "steps")
     assert found.global_names == {"best", "steps"}
     assert found.mutated_objects == ("sched",)
-    assert found.leaves == ("correct", "running_loss", "total")
+    # `steps += 1` in the next epoch's step loop reads what this one left
+    assert found.leaves == ("correct", "running_loss", "steps", "total")
 
 
 def test_only_flor_loops_leave_names_anywhere_under_the_main_loop():

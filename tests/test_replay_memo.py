@@ -257,3 +257,78 @@ def test_a_name_too_big_to_memoize_costs_only_the_statements_that_read_it(tmp_pa
     assert execute(plan).status == "finished"
     values = list(Store(project).dataframe("memo_check").memo_check)
     assert values == _forward(tmp_path / "f", new, "memo_check")
+
+
+def test_an_evaluation_loop_that_binds_the_step_loops_names_again_skips_the_step_loop(tmp_path):
+    """pytorch-cifar's shape: after the step loop a plain loop over held-out data binds `x`
+    and `y` again before reading them, so nothing reads the step loop's `x`, `y`: the
+    replay skips the step loop (memoized `running_loss`) and gives a forward run's values."""
+    evaluation = (
+        "        val = 0.0\n"
+        "        for x, y in [(data[:8], target[:8]), (data[8:16], target[8:16])]:\n"
+        "            val += float(((net(x) - y) ** 2).mean())\n"
+    )
+    script = PLAIN.replace('        print(f"epoch {e}', evaluation + '        print(f"epoch {e}')
+    new = script.replace(
+        '        flor.log("epoch_loss", running_loss / n)\n',
+        '        flor.log("epoch_loss", running_loss / n)\n'
+        '        flor.log("memo_check", running_loss / n + val)\n',
+    )
+    values, run = _replayed(tmp_path / "p", script, new, "memo_check")
+    _assert_skipped(run)
+    assert values == _forward(tmp_path / "f", new, "memo_check")
+
+
+def test_a_name_the_next_epoch_reads_before_its_step_loop_re_executes_from_the_start(tmp_path):
+    """`loss` of the last step read at the top of the next epoch (`if e: ...`): live where
+    the step loop ends across the back edge, so it counts among what the step loop leaves;
+    but a segment starting at f > 0 runs f - 1's top before any checkpoint is restored,
+    where nothing set `loss`: the run re-executes from its start, said in the plan, and
+    gives a forward run's values."""
+    script = PLAIN.replace(
+        "        running_loss = 0.0\n",
+        "        running_loss = 0.0\n        before = loss.item() if e else 0.0\n",
+    )
+    new = script.replace(
+        '        flor.log("epoch_loss", running_loss / n)\n',
+        '        flor.log("epoch_loss", running_loss / n)\n'
+        '        flor.log("memo_check", running_loss / n + before)\n',
+    )
+    found = loop_state(script, "epoch")
+    assert "loss" in found.leaves and found.before_inner == ("loss",)
+    values, run = _replayed(tmp_path / "p", script, new, "memo_check")
+    assert run.from_start, run.notes
+    assert any("reads loss before its inner loops" in note for note in run.notes), run.notes
+    assert values == _forward(tmp_path / "f", new, "memo_check")
+
+
+def test_a_segment_replays_its_lead_iteration_with_the_names_earlier_epochs_left(tmp_path):
+    """`prev`, set at the end of each epoch, read at the top of the next one before its
+    step loop: a segment starting at f >= 2 runs f - 1's top silently before restoring
+    f - 1's checkpoint at the step loop, and that top must find `prev` as the run had it
+    (it raised NameError), so each segment gives a forward run's values."""
+    script = (
+        PLAIN.replace("range(4)", "range(6)")
+        .replace(
+            "        running_loss = 0.0\n",
+            "        running_loss = 0.0\n        shown = prev + 1 if e else 0.0\n",
+        )
+        .replace(
+            "        time.sleep(0.02)\n",
+            "        prev = running_loss / n\n        time.sleep(0.02)\n",
+        )
+    )
+    new = script.replace(
+        '        flor.log("epoch_loss", running_loss / n)\n',
+        '        flor.log("epoch_loss", running_loss / n)\n'
+        '        flor.log("memo_check", running_loss / n + shown)\n',
+    )
+    project = recorded_project(tmp_path / "p", script)
+    write(project / "train.py", new)
+    plan = plan_replay(project, ["memo_check"], workers=3)
+    (run,) = plan.runs
+    assert run.mode == "outer" and not run.from_start, run.notes
+    assert any(s.first >= 2 for s in run.segments), run.segments
+    assert execute(plan).status == "finished"
+    values = list(Store(project).dataframe("memo_check").memo_check)
+    assert values == _forward(tmp_path / "f", new, "memo_check")

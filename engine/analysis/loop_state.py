@@ -64,6 +64,8 @@ class LoopState:
     # leaves, names it assigns)
     inner_leaves: tuple[tuple[int, int, tuple[str, ...], tuple[str, ...]], ...] = ()
     registered: tuple[str, ...] = field(default=())  # flor.checkpointing's objects
+    # names an inner loop assigns that the main body reads before its first inner loop
+    before_inner: tuple[str, ...] = ()
 
 
 @functools.lru_cache(maxsize=32)
@@ -123,10 +125,12 @@ def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = 
     per_loop = [
         (first, last, tuple(sorted(names - excluded)), tuple(sorted(assigned - excluded)))
         for first, last, names, assigned in _inner_leaves(
-            module, loop, functions, summaries, imports
+            module, loop, functions, summaries, imports, head
         )
     ]
     leaves = {name for _, _, names, _ in per_loop for name in names}
+    inner_assigned = {name for _, _, _, assigned in per_loop for name in assigned}
+    before = _before_first_inner(loop.body, imports, functions, live) & inner_assigned
     return LoopState(
         found=True,
         at_module=function is None,
@@ -138,6 +142,7 @@ def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = 
         leaves=tuple(sorted(leaves)),
         inner_leaves=tuple(sorted(per_loop)),
         registered=tuple(sorted(".".join(p) for p in registered)),
+        before_inner=tuple(sorted(before)),
     )
 
 
@@ -255,17 +260,21 @@ def _inner_leaves(
     functions: dict[str, cst.FunctionDef],
     summaries: dict[str, tuple[set[str], set[str]]],
     imports: FlorImports,
+    head: set[str],
 ) -> list[tuple[int, int, set[str], set[str]]]:
     """Names an inner flor.loop assigns that the code after it reads (before the body or
     the function holding it ends, a `return` included): in the main loop's body, and in
     the module-level functions it calls (transitively; a pytorch-cifar `train()` whose step
     loop leaves `batch_idx` for its `return`). A replay that skips such a loop must put
-    them back. One pass without the back edge, noting what is live after each loop. Per
-    loop, with the lines its `for` header spans."""
+    them back. What is live after each loop is noted in one pass; the main loop's body
+    ends where its next iteration starts, so what that reads before assigning (`head`)
+    counts too: `if epoch: print(loss)` at the top of the body reads the last iteration's
+    loss. Per loop, with the lines its `for` header spans."""
     found: list[tuple[cst.For, set[str], set[str]]] = []
-    for scope in [loop.body, *(fn.body for fn in _called_functions(loop, functions))]:
+    scopes = [(loop.body, head), *((fn.body, set()) for fn in _called_functions(loop, functions))]
+    for scope, at_end in scopes:
         live = _Liveness(summaries, record=True)
-        live.block(scope, set(), _Ctx(set(), set()))
+        live.block(scope, set(at_end), _Ctx(set(), set(at_end)))
         for inner, after in live.after_loops:
             if type(inner) is cst.For and iterates_loop_cst(inner, imports, ANY_LOOP):
                 assigned = _scope_defs(inner)
@@ -279,6 +288,39 @@ def _inner_leaves(
         (positions[inner].start.line, positions[inner.body].start.line, names, assigned)
         for inner, names, assigned in found
     ]
+
+
+def _before_first_inner(
+    body: cst.CSTNode,
+    imports: FlorImports,
+    functions: dict[str, cst.FunctionDef],
+    live: _Liveness,
+) -> set[str]:
+    """Names the main loop's body reads before its first inner flor.loop can begin. A
+    segment that starts at f > 0 runs iteration f - 1 from its top with the state from
+    before the main loop and restores f - 1's checkpoint only where that inner loop
+    begins, so what this code reads of the last iteration has no value there. The
+    statement holding the first inner loop (or a call of a module-level function, which
+    may run one) counts with everything it reads, to err towards more names."""
+    statements = list(getattr(body, "body", ()))
+    reads: set[str] = set()
+    prefix: list[cst.CSTNode] = []
+    for stmt in statements:
+        nodes = list(walk(stmt))
+        if any(type(n) is cst.For and iterates_loop_cst(n, imports, ANY_LOOP) for n in nodes):
+            reads = _reads(stmt.iter) if type(stmt) is cst.For else _reads(stmt)
+            break
+        if any(
+            type(n) is cst.Call and type(n.func) is cst.Name and n.func.value in functions
+            for n in nodes
+        ):
+            reads = _reads(stmt)
+            break
+        prefix.append(stmt)
+    ctx = _Ctx(set(), set())
+    for stmt in reversed(prefix):
+        reads = live.stmt(stmt, reads, ctx)
+    return reads
 
 
 def _called_functions(

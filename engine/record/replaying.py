@@ -96,6 +96,7 @@ class Replayer:
             if i < spec.first:
                 if i == spec.first - 1 and self._restores_inside(i):
                     self._begin(i, silent=True)
+                    self._carried_at_top(i)
                     yield i, item
                     if self._skip is None:  # never restored: the state would be wrong
                         raise RuntimeError(
@@ -169,6 +170,18 @@ class Replayer:
         the segment after it replays its tail first)."""
         saved = self._load(iteration)
         return saved is not None and saved.get(AFTER_INNER, 0) > 0
+
+    def _carried_at_top(self, iteration: int) -> None:
+        """Before the silent iteration's top runs, its loop-carried names as its checkpoint
+        holds them: the code before its inner loops reads what earlier iterations left
+        (`prev + 1 if epoch else 0`), which this process never ran. Names that code or
+        the inner loops change get their checkpoint values again where it is restored;
+        runs whose top reads what the inner loops assign are re-executed from their start
+        (planning: LoopState.before_inner). A copy: the kept checkpoint is restored again."""
+        saved = self._load(iteration)
+        carried = saved.get(loop_state.CARRIED) if saved is not None else None
+        if carried:
+            loop_state.restore({loop_state.CARRIED: copy_to_host(carried)})
 
     def _restore_at_inner(self, iteration: int) -> float:
         """Restore `iteration`'s checkpoint at its first inner loop; how many inner loops

@@ -10,6 +10,7 @@ does not parse code.
 
 from __future__ import annotations
 
+from florwb_engine.analysis.loop_state import LoopState
 from florwb_engine.propagate import FlorLoop, Placement, PropagationResult
 from florwb_engine.replay.spec import INNER, OUTER, PREFIX, ReplayMode
 
@@ -19,9 +20,11 @@ def replay_mode(
     placed: dict[str, Placement],
     main_loop: str | None,
     memoized: frozenset[str] = frozenset(),
+    found: LoopState | None = None,
 ) -> tuple[ReplayMode | None, str | None]:
     """The replay mode all placed statements need and a note, or (None, reason). Names in
-    `memoized` are put back where a skipped inner loop would have left them."""
+    `memoized` are put back where a skipped inner loop would have left them; `found`, the
+    loop state of the placed code, says which names the code after an inner loop reads."""
     main = _main_loop(result.loops, main_loop)
     modes: list[ReplayMode] = []
     for name, placement in placed.items():
@@ -43,7 +46,7 @@ def replay_mode(
     mode: ReplayMode = INNER if INNER in modes else OUTER if OUTER in modes else PREFIX
     note = None
     if mode == OUTER:
-        stale = reads_inner(result.loops, main_loop) - memoized
+        stale = reads_inner(result.loops, main_loop, found) - memoized
         if stale:
             mode = INNER
             listed = ", ".join(sorted(stale)[:4])
@@ -60,17 +63,35 @@ def _main_loop(loops: tuple[FlorLoop, ...], main_loop: str | None) -> FlorLoop |
     return min(named, key=lambda loop: (len(loop.path), loop.first_line)) if named else None
 
 
-def reads_inner(loops: tuple[FlorLoop, ...], main_loop: str | None) -> set[str]:
+def reads_inner(
+    loops: tuple[FlorLoop, ...], main_loop: str | None, found: LoopState | None = None
+) -> set[str]:
     """Names the main loop's body reads outside its inner loops that the inner loops assign.
 
     Skipping the inner loops restores registered state (model, optimizer...) from the
     checkpoint, but not plain variables: `print(loss.item())` or a running total after the
-    step loop would read a stale or missing value. Such bodies need the inner loops run.
+    step loop would read a stale or missing value. Such bodies need the inner loops run,
+    unless the names are memoized.
+
+    Without `found` this is every such name the body reads anywhere. With it (the loop
+    state of the same code), and where its liveness analysis covers every inner loop of
+    the main loop, it is the names live after an inner loop (`found.leaves`): a name the
+    body binds again before reading it (`for inputs, targets in testloader:` after a step
+    loop that set them) is not read from the skipped loop. Where the analysis does not
+    cover them all (a flor.loop inside a plain loop, several main loops of that name) the
+    names of both are taken.
     """
-    found: set[str] = set()
+    coarse: set[str] = set()
+    contained: set[int] = set()
     for loop in loops:
         if loop.name != main_loop:
             continue
-        assigned = {name for inner in loops if loop.contains(inner) for name in inner.binds}
-        found |= assigned & loop.reads
-    return found
+        inner = [other for other in loops if loop.contains(other)]
+        contained |= {other.first_line for other in inner}
+        coarse |= {name for other in inner for name in other.binds} & loop.reads
+    if found is None or not found.found:
+        return coarse
+    analysed = {first for first, _last, _left, _assigned in found.inner_leaves}
+    if contained <= analysed:
+        return set(found.leaves)
+    return coarse | set(found.leaves)

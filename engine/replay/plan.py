@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from florwb_engine import versions
+from florwb_engine.analysis.loop_state import loop_state
 from florwb_engine.project import checkpoint_dir, store_dir
 from florwb_engine.record.notebook import is_notebook_script
 from florwb_engine.replay import ddp_launch, requests, run_inputs
@@ -380,8 +381,9 @@ def _plan_run(
         )
         plan.status = READY
         return plan
-    memo = memoized(project, run.run_id, result.code, facts) if not strict else Memo()
-    mode, why = replay_mode(result, placed, facts.main_loop, memo.names)
+    found = loop_state(result.code, facts.main_loop)
+    memo = memoized(project, run.run_id, result.code, facts, found) if not strict else Memo()
+    mode, why = replay_mode(result, placed, facts.main_loop, memo.names, found)
     if mode is None:
         plan.reason = why
         return plan
@@ -397,7 +399,7 @@ def _plan_run(
         )
     if state.from_start:
         mode = INNER
-    moment = moment_decision(project, run.run_id, facts, result.loops, mode, memo.names)
+    moment = moment_decision(project, run.run_id, facts, result.loops, mode, memo.names, found)
     mode = moment.mode
     plan.from_start = state.from_start or moment.from_start
     plan.notes.extend(state.notes)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from florwb_engine.analysis.loop_state import LoopState
 from florwb_engine.project import store_dir
 from florwb_engine.propagate import FlorLoop
 from florwb_engine.record.checkpoint import taken_after_inner
@@ -44,9 +45,11 @@ def moment_decision(
     loops: tuple[FlorLoop, ...],
     mode: ReplayMode,
     memoized: frozenset[str] = frozenset(),
+    found: LoopState | None = None,
 ) -> MomentDecision:
     """The mode (and whether to run from the start) that the run's checkpoints allow;
-    names in `memoized` are put back where a skipped inner loop would have left them."""
+    names in `memoized` are put back where a skipped inner loop would have left them
+    (`found`: the loop state of the code, mode.reads_inner)."""
     decision = MomentDecision(mode)
     if mode not in (OUTER, INNER) or not facts.checkpoints:
         return decision
@@ -65,7 +68,7 @@ def moment_decision(
                 "after the code that follows its inner loops: the inner loops are re-executed"
             )
         return decision
-    stale = reads_inner(loops, facts.main_loop) - memoized
+    stale = reads_inner(loops, facts.main_loop, found) - memoized
     if mode == INNER and stale and min(facts.checkpoints) < max(facts.epoch_s, default=0):
         decision.from_start = True
         listed = ", ".join(sorted(stale)[:4])

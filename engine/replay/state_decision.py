@@ -117,6 +117,14 @@ def memoized(
                 f"{lost} could not be memoized with checkpoint {name}: {why[lost]}",
             )
         names &= held
+    early = names & set(found.before_inner)
+    if early:
+        listed = ", ".join(sorted(early)[:4])
+        return Memo(
+            frozenset(names - early),
+            f"the {facts.main_loop or 'main'} body reads {listed} before its inner loops, where "
+            "a segment's first replayed iteration has no value for it",
+        )
     missing = set(found.leaves) - names
     return Memo(
         frozenset(names),
