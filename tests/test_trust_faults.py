@@ -362,13 +362,27 @@ def test_every_number_comes_back_as_logged(tmp_path: Path) -> None:
 
 
 def test_the_workbench_shows_an_int_past_2_53_as_logged(tmp_path: Path) -> None:
-    """The history's last value and the run detail's read `value` (a DOUBLE): a step
-    counter of 2**53 + 1 showed as 9.007e+15 (its digits lost)."""
-    script = 'import florwb as flor\nflor.log("tokens", 2**53 + 1)\nflor.log("big", 2**70)\n'
+    """The history's last, low and high and the run detail's read `value` (a DOUBLE): a
+    step counter of 2**53 + 1 showed as 9.007e+15 (its digits lost), and a low or high of
+    such ints as its rounded neighbour."""
+    script = (
+        "import florwb as flor\n"
+        'for i in flor.loop("i", (3, 1, 2)):\n'
+        '    flor.log("tokens", 2**53 + i)\n'
+        'flor.log("big", 2**70)\n'
+    )
     project = recorded_project(tmp_path, script)
     store = Store(project)
     (run_id,) = [run["run_id"] for run in store.runs()]
-    assert load_series_values(store, "tokens").last == {run_id: 2**53 + 1}
+    series = load_series_values(store, "tokens")
+    assert (series.last, series.low, series.high) == (
+        {run_id: 2**53 + 2},
+        {run_id: 2**53 + 1},  # rounded, the low read 2**53 and the high 2**53 + 4
+        {run_id: 2**53 + 3},
+    )
     detail = load_run_detail(store, run_id)
-    assert {m.name: m.last for m in detail.metrics} == {"tokens": 2**53 + 1, "big": 2**70}
+    assert {m.name: (m.last, m.low, m.high) for m in detail.metrics} == {
+        "tokens": (2**53 + 2, 2**53 + 1, 2**53 + 3),
+        "big": (2**70, 2**70, 2**70),
+    }
     assert fmt.number(2**53 + 1) == "9,007,199,254,740,993"  # what the workbench draws

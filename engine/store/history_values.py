@@ -34,7 +34,7 @@ from florwb_engine.store.queries import (
 from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import list_runs
 from florwb_engine.store.schema import LOCAL_SEQ
-from florwb_engine.store.values import exact_number
+from florwb_engine.store.values import exact_bounds, exact_bounds_sql, exact_number
 
 # Per run and name, the one source the history reads: recorded (source_key 0) first.
 CHOSEN = "SELECT run_key, name_key, min(source_key) AS source_key FROM name_stats GROUP BY ALL"
@@ -263,8 +263,7 @@ def _series(
         exact = con.execute(
             f"""
             SELECT l.run_key, arg_max(l.value, l.seq), arg_max_null(l.text, l.seq),
-                   min(l.value) FILTER (WHERE isfinite(l.value)),
-                   max(l.value) FILTER (WHERE isfinite(l.value))
+                   {exact_bounds_sql("l.value", "l.text")}
             FROM log_rows l JOIN florwb_chosen t
                  ON t.run_key = l.run_key AND t.source_key = l.source_key
             WHERE l.name_key = ? AND l.vtype <= 2{scan_only}
@@ -283,16 +282,17 @@ def _series(
     out = SeriesValues(
         series={run_id: [v for _b, v in sorted(pairs)] for run_id, pairs in buckets.items()}
     )
-    for run_key, last, digits, low, high in exact:
+    for run_key, last, digits, *bounds in exact:
         run_id = run_ids.get(run_key)
         if run_id is None:
             continue
         if last is not None:  # an int past 2**53 as its digits say, not rounded
             out.last[run_id] = exact_number(float(last), digits)
+        low, high = exact_bounds(*bounds)
         if low is not None:
-            out.low[run_id] = float(low)
+            out.low[run_id] = low
         if high is not None:
-            out.high[run_id] = float(high)
+            out.high[run_id] = high
     return out
 
 

@@ -31,7 +31,7 @@ from florwb_engine.store.repair import again_if_rebuilt
 from florwb_engine.store.runs import RunRow, list_runs
 from florwb_engine.store.schema import LOCAL_SEQ, literal, quote
 from florwb_engine.store.system_metrics import SystemSample
-from florwb_engine.store.values import exact_number
+from florwb_engine.store.values import exact_bounds, exact_bounds_sql, exact_number
 from florwb_engine.store.verdicts import Withheld, withheld
 
 if TYPE_CHECKING:  # duckdb.sqltypes is duckdb 2's home of the type; only annotations use it
@@ -331,15 +331,15 @@ def _run_metrics(
                           count(*) FILTER (WHERE vtype <= 2) AS n_num,
                           arg_max(value, seq) AS last, arg_max(text, seq) AS last_text,
                           arg_max_null(text, seq) AS last_digits,
-                          min(value) FILTER (WHERE isfinite(value)) AS low,
-                          max(value) FILTER (WHERE isfinite(value)) AS high
+                          {exact_bounds_sql()}
                    FROM v GROUP BY ALL),
              g AS (SELECT v.source_key, v.name_key,
                           CAST((v.seq - b.lo) * least(b.n, {int(points)}) // (b.hi - b.lo + 1)
                                AS INTEGER) AS bucket,
                           avg(v.value) FILTER (WHERE isfinite(v.value)) AS value
                    FROM v JOIN b USING (source_key, name_key) WHERE v.vtype <= 2 GROUP BY ALL)
-        SELECT k.name, s.source, b.n, b.n_num, b.last, b.low, b.high, b.last_text, b.last_digits,
+        SELECT k.name, s.source, b.n, b.n_num, b.last, b.last_text, b.last_digits,
+               b.plain_low, b.plain_high, b.big_low, b.big_high,
                (SELECT list(g.value ORDER BY g.bucket) FROM g
                  WHERE g.source_key = b.source_key AND g.name_key = b.name_key)
         FROM b JOIN name_keys k ON k.name_key = b.name_key
@@ -354,7 +354,7 @@ def _run_metrics(
     # no verdict; a diverged one's rows are withheld and never reach this table).
     verdict_of = {v["replay_id"]: v["verdict"] for v in verdicts}
     chosen: dict[str, MetricSeries] = {}
-    for name, source, n, n_num, last, low, high, last_text, last_digits, points_ in rows:
+    for name, source, n, n_num, last, last_text, last_digits, *bounds, points_ in rows:
         if name in chosen:
             if source != console_lines.EXTRACT_SOURCE and verdict_of.get(source) in (
                 None,
@@ -363,6 +363,7 @@ def _run_metrics(
                 chosen[name].rechecked += 1
             continue
         numeric = n_num == n
+        low, high = exact_bounds(*bounds)
         chosen[name] = MetricSeries(
             name=name,
             source=source,

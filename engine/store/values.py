@@ -48,6 +48,35 @@ def exact_number(value: float | None, digits: str | None) -> float | None:
     return value
 
 
+BOUNDS = ("plain_low", "plain_high", "big_low", "big_high")
+
+
+def exact_bounds_sql(value: str = "value", text: str = "text") -> str:
+    """Four aggregates, named as BOUNDS, for a run's exact low and high (`exact_bounds`
+    reads them): the bounds of the values a float holds exactly, and of the ints kept as
+    digits (up to HUGEINT's 2**127; wider ones are left to the rounded bounds)."""
+    plain = f"isfinite({value}) AND {text} IS NULL"
+    big = f"TRY_CAST({text} AS HUGEINT)"
+    return (
+        f"min({value}) FILTER (WHERE {plain}) AS plain_low, "
+        f"max({value}) FILTER (WHERE {plain}) AS plain_high, "
+        f"min({big}) AS big_low, max({big}) AS big_high"
+    )
+
+
+def exact_bounds(
+    plain_low: float | None,
+    plain_high: float | None,
+    big_low: Any,
+    big_high: Any,
+) -> tuple[float | None, float | None]:
+    """A run's low and high as logged: Python compares an int and a float exactly, so an
+    int past 2**53 is its own bound, not its rounded neighbour."""
+    lows = [v for v in (plain_low, None if big_low is None else int(big_low)) if v is not None]
+    highs = [v for v in (plain_high, None if big_high is None else int(big_high)) if v is not None]
+    return (min(lows) if lows else None, max(highs) if highs else None)
+
+
 def _exact_int(text: str) -> int | str:
     """The int of its digits; past Python's 4,300-digit limit on int <-> text (which every
     str() and JSON writer of it would hit) the digits themselves, as text."""
