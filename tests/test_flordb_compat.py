@@ -142,7 +142,7 @@ with flor.checkpointing(model=net, optimizer=opt):
 flor.commit()
 """
 
-FLORDB_COLUMNS = {"projid", "tstamp", "filename"}
+FLORDB_COLUMNS = {"projid", "tstamp", "filename", "source"}
 
 
 def test_tutorial_then_gradient_norm_hindsight_from_python_and_narrowed(tmp_path: Path) -> None:
@@ -163,7 +163,9 @@ def test_tutorial_then_gradient_norm_hindsight_from_python_and_narrowed(tmp_path
         "df = flor.replay(['grad_norm'], narrow_iters=[('epoch', '1')])\n"
         "print(json.dumps({'columns': list(df.columns), 'epochs': sorted({int(e) for e in "
         "df.dropna(subset=['grad_norm']).epoch}), 'n': int(df.grad_norm.notna().sum()), "
-        "'verdicts': [r['verdict'] for r in df.attrs['replay']['runs']]}))",
+        "'verdicts': [r['verdict'] for r in df.attrs['replay']['runs']], "
+        "'replayed': sorted(set(df.dropna(subset=['grad_norm']).source)), "
+        "'recorded': sorted(set(flor.dataframe('loss').source))}))",
     )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert FLORDB_COLUMNS | {"epoch", "step", "grad_norm"} <= set(out["columns"])
@@ -172,6 +174,7 @@ def test_tutorial_then_gradient_norm_hindsight_from_python_and_narrowed(tmp_path
     assert 1 in out["epochs"] and 2 not in out["epochs"]
     assert out["n"] == 3 * len(out["epochs"])
     assert out["verdicts"] == ["verified"]
+    assert (out["replayed"], out["recorded"]) == (["replay"], ["forward"])  # flordb's `source`
 
     florwb(repo, "replay", "w_norm", "--iter", "epoch=last", "--yes")
     frame = Store(repo).dataframe("w_norm")

@@ -3,7 +3,11 @@
 
 `tstamp` is the run's start time (what flordb names a run by, and what
 `flor.load_checkpoint(row.tstamp)` takes), `filename` its script, `projid` the project
-folder's name. `<name>_value` is logged once per flor.iteration (record/api.py) and put on
+folder's name, `source` `forward` for a row of recorded values and `replay` for a row a
+replay filled in (flordb keeps forward and replayed rows apart; florwb fills a hindsight
+value into the recorded run's row, so a row holding a value only a replay logged says
+`replay`).
+`<name>_value` is logged once per flor.iteration (record/api.py) and put on
 every row of that iteration, nested loops' rows included, as flordb's context gives it.
 """
 
@@ -13,6 +17,7 @@ from typing import Any
 
 from florwb_engine.store.catalog import Store
 from florwb_engine.store.db import StoreError
+from florwb_engine.store.schema import RECORDED, literal, quote
 
 FIXED = ("run_id", "version", "start_time", "rank", "diverged")
 
@@ -41,5 +46,29 @@ def flordb_columns(store: Store, frame: Any, names: tuple[str, ...]) -> Any:
     frame.insert(at, "projid", store.project.name)
     frame.insert(at + 1, "tstamp", frame["start_time"] if "start_time" in frame else None)
     frame.insert(at + 2, "filename", [scripts.get(str(r)) for r in frame["run_id"]])
+    frame.insert(at + 3, "source", _sources(store, frame, names, loops))
     frame.attrs.update(attrs)
     return frame
+
+
+def _sources(store: Store, frame: Any, names: tuple[str, ...], loops: list[str]) -> list[str]:
+    """`replay` for each row holding a value only a replay logged, else `forward`."""
+    if frame.empty or not names:
+        return ["forward"] * len(frame)
+    keys = ["run_id", *(["rank"] if "rank" in frame.columns else []), *loops]
+    listed = ", ".join(quote(k) for k in keys)
+    wanted = ", ".join(literal(n) for n in names)
+    # a name with no recorded value at these coordinates: a replay filled it in (a replay
+    # also logs the recorded names again, as checks; those rows stay `forward`)
+    replayed = store.query(
+        f"SELECT DISTINCT {listed} FROM (SELECT {listed}, name FROM logs "
+        f"WHERE name IN ({wanted}) GROUP BY ALL "
+        f"HAVING NOT bool_or(source = {literal(RECORDED)}))"
+    )
+    if replayed.empty:
+        return ["forward"] * len(frame)
+    for key in keys:
+        replayed[key] = replayed[key].astype(frame[key].dtype)
+    replayed["_replayed"] = True
+    marked = frame[keys].merge(replayed, on=keys, how="left")["_replayed"]
+    return ["replay" if bool(m) is True and m == m else "forward" for m in marked]
