@@ -6,6 +6,7 @@ stays cheap (no DuckDB, pandas, torch or textual): those load only when a call n
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from florwb_engine.record import (
@@ -57,13 +58,21 @@ def _store() -> Any:
 
 
 def dataframe(*names: str, diverged: bool = False) -> Any:
-    """pandas DataFrame: one row per run x loop coordinates, one column per name.
+    """pandas DataFrame: one row per run x loop coordinates, one column per name; with
+    no names, as flordb's, every name logged outside any loop (one row per run).
 
     Values of diverged replays are left out with a warning saying how many;
     `diverged=True` puts them in, named in a `diverged` column."""
-    from florwb_engine.store.flordb_frame import flordb_columns
+    from florwb_engine.store.flordb_frame import flordb_columns, run_level_names
 
     store = _store()
+    if not names:
+        names = run_level_names(store)
+        if not names:
+            import pandas as pd
+
+            print("florwb: no value was logged outside a loop: nothing to show", file=sys.stderr)
+            return pd.DataFrame()
     frame = flordb_columns(store, store.dataframe(*names, diverged=diverged), names)
     withheld = frame.attrs.get("withheld")
     if withheld:

@@ -451,3 +451,31 @@ def test_set_ckpt_interval_is_a_floor_and_retired_calls_say_so_once(tmp_path: Pa
     )
     assert loaded.stdout.split("\n")[0] == "['model'] ['bias', 'weight'] True"
     assert len(store.run_rows()) == 2  # reading a checkpoint from `python -c` is no run
+
+
+def test_a_dataframe_of_no_names_is_every_value_logged_outside_a_loop(tmp_path: Path) -> None:
+    """flordb's `flor.dataframe()`: one row per run, a column per run-level name."""
+    script = (
+        "import florwb as flor\n"
+        'lr = flor.arg("lr", 0.1)\n'
+        'for epoch in flor.loop("epoch", range(2)):\n'
+        '    flor.log("loss", epoch * lr)\n'
+        'flor.log("final", 10 * lr)\n'
+    )
+    repo = _project(tmp_path / "project", {"train.py": script})
+    run_py(repo, "train.py", "--kwargs", "lr=0.1")
+    loops_only = script.replace('flor.log("final"', 'print("final"')
+    other = _project(tmp_path / "other", {"train.py": loops_only})
+    run_py(other, "train.py")
+    empty = _py(other, "import florwb as flor\nprint(len(flor.dataframe()))")
+    assert empty.stdout.strip() == "0" and "nothing to show" in empty.stderr
+    run_py(repo, "train.py", "--kwargs", "lr=0.2")
+    proc = _py(
+        repo,
+        "import json, florwb as flor\ndf = flor.dataframe()\n"
+        "print(json.dumps({'columns': list(df.columns), 'final': sorted(df.final)}))",
+    )
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert FLORDB_COLUMNS | {"final"} <= set(out["columns"])
+    assert "loss" not in out["columns"] and "epoch" not in out["columns"]
+    assert out["final"] == [1.0, 2.0]

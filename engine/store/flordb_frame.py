@@ -22,6 +22,12 @@ from florwb_engine.store.schema import RECORDED, literal, quote
 FIXED = ("run_id", "version", "start_time", "rank", "diverged")
 
 
+def run_level_names(store: Store) -> tuple[str, ...]:
+    """The names logged outside any loop, what flordb's `flor.dataframe()` shows."""
+    rows = store.query("SELECT DISTINCT name FROM logs WHERE ctx_id = 0 ORDER BY name")
+    return tuple(str(n) for n in rows["name"])
+
+
 def flordb_columns(store: Store, frame: Any, names: tuple[str, ...]) -> Any:
     attrs = dict(frame.attrs)
     loops = [c for c in frame.columns if c not in FIXED and c not in names]
