@@ -23,7 +23,7 @@ from florwb_engine.store import Store
 
 EPOCHS = 8
 
-# 40 steps per epoch and a light end of the epoch: the inner loops are most of an epoch,
+# 400 steps per epoch and a light end of the epoch: the inner loops are most of an epoch,
 # so skipping them (what a checkpoint allows) is most of its replay time
 TRAIN = f"""
 import torch
@@ -42,7 +42,7 @@ net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Lin
 opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
 with flor.checkpointing(model=net, optimizer=opt, **options):
     for epoch in flor.loop("epoch", range({EPOCHS})):
-        for step in flor.loop("step", range(40)):
+        for step in flor.loop("step", range(400)):
             idx = torch.randint(0, 256, (64,))
             loss = ((net(data[idx]) - target[idx]) ** 2).mean()
             opt.zero_grad()
