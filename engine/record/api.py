@@ -117,6 +117,15 @@ def log(name: str, value: T) -> T:
     return value
 
 
+def _nested(parent: int, loop_name: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The loop names and outer iterations of a loop (or flor.iteration) entered inside
+    the iteration `parent` (0: at the top): what its entry in _ENTRIES holds."""
+    if not parent:
+        return (loop_name,), ()
+    outer_names, outer_iters = _ENTRIES[parent >> ENTRY_SHIFT]
+    return (*outer_names, loop_name), (*outer_iters, parent & ITERATION_MASK)
+
+
 def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     """Iterate like `iterable`, recording each iteration's coordinates and timings; an
     item that is a string (a file name) is logged as `<name>_value`, as flordb does."""
@@ -128,15 +137,8 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
     if save_mirror.WAITING:  # torch imported after the run started: wrap its save now
         save_mirror.arm()
     parent = _CTX
-    loop_name = name_text(name)
-    if loop_name is None:  # a name whose str() fails: the loop still runs, under this name
-        loop_name = "loop"
-    if parent:
-        outer_names, outer_iters = _ENTRIES[parent >> ENTRY_SHIFT]
-        names = (*outer_names, loop_name)
-        prefix = (*outer_iters, parent & ITERATION_MASK)
-    else:
-        names, prefix = (loop_name,), ()
+    loop_name = name_text(name) or "loop"  # a name whose str() fails: the loop still runs
+    names, prefix = _nested(parent, loop_name)
     entry = next(_entry_ids)
     _ENTRIES[entry] = (names, prefix)
     try:
@@ -241,12 +243,7 @@ def iteration(name: str, idx: int | None, value: Any = None) -> Iterator[None]:
         return
     parent = _CTX
     loop_name = name_text(name) or "loop"
-    if parent:
-        outer_names, outer_iters = _ENTRIES[parent >> ENTRY_SHIFT]
-        names = (*outer_names, loop_name)
-        prefix = (*outer_iters, parent & ITERATION_MASK)
-    else:
-        names, prefix = (loop_name,), ()
+    names, prefix = _nested(parent, loop_name)
     index = _iteration_index(names, idx)
     entry = next(_entry_ids)
     _ENTRIES[entry] = (names, prefix)
