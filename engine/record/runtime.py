@@ -604,8 +604,13 @@ def _on_sigterm(signum: int, _frame: object) -> None:
     # lock): then that flush is left as it is rather than waited for forever.
     if run is not None and run._flush_lock.acquire(timeout=1.0):
         run._flush_lock.release()
-        with contextlib.suppress(Exception):  # the process is stopping either way
+        try:
             run.try_flush()
+        except Exception as exc:  # noqa: BLE001 - the process is stopping either way: say so
+            print(
+                f"florwb: values logged since the last flush were lost at SIGTERM ({exc!r})",
+                file=sys.stderr,
+            )
     if signal.getsignal(signum) is not _on_sigterm:
         return  # a framework's handler calls this one in its chain: it decides what stops
     signal.signal(signum, signal.SIG_DFL)
