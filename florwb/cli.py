@@ -71,6 +71,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 r.run_id,
                 r.start_time.isoformat(sep=" ")[:19] if r.start_time else "",
                 r.status
+                + (f" rank {r.failed_rank} first" if r.failed_rank is not None else "")
                 + (f" ({r.exception})" if r.exception else "")
                 + (f", {lost} lost" if lost else "")
                 + (" !" if r.issues else ""),

@@ -232,7 +232,7 @@ for epoch in flor.loop("epoch", range(3)):
 """
 
 
-def test_a_killed_rank_marks_the_run_killed_and_keeps_every_ranks_values(tmp_path):
+def test_a_killed_rank_is_named_first_and_every_ranks_values_are_kept(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     write(project / "train.py", KILLED)
@@ -242,10 +242,21 @@ def test_a_killed_rank_marks_the_run_killed_and_keeps_every_ranks_values(tmp_pat
     (run,) = store.run_rows()
     assert run.status == "killed"
     assert run.world_size == 2
-    # torchrun may stop rank 0 by SIGKILL too once rank 1 died: then both are named.
-    assert run.message in ("rank 1 was killed", "ranks 0, 1 were killed")
-    ranks = store.query("SELECT rank, status FROM run_ranks ORDER BY rank")
-    assert ranks.status[1] == "killed"
+    # Rank 0 then fails on its lost peer, or torchrun stops it (SIGTERM): either way it
+    # ended after rank 1's journal was last written, and is not the one named.
+    assert run.failed_rank == 1
+    assert run.message is not None and run.message.startswith("rank 1 was killed first; ")
+    detail = load_run_detail(store, run.run_id)
+    ranks = {r.rank: r for r in detail.ranks}
+    assert ranks[1].status == "killed" and ranks[1].failed_first
+    assert ranks[0].status in ("failed", "stopped") and not ranks[0].failed_first
+    assert ranks[1].end_time is not None and ranks[0].end_time is not None
+    assert ranks[1].end_time <= ranks[0].end_time
+    # each rank's own context: its own process's CPU figures, not one row for the run
+    assert set(store.query("SELECT rank FROM run_context")["rank"]) == {0, 1}
+    assert ranks[0].context is not None and ranks[1].context is not None
+    listed = florwb(project, "runs")
+    assert "killed rank 1 first" in listed.stdout
     kept = store.query("SELECT rank, value FROM logs WHERE name = 'rank_epoch' ORDER BY ALL")
     assert [10.0, 11.0] == kept[kept["rank"] == 1].value.tolist()
     assert 0.0 in kept[kept["rank"] == 0].value.tolist()

@@ -354,6 +354,20 @@ class Run:
         self._last_flush()
         self.journal.close()
 
+    def stop_event(self, signame: str) -> dict:
+        """The end of a process stopped by a signal it does not survive: no end-of-run
+        readings (the process has moments left), only when and by what."""
+        return {
+            "kind": "end",
+            "status": "killed",
+            "signal": signame,
+            "exception": None,
+            "message": f"stopped by {signame}",
+            "time": time.time(),
+            "elapsed_s": time.monotonic() - self._started_monotonic,
+            **ranks.end_fields(self.rank),
+        }
+
     def _last_flush(self) -> None:
         """Write everything left, retrying a little while a full disk frees up; then say
         what could not be written, in one line (never a traceback at exit)."""
@@ -600,6 +614,12 @@ def _flush_on_sigterm() -> None:
 
 def _on_sigterm(signum: int, _frame: object) -> None:
     run = _current
+    ends_here = signal.getsignal(signum) is _on_sigterm
+    if run is not None and ends_here and not run.finished:
+        # The process stops now: its end says it was stopped from outside (a launcher
+        # stopping the other ranks once one died), so the rank that failed is told apart.
+        run.finished = True
+        EVENTS.append(run.stop_event(signal.Signals(signum).name))
     # The handler runs in the main thread, which may itself be inside a flush (holding its
     # lock): then that flush is left as it is rather than waited for forever.
     if run is not None and run._flush_lock.acquire(timeout=1.0):
@@ -611,7 +631,7 @@ def _on_sigterm(signum: int, _frame: object) -> None:
                 f"florwb: values logged since the last flush were lost at SIGTERM ({exc!r})",
                 file=sys.stderr,
             )
-    if signal.getsignal(signum) is not _on_sigterm:
+    if not ends_here:
         return  # a framework's handler calls this one in its chain: it decides what stops
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)

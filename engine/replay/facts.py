@@ -110,7 +110,7 @@ def runs_where(con: duckdb.DuckDBPyConnection, where: str | None) -> list[Select
         )
     filtered = (
         f"SELECT * FROM (SELECT r.*, c.* EXCLUDE (run_id){arg_columns} FROM runs r "
-        "LEFT JOIN run_context c USING (run_id)) runs"
+        f"LEFT JOIN {run_context.ONE_PER_RUN} c USING (run_id)) runs"
     )
     if where:
         try:

@@ -28,6 +28,7 @@ from florwb_engine.store.catalog import Store, check_read_only
 from florwb_engine.store.console import ConsoleLine
 from florwb_engine.store.db import StoreError, no_progress_bar
 from florwb_engine.store.repair import again_if_rebuilt
+from florwb_engine.store.run_ranks import RankRow, rank_rows
 from florwb_engine.store.runs import RunRow, list_runs
 from florwb_engine.store.schema import LOCAL_SEQ, literal, quote
 from florwb_engine.store.system_metrics import SystemSample
@@ -163,6 +164,8 @@ class RunDetail:
     console_total: int = 0
     withheld: Withheld = field(default_factory=Withheld)  # values of diverged replays
     system: list[SystemSample] = field(default_factory=list)  # each rank's latest sample
+    # each rank of a multi-process run: how it ended (which failed first), its own context
+    ranks: list[RankRow] = field(default_factory=list)
 
 
 @dataclass
@@ -303,6 +306,7 @@ def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> R
         ]
         tail, n_lines = console_lines.tail(con, run_id, CONSOLE_TAIL)
         system = system_metrics.latest(con, run_id)
+        ranks = rank_rows(con, run_id)
     name, total, done = loop[0] if loop else (None, None, 0)
     return RunDetail(
         run,
@@ -317,6 +321,7 @@ def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> R
         n_lines,
         withheld_values,
         system,
+        ranks,
     )
 
 

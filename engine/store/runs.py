@@ -83,6 +83,9 @@ class RunRow:
         return list(dict.fromkeys(str(s["parent"]) for s in self.started_from))
 
     loop_s: float | None = None  # the main loop's recorded iterations, summed
+    # the rank of a multi-process run that failed first (store/run_ranks.py); None when
+    # no rank failed or the run is of one process
+    failed_rank: int | None = None
 
     def took(self, now: datetime | None = None) -> tuple[float | None, str]:
         """How long the run took, and how to read it: "" start to end; "so far" while it
@@ -118,6 +121,7 @@ class RunRow:
             "status": self.status,
             "exception": self.exception,
             "message": self.message,
+            "failed_rank": self.failed_rank,
             "host": self.host,
             "argv": self.argv,
             "git_head": self.git_head,
@@ -185,6 +189,9 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
     args = run_args(con, run_id)
     issues = run_issues(con)
     contexts = run_context.contexts(con)
+    from florwb_engine.store.run_ranks import first_failures  # it imports RunStatus from here
+
+    failed_first = first_failures(con)
     verdicts = run_verdicts(con, run_id)
     loaded = lineage.parents(con)
     out = []
@@ -222,6 +229,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                 main_iterations=int(r[23]),
                 started_from=lineage.lineage_of(con, r[0]) if r[0] in loaded else [],
                 loop_s=loop_s,
+                failed_rank=failed_first.get(r[0]),
             )
         )
     return out
