@@ -225,6 +225,34 @@ def _args_text(values: dict, first: list[str] | None = None) -> str:
     return " ".join(f"{k}={_short(values[k])}" for k in order)
 
 
+def cmd_pull(args: argparse.Namespace) -> int:
+    """Merge another copy's rank journals (a multi-node launch's other nodes) into this
+    project's runs; again changes nothing. Exit 1 when a journal conflicts."""
+    from florwb_engine.store.journal_pull import PullError, pull
+
+    store = open_store(args)
+    try:
+        report = pull(store.project, args.source)
+    except PullError as exc:
+        raise CommandError(str(exc)) from None
+    runs = {r.run_id: r for r in store.run_rows()}  # ingests what was pulled
+    say_ingest(store)
+    for run_id, ranks in sorted(report.runs.items()):
+        run = runs.get(run_id)
+        world = f" of {run.world_size}" if run else ""
+        status = f": {run.status}" if run else ""
+        print(f"run {run_id}: ranks {', '.join(map(str, sorted(ranks)))}{world}{status}")
+    print(
+        f"pulled {len(report.added)} new and {len(report.grown)} grown journals, "
+        f"{report.files} checkpoint files; {len(report.unchanged)} unchanged"
+    )
+    for note in report.notes:
+        print(f"florwb: {note}", file=sys.stderr)
+    for name in report.conflicts:
+        print(f"florwb: {name} differs from this copy's; not pulled", file=sys.stderr)
+    return 1 if report.conflicts else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="florwb",
@@ -252,6 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="include values of diverged replays, named in a `diverged` column",
     )
     p.set_defaults(func=cmd_dataframe)
+
+    p = sub.add_parser(
+        "pull", help="merge the rank journals of another copy of the project (HOST:PATH or PATH)"
+    )
+    p.add_argument("source", metavar="HOST:PATH|PATH")
+    p.set_defaults(func=cmd_pull)
 
     p = sub.add_parser("doctor", help="check the store; rebuild a damaged catalog from journals")
     p.set_defaults(func=cmd_doctor)

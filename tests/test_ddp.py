@@ -16,6 +16,7 @@ from conftest import florwb, git, write
 
 from florwb_engine.project import checkpoint_dir, journal_dir
 from florwb_engine.replay import ddp_launch, execute, plan_replay
+from florwb_engine.replay.cost import launch_start_s
 from florwb_engine.replay.ddp_launch import Launch
 from florwb_engine.store import Store
 from florwb_engine.store.queries import load_run_detail
@@ -99,7 +100,9 @@ def test_a_torchrun_launch_is_one_run_with_a_rank_on_every_value(recorded):
     (run,) = [r for r in store.run_rows() if r.run_id == run_id]
     assert run.world_size == 2
     assert run.status == "finished"
-    assert run.launcher == {"launcher": "torchrun", "nnodes": 1, "argv": ["--max-restarts", "0"]}
+    launcher = dict(run.launcher or {})
+    assert launcher.pop("start_s") > 0  # measured by the ranks (record/ranks.py)
+    assert launcher == {"launcher": "torchrun", "nnodes": 1, "argv": ["--max-restarts", "0"]}
     assert run.args == {"epochs": 3}
     names = sorted(p.name for p in journal_dir(project).iterdir())
     assert names == [f"{run_id}.rank0.journal", f"{run_id}.rank1.journal"]
@@ -191,12 +194,19 @@ def test_replays_fill_every_rank_and_equal_a_forward_run(recorded):
         )
     )
     store = Store(project)
+    (run,) = [r for r in store.run_rows() if r.run_id == run_id]
+    # the launcher's start to the slowest rank's first flor call, as the ranks measured it
+    measured = (run.launcher or {}).get("start_s")
+    assert measured is not None and measured > 0
     replayed = {}
     for name, mode in (("wsum", "outer"), ("gsq", "inner")):
         plan = plan_replay(project, [name], run_ids=[run_id], workers=1)
         (run_plan,) = plan.ready()
         assert run_plan.mode == mode
         assert run_plan.launch is not None and run_plan.launch["nproc"] == 2
+        # every segment starts the launch afresh: the measured start is in the estimate
+        assert launch_start_s(run_plan.launch) == measured
+        assert plan.estimate_raw_s >= measured * len(run_plan.segments)
         assert any("launched as 2 processes" in note for note in run_plan.notes)
         result = execute(plan)
         assert result.status == "finished", result.runs
