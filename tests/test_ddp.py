@@ -8,18 +8,22 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
+import duckdb
 import pytest
 import torch
 from conftest import florwb, git, write
 
+from florwb.screens.run_detail import rank_lines
 from florwb_engine.project import checkpoint_dir, journal_dir
 from florwb_engine.replay import ddp_launch, execute, plan_replay
 from florwb_engine.replay.cost import launch_start_s
 from florwb_engine.replay.ddp_launch import Launch
-from florwb_engine.store import Store
+from florwb_engine.store import Store, run_ranks
 from florwb_engine.store.queries import load_run_detail
+from florwb_engine.store.schema import ensure_schema
 
 # Each rank draws its own data from its own seed, so a replay matches only when every rank
 # gets its own RNG states back; DDP keeps the replicas' weights identical.
@@ -267,6 +271,9 @@ def test_a_killed_rank_is_named_first_and_every_ranks_values_are_kept(tmp_path):
     assert ranks[0].context is not None and ranks[1].context is not None
     listed = florwb(project, "runs")
     assert "killed rank 1 first" in listed.stdout
+    shown = [line.plain for line in rank_lines(detail.ranks)]  # the run detail's lines
+    assert shown[1].startswith("rank 1  killed first · last wrote ")
+    assert shown[0].startswith("rank 0  ") and " first" not in shown[0]
     kept = store.query("SELECT rank, value FROM logs WHERE name = 'rank_epoch' ORDER BY ALL")
     assert [10.0, 11.0] == kept[kept["rank"] == 1].value.tolist()
     assert 0.0 in kept[kept["rank"] == 0].value.tolist()
@@ -427,3 +434,35 @@ def test_a_run_is_finished_only_once_every_rank_finished(tmp_path):
         assert launcher.wait(timeout=120) == 0
     (run,) = store.run_rows()
     assert run.status == "finished" and run.end_time is not None
+
+
+def test_ranks_stopped_by_their_launcher_are_told_apart_from_the_one_that_failed():
+    """torchrun stops the other ranks (SIGTERM) once one dies: the stopped ranks' ends say
+    so (record/runtime.py), and the run names the rank whose failure came first."""
+    con = duckdb.connect()
+    ensure_schema(con)
+    t0 = datetime(2026, 1, 1, 12, 0, 0)
+
+    def start(run_id: str, rank: int) -> None:
+        con.execute("INSERT INTO runs (run_id, run_key, status) VALUES (?, ?, 'running')"
+                    " ON CONFLICT DO NOTHING", [run_id, ord(run_id)])  # fmt: skip
+        info = {"rank": rank, "world_size": 3, "local_rank": rank, "launcher": "torchrun"}
+        run_ranks.on_start(con, run_id, {"rank": info, "pid": 1}, t0)
+
+    stopped = {"status": "killed", "signal": "SIGTERM", "message": "stopped by SIGTERM"}
+    for rank in range(3):
+        start("a", rank)
+    run_ranks.on_end(con, "a", 0, stopped, t0 + timedelta(seconds=5))
+    run_ranks.on_end(con, "a", 2, {"status": "failed", "exception": "RuntimeError",
+                                  "message": "peer gone"}, t0 + timedelta(seconds=4))  # fmt: skip
+    run_ranks.mark_killed(con, "a", 1, t0 + timedelta(seconds=3))  # its journal's last write
+    for rank in range(2):
+        start("b", rank)
+        run_ranks.on_end(con, "b", rank, stopped, t0 + timedelta(seconds=rank))
+    runs = dict(con.execute("SELECT run_id, status || ': ' || message FROM runs").fetchall())
+    assert (
+        runs["a"] == "killed: rank 1 was killed first; then rank 2; rank 0 stopped by the launcher"
+    )
+    assert runs["b"] == "killed: ranks 0, 1 stopped by SIGTERM"  # stopped from outside
+    assert run_ranks.first_failures(con) == {"a": 1}
+    assert [r.status for r in run_ranks.rank_rows(con, "a")] == ["stopped", "killed", "failed"]

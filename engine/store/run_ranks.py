@@ -253,8 +253,19 @@ def rank_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[RankRow]:
     contexts = run_context.rank_contexts(con, run_id)
     first = first_failed([(r[0], r[3], r[5]) for r in rows])
     return [
-        RankRow(*r, failed_first=first is not None and first[0] == r[0], context=contexts.get(r[0]))
-        for r in rows
+        RankRow(
+            rank,
+            host,
+            pid,
+            status,
+            started,
+            ended,
+            exception,
+            message,
+            failed_first=first is not None and first[0] == rank,
+            context=contexts.get(rank),
+        )
+        for rank, host, pid, status, started, ended, exception, message in rows
     ]
 
 
