@@ -108,6 +108,7 @@ class Run:
         self.args: dict[str, object] = {}
         self.exception: BaseException | None = None
         self.finished = False
+        self.ended = False  # its end event is written (finish, or a stopping signal)
         self._flush_lock = threading.Lock()
         self._buffer = PendingChunks(BUFFER_LIMIT)
         self._values_packed = 0  # values handed to the journal so far
@@ -349,6 +350,7 @@ class Run:
                 **ranks.end_fields(self.rank),
             }
         )
+        self.ended = True
         self._stop.set()
         self._flusher.join()
         self._last_flush()
@@ -615,10 +617,11 @@ def _flush_on_sigterm() -> None:
 def _on_sigterm(signum: int, _frame: object) -> None:
     run = _current
     ends_here = signal.getsignal(signum) is _on_sigterm
-    if run is not None and ends_here and not run.finished:
+    if run is not None and ends_here and not run.ended:
         # The process stops now: its end says it was stopped from outside (a launcher
         # stopping the other ranks once one died), so the rank that failed is told apart.
-        run.finished = True
+        # Also while it was finishing: finish() does not resume to write its own end.
+        run.finished = run.ended = True
         EVENTS.append(run.stop_event(signal.Signals(signum).name))
     # The handler runs in the main thread, which may itself be inside a flush (holding its
     # lock): then that flush is left as it is rather than waited for forever.
