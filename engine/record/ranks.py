@@ -3,9 +3,11 @@
 `torchrun` / `python -m torch.distributed.run` start every worker with RANK, WORLD_SIZE,
 LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_WORLD_SIZE and TORCHELASTIC_RUN_ID in its environment;
 `torch.multiprocessing.spawn` calls `fn(i, *args)` from its `_wrap` function in each child.
-Nothing here talks to the other ranks: every rank derives the same run id from what the
-launch shares (the rendezvous id, or the launching process on this host: its pid and kernel
-start time), so all ranks of one launch write into one run without any coordination.
+On one node nothing here talks to the other ranks: every rank derives the same run id from
+what the launch shares (the rendezvous id, or the launching process on this host: its pid
+and kernel start time), so all ranks of one launch write into one run without any
+coordination. Ranks on several nodes share no launching process and may share no fresh
+rendezvous id, so they agree on a run id in torchrun's agent store (`_agreed_run_id`).
 
 Each rank writes its own journal (`<run>.rank<r>.journal`); rank 0 writes the checkpoints
 (DDP keeps the replicas identical, so one copy of the state is enough) and every rank keeps

@@ -27,8 +27,8 @@ from florwb_engine.store.verdicts import latest_verdict, run_verdicts
 if TYPE_CHECKING:
     from florwb_engine.store.runs import RunStatus
 
-RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")} | set(
-    run_context.COLUMNS  # --where "device_kind = 'cuda'" selects by where runs ran
+RUN_COLUMNS = {part.split()[0].lower() for part in TABLES["runs"].split(",")} | (
+    set(run_context.COLUMNS) - {"rank"}  # --where "device_kind = 'cuda'": where runs ran
 )
 
 

@@ -3,7 +3,10 @@
 Every rank writes its own journal into the same run (record/ranks.py). Ingestion keeps one
 `run_ranks` row per rank (its process, how it ended) and derives the run's status from
 them: `finished` only once every rank of the world finished; a killed, failed or
-interrupted rank marks the run so at once, and the values every rank wrote are kept.
+interrupted rank marks the run so at once, and the values every rank wrote are kept. When
+one rank dies its launcher stops the others (SIGTERM: their ends say `stopped`), so the run
+names the rank that failed first, by end time: a killed rank, which leaves no end, by its
+journal's last write.
 
 A rank is stored once per journal, not per row: log rows carry it in their seq's high bits
 (`seq >> RANK_SHIFT`, each rank journal numbers from `rank << RANK_SHIFT`), loop entries in
@@ -26,8 +29,8 @@ from florwb_engine.store.db import fetch_one
 from florwb_engine.store.runs import RunStatus
 from florwb_engine.store.schema import RANK_SHIFT
 
-# A rank's end, worst first: the run shows the worst of its ranks' ends.
-_WORST_FIRST: tuple[RunStatus, ...] = ("killed", "failed", "interrupted", "unreadable")
+# The ends of a rank that failed (the run shows how the first of them ended).
+_FAILED: tuple[RunStatus, ...] = ("killed", "failed", "interrupted", "unreadable")
 # A rank that ended by a signal it caught (SIGTERM): stopped from outside, not failing.
 STOPPED = "stopped"
 
@@ -156,10 +159,10 @@ def _combine(con: duckdb.DuckDBPyConnection, run_id: str | None) -> None:
     world = fetch_one(con, "SELECT world_size FROM runs WHERE run_id = ?", [run_id])
     expected = max((world[0] if world else 0) or 0, len(rows))
     statuses = [r[1] for r in rows]
-    worst = next((s for s in _WORST_FIRST if s in statuses), None)
+    first = first_failed(rows)
     stopped = [str(r[0]) for r in rows if r[1] == STOPPED]
-    if worst is not None:
-        status: str = worst
+    if first is not None:
+        status: str = first[1]  # how the rank that failed first ended
     elif stopped:
         status = "killed"  # stopped from outside, every rank that had not finished
     elif len(rows) == expected and all(s == "finished" for s in statuses):
@@ -168,11 +171,10 @@ def _combine(con: duckdb.DuckDBPyConnection, run_id: str | None) -> None:
         status = "running"
     ends = [r[2] for r in rows if r[2] is not None]
     end_time = max(ends) if status != "running" and ends else None
-    first = first_failed(rows)
     exception = first[3] if first is not None else None
     message = None
     if first is not None:
-        failures = [r for r in rows if r[1] in _WORST_FIRST]
+        failures = [r for r in rows if r[1] in _FAILED]
         then = [str(r[0]) for r in failures if r is not first]
         message = _how(first) + (" first" if then or stopped else "")
         if then:
@@ -195,7 +197,7 @@ def first_failed(rows: list) -> tuple | None:
     failed or were killed (not `stopped`: a launcher stops the others once one failed),
     the one that ended first; a killed rank's end is its journal's last write, no later
     than its death. None when no rank failed."""
-    failures = [r for r in rows if r[1] in _WORST_FIRST]
+    failures = [r for r in rows if r[1] in _FAILED]
     if not failures:
         return None
     return min(failures, key=lambda r: (r[2] is None, r[2] or datetime.min, r[0]))
@@ -214,7 +216,7 @@ def first_failures(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """run_id -> the rank that failed first, for every multi-process run with a failure."""
     rows = con.execute(
         "SELECT run_id, rank, status, end_time FROM run_ranks WHERE status IN "
-        f"({', '.join(repr(s) for s in _WORST_FIRST)}) ORDER BY run_id"
+        f"({', '.join(repr(s) for s in _FAILED)}) ORDER BY run_id"
     ).fetchall()
     by_run: dict[str, list] = {}
     for run_id, rank, status, end in rows:
