@@ -15,6 +15,7 @@ from conftest import florwb, write
 from florwb_engine.project import journal_dir
 from florwb_engine.replay import ddp_launch
 from florwb_engine.store import Store
+from florwb_engine.store.journal_pull import pull
 
 TRAIN = """
 import torch
@@ -89,7 +90,31 @@ def test_two_nodes_in_two_copies_pull_into_one_run_idempotently(tmp_path: Path) 
     launcher = run.launcher or {}
     assert launcher.get("nnodes") == 2 and launcher.get("start_s", 0) > 0
 
-    again = florwb(home, "pull", str(other))  # nothing new: nothing changes
+    # the same copy as HOST:PATH, over "ssh" (here a stand-in that runs the command on
+    # this machine): nothing new, nothing changes
+    ssh = tmp_path / "ssh.py"
+    write(ssh, "import subprocess, sys\nsys.exit(subprocess.call(['sh', '-c', sys.argv[2]]))\n")
+    again = florwb(home, "pull", f"node-b:{other}", env={"FLORWB_SSH": f"{sys.executable} {ssh}"})
     assert "pulled 0 new and 0 grown journals, 0 checkpoint files; 1 unchanged" in again.stdout
     assert len(store.query("SELECT * FROM logs WHERE name = 'rank_epoch'")) == 4
     assert [r.run_id for r in store.run_rows()] == [run_id]
+
+
+def test_a_pull_replaces_a_journal_only_by_a_longer_copy_of_the_same_bytes(tmp_path: Path) -> None:
+    """The other node wrote more since the last pull: the longer copy replaces ours, with
+    its modification time (a killed rank's end); bytes that differ are not touched."""
+    ours, theirs = journal_dir(tmp_path / "ours"), journal_dir(tmp_path / "theirs")
+    ours.mkdir(parents=True)
+    theirs.mkdir(parents=True)
+    (ours / "r.rank1.journal").write_bytes(b"start")
+    (theirs / "r.rank1.journal").write_bytes(b"start, then more")
+    os.utime(theirs / "r.rank1.journal", (1_600_000_000.25, 1_600_000_000.25))
+    (ours / "r.rank2.journal").write_bytes(b"one history")
+    (theirs / "r.rank2.journal").write_bytes(b"another one")
+    (theirs / "replay-x-0.rank1.journal").write_bytes(b"a replay's: not pulled")
+    report = pull(tmp_path / "ours", str(tmp_path / "theirs"))
+    assert report.grown == ["r.rank1.journal"] and report.conflicts == ["r.rank2.journal"]
+    assert (ours / "r.rank1.journal").read_bytes() == b"start, then more"
+    assert (ours / "r.rank1.journal").stat().st_mtime == 1_600_000_000.25
+    assert (ours / "r.rank2.journal").read_bytes() == b"one history"
+    assert not (ours / "replay-x-0.rank1.journal").exists()

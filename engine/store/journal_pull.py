@@ -13,15 +13,17 @@ bytes this copy holds a prefix of (the remote rank wrote more since) replaces it
 bytes are already here (or more of them) is left alone, and one that differs otherwise is
 named as a conflict and not touched. Files are written whole (temp file, rename) and keep
 their modification time: a killed rank's end is its journal's last write (store/run_ranks.py).
-A `HOST:PATH` source is first copied with rsync (over ssh) into a private folder.
+A `HOST:PATH` source is first copied over ssh (tar streams) into a private folder.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +38,7 @@ _BLOCK = 1 << 20
 
 
 class PullError(Exception):
-    """The source cannot be read: not a florwb project, or rsync failed."""
+    """The source cannot be read: not a florwb project, or ssh failed."""
 
 
 @dataclass
@@ -58,30 +60,47 @@ class PullReport:
 
 def pull(project: Path, source: str) -> PullReport:
     """Merge the rank journals (and their checkpoint files) of the project copy at
-    `source` (a path, or `HOST:PATH` reached by rsync) into `project`."""
+    `source` (a path, or `HOST:PATH` reached over ssh) into `project`."""
     match = _REMOTE.match(source)
     if match and not Path(source).exists():
         with tempfile.TemporaryDirectory(prefix="florwb-pull-") as tmp:
             copy = Path(tmp)
-            _rsync(match["host"], match["path"], copy)
+            _fetch(match["host"], match["path"], copy)
             return _merge(project, copy, source)
     return _merge(project, Path(source), source)
 
 
-def _rsync(host: str, path: str, dest: Path) -> None:
-    """The remote copy's journals and checkpoint folders of ranked runs, times kept."""
-    rsync = shutil.which("rsync")
-    if rsync is None:
-        raise PullError("pulling from HOST:PATH needs rsync on this machine")
-    remote = f"{host}:{path.rstrip('/')}/{STORE_DIRNAME}/"
-    proc = subprocess.run(
-        [rsync, "-rt", "--include=journal/***", "--include=checkpoints/***", "--exclude=*"]
-        + [remote, str(dest / STORE_DIRNAME)],
-        capture_output=True,
-        text=True,
+def _fetch(host: str, path: str, dest: Path) -> None:
+    """The remote copy's rank journals, then the checkpoint folders of their runs, as tar
+    streams over ssh (`FLORWB_SSH`, default `ssh`: a command line, e.g. `ssh -i KEY`), with
+    their modification times."""
+    store = shlex.quote(f"{path.rstrip('/') or '/'}/{STORE_DIRNAME}")
+    journals = "journal/*.rank*" + SUFFIX
+    _untar(host, f"cd {store} && tar --format=pax -cf - {journals}", dest / STORE_DIRNAME)
+    runs = sorted(
+        {m["run"] for f in journal_dir(dest).glob("*") if (m := _RANK_JOURNAL.match(f.name))}
     )
-    if proc.returncode != 0:
-        raise PullError(f"rsync from {host}:{path} failed: {proc.stderr.strip()[-500:]}")
+    if runs:
+        folders = " ".join(shlex.quote(f"checkpoints/{run}") for run in runs)
+        _untar(
+            host,
+            f'cd {store} && for d in {folders}; do [ -d "$d" ] && echo "$d"; done '
+            "| tar --format=pax -cf - -T -",
+            dest / STORE_DIRNAME,
+        )
+
+
+def _untar(host: str, command: str, dest: Path) -> None:
+    ssh = shlex.split(os.environ.get("FLORWB_SSH", "ssh"))
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile() as stream:
+        proc = subprocess.run([*ssh, host, command], stdout=stream, stderr=subprocess.PIPE)
+        if proc.returncode != 0:
+            why = proc.stderr.decode(errors="replace").strip()[-500:]
+            raise PullError(f"reading {host} failed ({proc.returncode}): {why}")
+        stream.seek(0)
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            tar.extractall(dest, filter="data")  # no path outside dest, no devices
 
 
 def _merge(project: Path, other: Path, source: str) -> PullReport:
