@@ -37,7 +37,7 @@ from florwb_engine.replay.cost import (
     segment_parts,
 )
 from florwb_engine.replay.errors import PlanError
-from florwb_engine.replay.facts import RunFacts, SelectedRun, past_ratio, run_facts, select_runs
+from florwb_engine.replay.facts import RunFacts, past_ratio, run_facts, select_runs
 from florwb_engine.replay.mode import replay_mode
 from florwb_engine.replay.placing import Placer, placed_statements
 from florwb_engine.replay.saved_state import use_saved_state
@@ -51,6 +51,7 @@ from florwb_engine.replay.state_decision import (
 )
 from florwb_engine.store import Store, lineage
 from florwb_engine.store.repair import again_if_rebuilt
+from florwb_engine.store.run_selection import SelectedRun
 
 # What a run's plan says: it will be replayed, it cannot be (with the reason), or it
 # already has every requested name.

@@ -20,17 +20,16 @@ from textual.widgets import Input, Static
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
+from florwb.ui.history_rows import HistoryRow, build_rows
 from florwb.ui.messages import ChartRequested, MetricChanged, SeriesLoaded, VersionSelected
 from florwb.ui.workers import run_in_thread
 from florwb.widgets.chart_legend import run_labels
 from florwb.widgets.history_list import HistoryList
-from florwb.widgets.history_rows import HistoryRow, build_rows
 from florwb.widgets.run_summary import RunSummary
-from florwb_engine.replay.errors import PlanError
-from florwb_engine.replay.facts import is_condition, store_runs_where
 from florwb_engine.store import Store
 from florwb_engine.store.history_values import HistoryValues, load_series_values
 from florwb_engine.store.queries import History
+from florwb_engine.store.run_selection import WhereError, is_condition, store_runs_where
 from florwb_engine.watch import PendingStatements
 
 LOADING_HISTORY = "Loading the version history…"
@@ -295,7 +294,7 @@ class HistoryPane(Vertical):
         def work() -> None:
             try:
                 ids = {run.run_id for run in store_runs_where(self.store, condition)}
-            except PlanError as exc:
+            except WhereError as exc:
                 self.post_message(WhereAnswered(condition, None, str(exc)))
                 return
             self.post_message(WhereAnswered(condition, ids, None))
