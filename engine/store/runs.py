@@ -14,7 +14,7 @@ from typing import Any, Literal, cast
 
 import duckdb
 
-from florwb_engine.record.save_mirror import MANIFEST_SUFFIX
+from florwb_engine.contract.checkpoint_files import MANIFEST_SUFFIX
 from florwb_engine.store import lineage, run_context
 from florwb_engine.store.schema import entry_join
 from florwb_engine.store.values import decode_value
