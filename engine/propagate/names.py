@@ -3,7 +3,7 @@
 A statement may only go where everything it reads already exists; an insertion that reads
 an undefined name would crash the replay or, worse, read a different variable. The analysis
 follows Python's scoping (function locals, closures, globals, builtins; comprehension and
-lambda scopes do not leak) and follows the flow of the scope (flow.py): at an insertion
+lambda scopes do not leak) and follows the flow of the scope (analysis/bindings.py): at an insertion
 point a local name counts as defined only if it is bound on every path that reaches it. A
 name bound in only one branch of an `if` (or only in a `try` body, not its handlers) may
 be unbound there and does not count; bindings in a loop body count after the loop (loops
@@ -18,8 +18,8 @@ from typing import Any
 
 import libcst as cst
 
+from florwb_engine.analysis.bindings import SurelyBound
 from florwb_engine.analysis.names import BUILTIN_NAMES, COMPREHENSIONS
-from florwb_engine.propagate.flow import DefiniteNames
 from florwb_engine.propagate.tree import TNode, Tree
 
 
@@ -36,7 +36,7 @@ class Scope:
         self.globals: set[str] = set()
         self.star = False
         self._by_pos: tuple[list[int], list[str]] | None = None
-        self._definite: DefiniteNames | None = None
+        self._definite: dict[tuple[int, int], frozenset[str]] = {}
 
     def bind(self, name: str, pos: int) -> None:
         self.bindings.setdefault(name, []).append(pos)
@@ -60,9 +60,20 @@ class Scope:
             return True
         if any(not root.contains_idx(p) for p in positions):
             return True  # a parameter
-        if self._definite is None:
-            self._definite = DefiniteNames(root, self.names_in)
-        return name in self._definite.at(block, index)
+        key = (block.idx, index)
+        surely = self._definite.get(key)
+        if surely is None:
+            chain = [block.node]
+            for above in block.ancestors():
+                if above.idx < root.idx:
+                    break
+                chain.append(above.node)
+            chain.reverse()
+            owner = root.parent.node if root.parent is not None else root.node
+            assert isinstance(owner, (cst.Module, cst.FunctionDef, cst.ClassDef))
+            bound = SurelyBound(owner, loops_run=True).before(chain, index)
+            surely = self._definite[key] = frozenset(bound)
+        return name in surely
 
 
 class Bindings:
