@@ -243,11 +243,13 @@ def _meet(a: tuple[Bound, bool], b: tuple[Bound, bool]) -> Bound:
 class SurelyBound:
     """The bindings one scope surely made before a point of it (see the module doc).
 
-    `loops_run`: a loop's body (and its target) counts after the loop."""
+    `loops_run`: a loop's body (and its target) counts after the loop. What each statement
+    binds is kept: propagation asks about many points of one scope."""
 
     def __init__(self, scope: Scope, *, loops_run: bool) -> None:
         self.scope = scope
         self.loops_run = loops_run
+        self._statements: dict[int, tuple[Bound, bool]] = {}
 
     def before(self, chain: Sequence[cst.CSTNode], index: int) -> Bound:
         """Bindings made for certain before statement `index` of `chain[-1]`, where `chain`
@@ -318,7 +320,14 @@ class SurelyBound:
         return found, False
 
     def statement(self, stmt: cst.CSTNode) -> tuple[Bound, bool]:
-        """(bindings a statement surely made once it ran, whether it never completes)."""
+        """(bindings a statement surely made once it ran, whether it never completes); the
+        mapping is shared: callers copy it before changing it."""
+        found = self._statements.get(id(stmt))
+        if found is None:
+            found = self._statements[id(stmt)] = self._statement(stmt)
+        return found
+
+    def _statement(self, stmt: cst.CSTNode) -> tuple[Bound, bool]:
         scope, tp = self.scope, type(stmt)
         if tp is cst.SimpleStatementLine or tp is cst.SimpleStatementSuite:
             found: Bound = {}

@@ -26,7 +26,17 @@ from florwb_engine.propagate.tree import TNode, Tree
 class Scope:
     """One Python scope of the old version: where each name is bound (preorder positions)."""
 
-    __slots__ = ("kind", "parent", "bindings", "globals", "star", "root", "_by_pos", "_definite")
+    __slots__ = (
+        "kind",
+        "parent",
+        "bindings",
+        "globals",
+        "star",
+        "root",
+        "_by_pos",
+        "_definite",
+        "_surely",
+    )
 
     def __init__(self, kind: str, parent: Scope | None, root: TNode | None = None) -> None:
         self.kind = kind
@@ -37,6 +47,7 @@ class Scope:
         self.star = False
         self._by_pos: tuple[list[int], list[str]] | None = None
         self._definite: dict[tuple[int, int], frozenset[str]] = {}
+        self._surely: SurelyBound | None = None
 
     def bind(self, name: str, pos: int) -> None:
         self.bindings.setdefault(name, []).append(pos)
@@ -69,9 +80,11 @@ class Scope:
                     break
                 chain.append(above.node)
             chain.reverse()
-            owner = root.parent.node if root.parent is not None else root.node
-            assert isinstance(owner, (cst.Module, cst.FunctionDef, cst.ClassDef))
-            bound = SurelyBound(owner, loops_run=True).before(chain, index)
+            if self._surely is None:
+                owner = root.parent.node if root.parent is not None else root.node
+                assert isinstance(owner, (cst.Module, cst.FunctionDef, cst.ClassDef))
+                self._surely = SurelyBound(owner, loops_run=True)
+            bound = self._surely.before(chain, index)
             surely = self._definite[key] = frozenset(bound)
         return name in surely
 
