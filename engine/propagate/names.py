@@ -3,8 +3,8 @@
 A statement may only go where everything it reads already exists; an insertion that reads
 an undefined name would crash the replay or, worse, read a different variable. The analysis
 follows Python's scoping (function locals, closures, globals, builtins; comprehension and
-lambda scopes do not leak) and follows the flow of the scope (analysis/bindings.py): at an insertion
-point a local name counts as defined only if it is bound on every path that reaches it. A
+lambda scopes do not leak) and follows the flow of the scope (analysis/bindings.py): at an
+insertion point a local name counts as defined only if it is bound on every path to it. A
 name bound in only one branch of an `if` (or only in a `try` body, not its handlers) may
 be unbound there and does not count; bindings in a loop body count after the loop (loops
 are assumed to run); a binding only *later* in the same function, even inside an enclosing
