@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from florwb_engine.record.save_mirror import is_manifest
+from florwb_engine.contract.checkpoint_files import is_manifest
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.store import lineage, run_context
 from florwb_engine.store.run_selection import SelectedRun, WhereError, runs_where

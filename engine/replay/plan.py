@@ -22,6 +22,7 @@ from typing import Final, Literal
 
 from florwb_engine import versions
 from florwb_engine.analysis.loop_state import loop_state
+from florwb_engine.contract.replay_spec import INNER, OUTER, PREFIX, ReplayMode
 from florwb_engine.project import checkpoint_dir, store_dir
 from florwb_engine.record.notebook import is_notebook_script
 from florwb_engine.replay import ddp_launch, requests, run_inputs
@@ -42,7 +43,6 @@ from florwb_engine.replay.mode import replay_mode
 from florwb_engine.replay.placing import Placer, placed_statements
 from florwb_engine.replay.saved_state import use_saved_state
 from florwb_engine.replay.skipblock import moment_decision
-from florwb_engine.replay.spec import INNER, OUTER, PREFIX, ReplayMode
 from florwb_engine.replay.state_decision import (
     Memo,
     memoized,

@@ -27,9 +27,10 @@ from florwb.widgets.chart_legend import run_labels
 from florwb.widgets.history_list import HistoryList
 from florwb.widgets.run_summary import RunSummary
 from florwb_engine.store import Store
-from florwb_engine.store.history_values import HistoryValues, load_series_values
+from florwb_engine.store.history_values import load_series_values
 from florwb_engine.store.queries import History
 from florwb_engine.store.run_selection import WhereError, is_condition, store_runs_where
+from florwb_engine.store.runs import args_that_differ
 from florwb_engine.watch import PendingStatements
 
 LOADING_HISTORY = "Loading the version history…"
@@ -97,19 +98,14 @@ class HistoryPane(Vertical):
                 self._load_series(chosen)
         self.history = history
         listing = self.history_list
-        listing.set_series(history.series, history.last, *self._range(history), history.metric)
-        listing.differ = fmt.args_that_differ((r.script, r.args) for r in history.runs)
+        listing.set_series(history.series, history.last, history.low, history.high, history.metric)
+        listing.differ = args_that_differ((r.script, r.args) for r in history.runs)
         self._rebuild()
         if is_condition(self.text_filter) and (
             previous is None
             or {r.run_id for r in previous.runs} != {r.run_id for r in history.runs}
         ):
             self._run_where(self.text_filter)  # new runs: does the condition select them?
-
-    def _range(self, history: History) -> tuple[dict[str, float], dict[str, float]]:
-        if isinstance(history, HistoryValues):
-            return history.low, history.high
-        return {}, {}
 
     def _rebuild(self) -> None:
         """The rows again from the history, the filter and the sort order."""
@@ -171,8 +167,7 @@ class HistoryPane(Vertical):
         if self.history is not None:
             self.history.metric = message.metric
             self.history.series, self.history.last = message.series, message.last
-            if isinstance(self.history, HistoryValues):
-                self.history.low, self.history.high = message.low, message.high
+            self.history.low, self.history.high = message.low, message.high
         self.history_list.set_series(
             message.series, message.last, message.low, message.high, message.metric
         )
@@ -338,8 +333,7 @@ def _carry_series(source: History, target: History) -> None:
     """Give `target` the metric and the series `source` shows."""
     target.metric = source.metric
     target.series, target.last = source.series, source.last
-    if isinstance(source, HistoryValues) and isinstance(target, HistoryValues):
-        target.low, target.high = source.low, source.high
+    target.low, target.high = source.low, source.high
 
 
 def _get(history: History, field: str, run_id: str | None) -> float | None:
