@@ -53,6 +53,7 @@ def say_ingest(store) -> None:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from florwb_engine.store.issues import summary, values_lost
+    from florwb_engine.store.runs import args_that_differ
 
     store = open_store(args)
     runs = store.run_rows()
@@ -62,7 +63,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     rows = []
-    first = _differing_args(runs)
+    first = args_that_differ((r.script, r.args) for r in runs)
     for r in runs:
         stall = r.data_wait_share
         lost = values_lost(r.issues)
@@ -201,21 +202,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         raise CommandError(report.problems[0])
     print("healthy" if not report.repaired else "healthy after repairs")
     return 0
-
-
-def _differing_args(runs) -> list[str]:
-    """Arg names whose value is not the same in every listed run (or that some runs lack):
-    what tells runs of a sweep apart, so the table shows them before the rest."""
-    names = sorted({name for r in runs for name in r.args})
-    differ = []
-    for name in names:
-        seen = {repr(r.args.get(name, _MISSING)) for r in runs}
-        if len(seen) > 1:
-            differ.append(name)
-    return differ
-
-
-_MISSING = object()
 
 
 def _args_text(values: dict, first: list[str] | None = None) -> str:

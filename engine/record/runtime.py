@@ -26,6 +26,8 @@ from pathlib import Path
 
 from florwb_engine import processes
 from florwb_engine import project as projects
+from florwb_engine.contract.replay_spec import ENV as REPLAY_ENV
+from florwb_engine.contract.replay_spec import ReplaySpec
 from florwb_engine.journal import (
     SUFFIX,
     JournalWriter,
@@ -40,8 +42,6 @@ from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
 from florwb_engine.record.system import SystemSampler
 from florwb_engine.record.values import REPLACED, encode, name_text
-from florwb_engine.replay.spec import ENV as REPLAY_ENV
-from florwb_engine.replay.spec import ReplaySpec
 
 RECORDED = "record"
 # The events that say which run a journal holds and how it was started: a journal made

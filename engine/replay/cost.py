@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from florwb_engine.contract.replay_spec import OUTER, PREFIX, ReplayMode
 from florwb_engine.replay.facts import RunFacts
-from florwb_engine.replay.spec import OUTER, PREFIX, ReplayMode
 
 # Where segments run: the local fork server, or tasks on a Ray cluster (ray_executor.py).
 ExecutorName = Literal["local", "ray"]

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
+from florwb_engine.contract.replay_spec import INNER, ReplayMode
 from florwb_engine.journal import SUFFIX, replay_journal_name
 from florwb_engine.record.context import proc_gpu_names
 from florwb_engine.record.ranks import SPAWN, TORCHRUN
-from florwb_engine.replay.spec import INNER, ReplayMode
 from florwb_engine.store import run_context
 
 if TYPE_CHECKING:

@@ -50,20 +50,8 @@ class SeriesValues:
     high: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass
-class HistoryValues(History):
-    """A History whose metrics and series include replayed values, with exact ranges."""
-
-    low: dict[str, float] = field(default_factory=dict)
-    high: dict[str, float] = field(default_factory=dict)
-    # per script: how many finished, versioned runs it has, and how many of them have each
-    # name from any source (florwb_engine.store.name_coverage reads them)
-    finished: dict[str, int] = field(default_factory=dict)
-    having: dict[str, dict[str, int]] = field(default_factory=dict)
-
-
 @again_if_rebuilt
-def load_history_values(store: Store, metric: str | None = None) -> HistoryValues:
+def load_history_values(store: Store, metric: str | None = None) -> History:
     """Runs, versions (dated by their first run), names from every source, one series."""
     with read_session(store) as con:
         runs = list_runs(con)
@@ -72,7 +60,7 @@ def load_history_values(store: Store, metric: str | None = None) -> HistoryValue
         chosen = metric if any(m.name == metric for m in metrics) else default_metric(metrics)
         values = _series(con, chosen) if chosen else SeriesValues()
         finished, having = _coverage(con)
-    return HistoryValues(
+    return History(
         runs,
         versions,
         metrics,
@@ -87,7 +75,7 @@ def load_history_values(store: Store, metric: str | None = None) -> HistoryValue
 
 
 @again_if_rebuilt
-def refresh_runs(store: Store, history: HistoryValues, run_ids: set[str]) -> HistoryValues | None:
+def refresh_runs(store: Store, history: History, run_ids: set[str]) -> History | None:
     """`history` with only the runs `run_ids` read again: the runs still recording, whose
     journals grew. Their rows (status, counts) and their values of the history's metric
     change; nothing else can while they record (versions, the other runs, the coverage of
@@ -301,7 +289,6 @@ def _nan(value: float | None) -> float:
 
 
 __all__ = [
-    "HistoryValues",
     "SeriesValues",
     "load_history_values",
     "load_series_values",

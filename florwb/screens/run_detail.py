@@ -21,9 +21,9 @@ from textual.widgets import Footer, Header, Input, Static
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
+from florwb.ui.history_rows import run_status, took_text
 from florwb.ui.messages import ReplayRequested, RunDetailLoaded
 from florwb.ui.workers import run_in_thread
-from florwb.widgets.history_rows import run_status, took_text
 from florwb.widgets.run_summary import data_wait_line
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.replay.cost import ranges
