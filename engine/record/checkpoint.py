@@ -462,6 +462,7 @@ class Checkpointer:
         left = dict(before.get(loop_state.LEFT, {}))
         unmemoized = dict(before.get(loop_state.UNMEMOIZED, {}))
         devices: set = set()
+        loop_state.QUEUED.clear()
         if self.rng_only is not None:
             state: dict = {"objects": {}, "rng": capture_rng()}
             state.update(loop_state.capture())  # this rank's own loop-carried names
@@ -482,8 +483,12 @@ class Checkpointer:
         state[loop_state.LEFT] = left
         state[loop_state.UNMEMOIZED] = unmemoized
         state[AFTER_INNER] = after_inner
+        devices |= loop_state.QUEUED  # the loop-carried names' copies, queued like the state's
+        loop_state.QUEUED.clear()
+        earlier = self._pending[2] if self._pending is not None else []
         spent = self._pending[1] if self._pending is not None else 0.0
-        self._pending = (state, spent + time.perf_counter() - start, copies_done(devices))
+        done = [*earlier, *copies_done(devices)]  # kept names of earlier inner loops too
+        self._pending = (state, spent + time.perf_counter() - start, done)
 
     def _write_pending(self, loop: str, iteration: int, ctx_id: int) -> None:
         pending, self._pending = self._pending, None
