@@ -19,6 +19,7 @@ import json
 from conftest import git, run_py, write
 
 from florwb_engine.record.checkpoint import load
+from florwb_engine.record.values import REPLACED, Device, Staged, encode, read_staged
 from florwb_engine.store import Store
 from florwb_engine.store.values import decode_value
 
@@ -179,3 +180,52 @@ def test_device_scalars_logged_before_a_crash_are_read_and_kept(tmp_path):
     assert logged["last"] == 42.5
     assert {k: logged[k] for k in report["expected"]} == report["expected"]
     assert Store(project).runs()[0]["status"] == "failed"
+
+
+class _FailedDevice:
+    """A copy's event on a device that failed (a device-side assert, a lost GPU)."""
+
+    def query(self) -> bool:
+        return False
+
+    def synchronize(self) -> None:
+        raise RuntimeError("CUDA error: device-side assert triggered\nmore lines")
+
+
+def test_a_value_whose_device_failed_is_kept_as_text_and_the_others_are_read():
+    import torch
+
+    REPLACED.clear()
+    buffer = [
+        "a", Staged(torch.tensor(1.5), _Done()), 0,
+        "b", Staged(torch.tensor(2.0), _FailedDevice()), 0,
+        "c", 7, 0,
+    ]  # fmt: skip
+    before = Device.seen
+    Device.seen = True
+    try:
+        assert read_staged(buffer, 1, len(buffer), 3) == 2
+    finally:
+        Device.seen = before
+    assert buffer[1] == 1.5 and buffer[7] == 7
+    kind, text = buffer[4]
+    assert kind == "object" and "not read (RuntimeError: CUDA error: device-side assert" in text
+    assert REPLACED.take_new() == [
+        ["replaced", "Tensor(torch.strided, cpu, torch.float32) from a device kept as text "
+         "(RuntimeError)", 1]
+    ]  # fmt: skip
+
+
+class _Done:
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        raise AssertionError("a finished copy is not waited for")
+
+
+def test_a_cpu_tensor_is_still_read_at_the_call():
+    import torch
+
+    assert encode(torch.tensor([0.25]), defer=True) == 0.25  # a number at once
+    assert encode(torch.tensor(True), defer=True) is True
