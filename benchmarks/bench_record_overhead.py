@@ -14,7 +14,9 @@ and skipped. Sizes come from BENCH_EPOCHS / BENCH_STEPS / BENCH_HIDDEN / BENCH_B
                              each checkpoint file and its folder), measured on its files
   record_fsync_share_florwb  that time / florwb's wall median
 
-With --device cuda the names get `_cuda` after `record_` (record_cuda_wall_s_florwb...).
+With --device cuda the names get `_cuda` after `record_` (record_cuda_wall_s_florwb...), and
+`plain_item` runs plain with the script calling `loss.item()` every step, as a flordb script
+must (record_cuda_wall_florwb_over_plain_item: florwb logging the tensor against that).
 """
 
 import argparse
@@ -46,11 +48,20 @@ FSYNCS: list[float] = []  # seconds of the fsyncs a florwb run makes, measured a
 DEVICE = "cpu"  # --device: train_mlp.py's BENCH_DEVICE
 
 
+PLAIN_ITEM = "plain_item"  # with --device cuda: plain, the script calling loss.item()
+
+
 def run_once(backend: str) -> tuple[float, float]:
     """(wall seconds, in-script train seconds) of one train_mlp.py process."""
     with temp_git_repo(TRAIN_SCRIPT) as repo:
         timing_file = repo.parent / "timing.json"
-        env = backend_env(backend, BENCH_TIMING_FILE=str(timing_file), BENCH_DEVICE=DEVICE)
+        extra = {"BENCH_ITEM": "1"} if backend == PLAIN_ITEM else {}
+        env = backend_env(
+            "plain" if backend == PLAIN_ITEM else backend,
+            BENCH_TIMING_FILE=str(timing_file),
+            BENCH_DEVICE=DEVICE,
+            **extra,
+        )
         wall = run_timed([str(PYTHON), TRAIN_SCRIPT.name], cwd=repo, env=env)
         train = json.loads(timing_file.read_text())["train_s"]
         if backend == "florwb":
@@ -94,6 +105,8 @@ def main() -> None:
     DEVICE = args.device
 
     backends = usable_backends(args.backends)
+    if DEVICE == "cuda" and "plain" in backends:  # the .item() a flordb script has to make
+        backends.insert(backends.index("plain") + 1, PLAIN_ITEM)
     sizes = {
         k: os.environ[k] for k in ("BENCH_EPOCHS", "BENCH_STEPS", "BENCH_HIDDEN") if k in os.environ
     }
@@ -137,6 +150,9 @@ def main() -> None:
     if FSYNCS:  # durability (fsync of journal and checkpoints), part of the wall time above
         result(f"{tag}_fsync_s_florwb", median(FSYNCS), "s")
         result(f"{tag}_fsync_share_florwb", median(FSYNCS) / wall_med["florwb"], "x")
+    if PLAIN_ITEM in backends and "florwb" in backends:
+        ratio = wall_med["florwb"] / wall_med[PLAIN_ITEM]
+        result(f"{tag}_wall_florwb_over_plain_item", ratio, "x")
     if "florwb" in backends and "flordb" in backends:
         result(f"{tag}_wall_flordb_over_florwb", wall_med["flordb"] / wall_med["florwb"], "x")
 

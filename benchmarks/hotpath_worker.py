@@ -2,9 +2,9 @@
 
 Usage: BENCH_FLOR=<backend> python hotpath_worker.py OUT.json EPOCHS STEPS LOGS [DEVICE]
 
-With DEVICE cuda the logged value is a 0-d CUDA tensor made by one kernel per step (the
-loss a training step leaves on the GPU): plain pays that kernel, florwb its staged copy,
-and flordb gets `.item()` of it, what a flordb script has to log.
+With DEVICE cuda each logged value is a 0-d CUDA tensor made by one kernel (a metric a
+training step leaves on the GPU): plain pays that kernel, florwb its staged copy, and
+flordb (and plain with BENCH_ITEM=1) gets `.item()` of it, what a flordb script must log.
 
 Copied, with train_mlp.py (whose load_flor picks the backend), into a throwaway git repo and
 run from there: florwb finds its project from the script's folder, so the script itself must
@@ -27,7 +27,7 @@ def main(out: Path, epochs: int, steps: int, logs: int, device: str = "cpu") -> 
         import torch
 
         base = torch.zeros((), device=device)
-        as_item = os.environ.get("BENCH_FLOR") == "flordb"
+        as_item = os.environ.get("BENCH_FLOR") == "flordb" or os.environ.get("BENCH_ITEM") == "1"
         for name in names:  # warm-up outside the timing: the first staged copy, kernels
             flor.log(name, (base + 0.5).item() if as_item else base + 0.5)
         torch.cuda.synchronize()
@@ -35,11 +35,9 @@ def main(out: Path, epochs: int, steps: int, logs: int, device: str = "cpu") -> 
     for _epoch in flor.loop("epoch", range(epochs)):
         for step in flor.loop("step", range(steps)):
             if device == "cuda":
-                value = base + step * 0.5  # one kernel: the value lives on the GPU
-                if as_item:
-                    value = value.item()
-                for name in names:
-                    flor.log(name, value)
+                for i, name in enumerate(names):
+                    value = base + (step + i) * 0.5  # one kernel: the value is on the GPU
+                    flor.log(name, value.item() if as_item else value)
             else:
                 for name in names:
                     flor.log(name, step * 0.5)

@@ -9,7 +9,8 @@ When BENCH_TIMING_FILE is set, the script writes its own timings there as JSON: 
 (the CPU seconds of all the process's threads over the same span).
 BENCH_DEVICE=cuda puts the model and data on the GPU and logs the step's loss as the CUDA
 tensor it is (florwb reads it off the training thread; plain logs nothing), except under
-flordb, which gets `loss.item()` as a flordb script must write it. Otherwise CPU only.
+flordb, which gets `loss.item()` as a flordb script must write it, and with BENCH_ITEM=1
+(plain then costs what that `.item()` costs without any recording). Otherwise CPU only.
 One thread, fixed seeds, no downloads.
 """
 
@@ -91,7 +92,8 @@ def main():
     seed = flor.arg("seed", 0)
 
     device = os.environ.get("BENCH_DEVICE", "cpu")
-    log_tensor = device != "cpu" and os.environ.get("BENCH_FLOR") != "flordb"
+    item = os.environ.get("BENCH_FLOR") == "flordb" or os.environ.get("BENCH_ITEM") == "1"
+    log_tensor = device != "cpu" and not item
 
     random.seed(seed)
     torch.manual_seed(seed)
