@@ -59,7 +59,8 @@ class OnDevice(torch.Tensor):
 
 
 class CopyDone:
-    """Stands in for a CUDA event: never done when asked, so the reader must wait."""
+    """Stands in for a CUDA event: never done when asked, so the reader must wait; a
+    device that takes 250 ms between two of them."""
 
     def __init__(self, kind):
         self.kind = kind
@@ -72,9 +73,14 @@ class CopyDone:
             SYNCS.append("event.synchronize")
         WAITS.append([self.kind, threading.current_thread().name])
 
+    def elapsed_time(self, other):
+        if threading.get_ident() == TRAINING:
+            SYNCS.append("event.elapsed_time")
+        return 250.0
+
 
 values.Device.is_device = lambda value: isinstance(value, OnDevice)
-values.Device.event_on = lambda device: CopyDone("copy")
+values.Device.event_on = lambda device, timing=False: CopyDone("copy")
 
 
 def dev(tensor):
@@ -170,6 +176,9 @@ def test_logging_a_device_scalar_never_waits_on_the_training_thread(tmp_path):
     saved = sorted((project / ".florwb" / "checkpoints").glob("*/*.pt"))
     weights = [load(path)["objects"]["model"]["w"].tolist() for path in saved]
     assert weights == [[1.0] * 4, [2.0] * 4, [3.0] * 4]
+    # the device's copy time is the checkpoint's cost too: it holds up the training stream
+    costs = Store(project).query("SELECT snapshot_s FROM checkpoints").snapshot_s.tolist()
+    assert len(costs) == 3 and all(0.25 <= cost < 1.25 for cost in costs)
 
 
 def test_device_scalars_logged_before_a_crash_are_read_and_kept(tmp_path):

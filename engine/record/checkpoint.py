@@ -92,17 +92,18 @@ class Policy:
                 self.recent = [*self.recent[-2:], cost_s]
 
 
-def copy_to_host(obj: Any, devices: set | None = None) -> Any:
+def copy_to_host(obj: Any, devices: dict | None = None) -> Any:
     """Deep copy with every tensor on the CPU: later training steps must not change it.
 
     With `devices`, a tensor on a GPU is copied without waiting: into pinned host memory,
     queued on its device's current stream, so the training thread goes on queueing work
     (later in-place updates run after the copy on that stream) while the copy proceeds.
-    Its device is added to `devices`; the copies may be read only after `copies_done`'s
-    events for them have completed."""
+    `devices` maps each such device to an event recorded before its first copy; the
+    copies may be read only once `copies_done`'s events for them have completed."""
     if attr_of(obj, "detach") is not None and attr_of(obj, "to") is not None:
         if devices is not None and Device.is_device(obj):
-            devices.add(obj.device)
+            if obj.device not in devices:
+                devices[obj.device] = Device.event_on(obj.device, timing=True)
             return obj.detach().to("cpu", non_blocking=True, copy=True)
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
@@ -114,10 +115,12 @@ def copy_to_host(obj: Any, devices: set | None = None) -> Any:
     return copy.deepcopy(obj)
 
 
-def copies_done(devices: set) -> list:
-    """Events marking the end of the copies `copy_to_host(..., devices)` queued: one per
-    device, on its current stream. The writer waits on them (not the training thread)."""
-    return [Device.event_on(device) for device in devices]
+def copies_done(devices: dict) -> list[tuple[Any, Any]]:
+    """(before, after) events around the copies `copy_to_host(..., devices)` queued, one
+    pair per device on its current stream. The writer waits on the second (not the
+    training thread) and counts the time between them as the checkpoint's: the copies
+    hold up the training's own work on that stream for as long."""
+    return [(before, Device.event_on(device, timing=True)) for device, before in devices.items()]
 
 
 def capture_rng() -> dict:
@@ -164,7 +167,7 @@ def restore_rng(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def state_of(objects: dict[str, Any], devices: set | None = None) -> dict:
+def state_of(objects: dict[str, Any], devices: dict | None = None) -> dict:
     """The registered objects' states, RNG states and gradients, copied to host memory (GPU
     tensors without waiting when `devices` collects them: see copy_to_host)."""
     states = {}
@@ -189,7 +192,7 @@ AFTER_INNER = "after_inner"
 GRADS = "grads"
 
 
-def grads_of(objects: dict[str, Any], devices: set | None = None) -> dict:
+def grads_of(objects: dict[str, Any], devices: dict | None = None) -> dict:
     """{object: {parameter name: gradient}} for registered modules; parameters without a
     gradient are left out (restored as None)."""
     grads: dict[str, dict] = {}
@@ -373,7 +376,7 @@ class Checkpointer:
         self._inner_ended = 0
         self._decided: bool | None = None
         self._decided_s = 0.0
-        self._pending: tuple[dict, float, list] | None = None  # state, copy s, events
+        self._pending: tuple[dict, float, list] | None = None  # state, copy s, copies_done
 
     def estimate_s(self) -> float:
         if not self._state_bytes:
@@ -461,7 +464,7 @@ class Checkpointer:
         before = self._pending[0] if self._pending is not None else {}
         left = dict(before.get(loop_state.LEFT, {}))
         unmemoized = dict(before.get(loop_state.UNMEMOIZED, {}))
-        devices: set = set()
+        devices: dict = {}
         loop_state.QUEUED.clear()
         if self.rng_only is not None:
             state: dict = {"objects": {}, "rng": capture_rng()}
@@ -483,7 +486,8 @@ class Checkpointer:
         state[loop_state.LEFT] = left
         state[loop_state.UNMEMOIZED] = unmemoized
         state[AFTER_INNER] = after_inner
-        devices |= loop_state.QUEUED  # the loop-carried names' copies, queued like the state's
+        for device, before in loop_state.QUEUED.items():  # the loop-carried names' copies
+            devices.setdefault(device, before)
         loop_state.QUEUED.clear()
         earlier = self._pending[2] if self._pending is not None else []
         spent = self._pending[1] if self._pending is not None else 0.0
@@ -527,8 +531,9 @@ class Checkpointer:
             state, path, loop, iteration, ctx_id, snapshot_s, copied = item
             tmp = temp_path(path)
             try:
-                for event in copied:  # the GPU copies queued at the snapshot are done
-                    event.synchronize()
+                for before, after in copied:  # the GPU copies queued at the snapshot
+                    after.synchronize()
+                    snapshot_s += before.elapsed_time(after) / 1000  # ms: the GPU's copy time
                 t0 = time.perf_counter()
                 buffer = io.BytesIO()  # one write of the whole file is faster than torch's many
                 torch.save(state, buffer)

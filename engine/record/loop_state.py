@@ -405,8 +405,9 @@ _LOCALS: dict[types.CodeType, frozenset[str]] = {}
 
 
 # The GPUs whose tensors _encode copied without waiting since the checkpoint being taken
-# began: it marks the end of those copies (checkpoint.copies_done) before it is written.
-QUEUED: set = set()
+# began, each with an event recorded before its first copy: the checkpoint marks the end
+# of those copies (checkpoint.copies_done) and is written once they are done.
+QUEUED: dict = {}
 
 
 def _encode(value: Any, depth: int = 0) -> tuple[Any, int]:
@@ -422,7 +423,8 @@ def _encode(value: Any, depth: int = 0) -> tuple[Any, int]:
         if on_cpu:
             copy = value.detach().clone()
         elif Device.is_device(value):  # queued, not waited for: the writer waits (QUEUED)
-            QUEUED.add(value.device)
+            if value.device not in QUEUED:
+                QUEUED[value.device] = Device.event_on(value.device, timing=True)
             copy = value.detach().to("cpu", non_blocking=True, copy=True)
         else:
             copy = value.detach().to("cpu", copy=True)

@@ -96,11 +96,12 @@ def _is_cuda(value: Any) -> bool:
     return attr_of(value, "is_cuda") is True
 
 
-def _event_on(device: Any) -> Any:
-    """An event recorded on `device`'s current stream: done once what was queued is."""
+def _event_on(device: Any, timing: bool = False) -> Any:
+    """An event recorded on `device`'s current stream: done once what was queued is
+    (`timing`: one whose `elapsed_time` to a later one says how long the GPU took)."""
     import torch
 
-    event = torch.cuda.Event()
+    event = torch.cuda.Event(enable_timing=timing)
     event.record(torch.cuda.current_stream(device))
     return event
 
@@ -111,7 +112,7 @@ class Device:
     paths run with a stand-in device on a machine without one (tests/test_device_path.py)."""
 
     is_device: Callable[[Any], bool] = staticmethod(_is_cuda)
-    event_on: Callable[[Any], Any] = staticmethod(_event_on)
+    event_on: Callable[..., Any] = staticmethod(_event_on)
     seen = False  # a value was staged in this process: the flusher looks for them from now
 
 
