@@ -7,7 +7,8 @@
 # --device cuda (RESULT lines). Run from anywhere: bash benchmarks/gpu_check.sh
 cd "$(dirname "$0")/.." || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site:/tmp/florwb-path${PYTHONPATH:+:$PYTHONPATH}
+  || echo "=== pip could not install every wheel under .whl/: going on with what is there"
+export PYTHONPATH=/tmp/site:/tmp/florwb-path${PYTHONPATH:+:$PYTHONPATH}
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
