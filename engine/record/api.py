@@ -113,7 +113,7 @@ def log(name: str, value: T) -> T:
     if type(value) in PRIMITIVES:
         _LOGS_EXTEND((name, value, _CTX))
     else:
-        _LOGS_EXTEND((name, encode(value), _CTX))
+        _LOGS_EXTEND((name, encode(value, defer=True), _CTX))
     return value
 
 

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from florwb_engine.record.values import PRIMITIVES
+from florwb_engine.record.values import PRIMITIVES, Staged
 
 ENV = "FLORWB_ECHO"
 
@@ -50,7 +50,7 @@ class Echo:
         """Stands in for the log buffer's extend: the same append, plus the last value."""
         self._extend(record)
         name, value = record[0], record[1]
-        if type(value) in PRIMITIVES and type(name) is str:
+        if (type(value) in PRIMITIVES or type(value) is Staged) and type(name) is str:
             self.last[name] = value
 
     def iteration_ended(self, loop: str, index: int, total: int | None) -> None:
@@ -60,12 +60,28 @@ class Echo:
             return
         self._printed = now
         where = f"{loop} {index + 1}" + (f"/{total}" if total is not None else "")
-        values = " · ".join(f"{name} {_short(value)}" for name, value in self.last.items())
+        values = " · ".join(
+            f"{name} {_short(value)}" for name, value in self.last.items() if _ready(value)
+        )
         self.last.clear()
-        print(f"florwb: {where} · {values}", file=sys.stderr, flush=True)
+        if values:  # none when every value is a GPU copy still under way
+            print(f"florwb: {where} · {values}", file=sys.stderr, flush=True)
+
+
+def _ready(value: object) -> bool:
+    """A GPU value whose copy is not done yet is left out of the line: waiting for it here
+    would stall the training thread on the device."""
+    if type(value) is not Staged:
+        return True
+    try:
+        return bool(value.ready.query())
+    except Exception:  # noqa: BLE001 - a failed device: the flusher says so, not the echo
+        return False
 
 
 def _short(value: object) -> str:
+    if type(value) is Staged:
+        value = value.host.item()  # its copy is done (_ready): a read of host memory
     if isinstance(value, float):
         return f"{value:.4g}"
     text = str(value)

@@ -41,7 +41,7 @@ from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
 from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
 from florwb_engine.record.system import SystemSampler
-from florwb_engine.record.values import REPLACED, encode, name_text
+from florwb_engine.record.values import REPLACED, encode, name_text, read_staged
 
 RECORDED = "record"
 # The events that say which run a journal holds and how it was started: a journal made
@@ -208,6 +208,7 @@ class Run:
             # Pack straight from the buffers, then drop what was packed: the training thread
             # only appends, so the first n items stay put meanwhile.
             n_logs, n_timings, n_events = len(LOGS), len(TIMINGS), len(EVENTS)
+            read_staged(LOGS, 1, n_logs, 3)  # device scalars copied at flor.log: read them here
             if n_logs or n_timings or n_events:
                 try:
                     payload = self._pack(n_logs, n_timings, n_events)

@@ -5,13 +5,22 @@ call, not later: a tensor or array logged now may be modified in place by the ne
 step, and the journal must hold the value as it was when logged. Non-scalar values become
 JSON text, marked by wrapping them in a 2-tuple so a plain string that happens to look like
 JSON stays a string.
+
+A one-element tensor on a GPU is the exception to "converted at the call": `.item()` would
+make the training thread wait for every kernel queued before it, once per logged value. Its
+value is copied at the call instead, asynchronously into pinned host memory on the tensor's
+stream (so later in-place ops, queued after the copy, cannot change it), and the flusher
+reads it (`Staged.read`) before it packs the values: the same number `.item()` would give,
+and no host sync on the training thread.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 PRIMITIVES = frozenset({int, float, str, bool, type(None)})
@@ -55,11 +64,108 @@ class Replacements:
 REPLACED = Replacements()
 
 
-def encode(value: Any) -> Any:
-    """A journal-safe form of `value`; never raises (training must not fail on a log)."""
+class Staged:
+    """A device scalar on its way to the host: the pinned host copy and the event that says
+    the copy is done. The flusher reads it; nothing on the training thread waits for it."""
+
+    __slots__ = ("host", "ready")
+
+    def __init__(self, host: Any, ready: Any) -> None:
+        self.host = host
+        self.ready = ready
+
+    def read(self) -> Any:
+        """The value `.item()` gives, once the copy is done (waits for it: flusher only).
+        A copy the device never finished (a device-side assert, a lost GPU) is kept as
+        text saying so, and counted: the other values of the batch are still stored."""
+        try:
+            if not self.ready.query():  # done already (the usual case): no GIL hand-off
+                self.ready.synchronize()
+            item = self.host.item()
+        except Exception as exc:  # noqa: BLE001 - a failed device: say it, lose nothing else
+            why = (f"{type(exc).__name__}: {exc}".splitlines() or [""])[0][:200]
+            kind = f"{_type_name(self.host)} from a device"
+            REPLACED.add("replaced", f"{kind} kept as text ({type(exc).__name__})")
+            return ("object", f"{kind}: not read ({why})")
+        if type(item) in PRIMITIVES:
+            return item
+        return encode(self.host)
+
+
+def _is_cuda(value: Any) -> bool:
+    return attr_of(value, "is_cuda") is True
+
+
+def _event_on(device: Any, timing: bool = False) -> Any:
+    """An event recorded on `device`'s current stream: done once what was queued is
+    (`timing`: one whose `elapsed_time` to a later one says how long the GPU took)."""
+    import torch
+
+    event = torch.cuda.Event(enable_timing=timing)
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
+class Device:
+    """How a tensor is recognised as living on a GPU (whose reads would synchronise the
+    host), and how the end of the copies queued from one is marked. Replaceable so the same
+    paths run with a stand-in device on a machine without one (tests/test_device_path.py)."""
+
+    is_device: Callable[[Any], bool] = staticmethod(_is_cuda)
+    event_on: Callable[..., Any] = staticmethod(_event_on)
+    seen = False  # a value was staged in this process: the flusher looks for them from now
+
+
+def _stageable(value: Any) -> bool:
+    """A one-element strided tensor on a GPU whose `.item()` is a Python number."""
+    if not Device.is_device(value):
+        return False
+    torch = sys.modules.get("torch")
+    return (
+        torch is not None
+        and value.layout is torch.strided
+        and not value.is_complex()
+        and value.numel() == 1
+    )
+
+
+def stage(value: Any) -> Staged:
+    """Start copying a one-element device tensor to pinned host memory, without waiting."""
+    host = value.detach().to("cpu", non_blocking=True, copy=True)
+    Device.seen = True
+    return Staged(host, Device.event_on(value.device))
+
+
+def read_staged(buffer: list, start: int, stop: int, step: int) -> int:
+    """Replace the Staged values among `buffer[start:stop:step]` by what they hold (the
+    flusher, before packing); how many there were. The training thread only appends to
+    `buffer`, so the items before `stop` stay where they are meanwhile."""
+    if not Device.seen:
+        return 0
+    values = buffer[start:stop:step]
+    if Staged not in map(type, values):  # one C pass where a batch holds none
+        return 0
+    found = 0
+    # newest first: its wait covers the older copies queued on the same stream before it
+    for i in range(len(values) - 1, -1, -1):
+        value = values[i]
+        if type(value) is Staged:
+            buffer[start + i * step] = value.read()
+            found += 1
+    return found
+
+
+def encode(value: Any, *, defer: bool = False) -> Any:
+    """A journal-safe form of `value`; never raises (training must not fail on a log).
+    With `defer` (flor.log), a one-element device tensor becomes a Staged copy instead of
+    a number: the caller's buffer must be passed through `read_staged` before it is packed."""
     if type(value) in PRIMITIVES:
         return value
     try:
+        if defer and _stageable(value):
+            return stage(value)
+        if type(value) is Staged:  # one a caller did not read first
+            return value.read()
         scalar = _as_scalar(value)
         if scalar is not _NO:
             return scalar

@@ -824,7 +824,7 @@ def split_values(
     if types <= _NUMBERS:
         with contextlib.suppress(OverflowError):  # ints beyond float: the pass below keeps digits
             number = np.array(values, dtype=np.float64)
-            if int in types and (np.abs(number) > FLOAT_EXACT).any():
+            if int in types and (np.abs(number) >= FLOAT_EXACT).any():
                 raise OverflowError  # an int there may have been rounded: the pass below
             codes = np.fromiter(map(_TYPE_CODE.__getitem__, map(type, values)), np.uint8)
             return number, None, codes
