@@ -134,8 +134,9 @@ if sys.argv[1:] == ["die"]:
     flor.log("last", dev(torch.tensor(42.5)))
     print(json.dumps({"syncs": SYNCS, "expected": expected}), flush=True)
     raise RuntimeError("the run dies right after logging")
+in_loop = list(SYNCS)  # commit may wait for the copies the flusher has not read yet
 flor.commit()
-print(json.dumps({"syncs": SYNCS, "waits": WAITS, "expected": expected}), flush=True)
+print(json.dumps({"syncs": in_loop, "waits": WAITS, "expected": expected}), flush=True)
 '''
 
 
@@ -168,8 +169,10 @@ def test_logging_a_device_scalar_never_waits_on_the_training_thread(tmp_path):
     assert type(logged["bool"]) is bool and type(logged["i64"]) is int
     assert logged["bf16"] != 0.1 and logged["fp16"] != 1 / 3  # the dtype's own value
     waits = report["waits"]
-    flusher = [w for w in waits if w[1] == "florwb-flush"]
-    assert len(flusher) == len(expected) - 3 + 9  # each value was waited for by the flusher
+    # each value was waited for once: by the flusher, or at commit by a run that ended
+    # before the flusher's next pass (a fast machine)
+    read = [w for w in waits if w[1] in ("florwb-flush", "MainThread")]
+    assert len(read) == len(expected) - 3 + 9
     # each of the 3 checkpoints' copies was waited for by the writer, before it wrote
     assert [w for w in waits if w[1] == "florwb-ckpt"] == [["copy", "florwb-ckpt"]] * 3
     # and holds the state as it was when copied, not as training changed it after
