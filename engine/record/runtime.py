@@ -27,6 +27,7 @@ from pathlib import Path
 from florwb_engine import processes
 from florwb_engine import project as projects
 from florwb_engine.journal import (
+    JOURNAL_DELETED,
     SUFFIX,
     JournalWriter,
     pack_logs,
@@ -242,12 +243,13 @@ class Run:
         lost = self._values_packed - self._buffer.pending_values
         print(
             f"florwb: run {self.run_id}'s journal was deleted while it recorded "
-            f"({self.journal.path}): {lost} values written before are lost; "
+            f"({self.journal.path}): {lost} values written before are lost unless a florwb "
+            "reader read them already; "
             "recording goes on in a new journal",
             file=sys.stderr,
         )
         self.journal.restart()
-        issue = {"kind": "issues", "counts": [["lost", "journal deleted during the run", lost]]}
+        issue = {"kind": "issues", "counts": [["lost", JOURNAL_DELETED, lost]]}
         loops = sorted(self._open_loops.values(), key=lambda e: e.get("entry", 0))
         self._buffer.add_first((None, None, [*self._naming_events, *loops, issue]))
 

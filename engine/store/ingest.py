@@ -82,6 +82,7 @@ class _State:
     next_chunk: int = 0  # chunks numbered below this were ingested already
     error: str | None = None
     rank: int | None = None  # the rank that wrote it (multi-process runs; run_ranks.py)
+    head: int | None = None  # its first chunk's header checksum (journal.head_of)
 
 
 # What a run's journal holds; anything else (a newer florwb's event) is counted and skipped.
@@ -112,14 +113,18 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
     # Rows carry their own order (seq); letting DuckDB write them in parallel is faster.
     con.execute("SET SESSION preserve_insertion_order = false")
     states = {
-        row[0]: _State(row[1], row[2], row[3], row[4], bool(row[5]), row[6] or 0, row[7], row[8])
+        row[0]: _State(
+            row[1], row[2], row[3], row[4], bool(row[5]), row[6] or 0, row[7], row[8], row[9]
+        )
         for row in con.execute(
-            'SELECT file, run_id, source, "offset", next_seq, done, next_chunk, error, rank '
-            "FROM journals"
+            'SELECT file, run_id, source, "offset", next_seq, done, next_chunk, error, rank, '
+            "head FROM journals"
         ).fetchall()
     }
     for path in files:
         state = states.get(path.name)
+        if state is not None and (state.done or state.offset) and _written_anew(path, state):
+            state = _reopen(con, path, state, report)
         if state is not None and state.done:
             continue
         if state is None and (open_to := writable_by_others(path)):  # said when first read
@@ -142,7 +147,7 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
             report.journals += 1
         except duckdb.Error as exc:  # the database failed: nothing of it kept, tried next read
             _rollback(con)
-            full = _disk_full(exc)
+            full = disk_full(exc)
             if full is not None:  # every journal would fail alike; the reader must not
                 # serve the catalog as if it were up to date
                 raise CatalogDiskFull(
@@ -153,6 +158,35 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
             report.errors.append(f"{path.name}: {str(exc).splitlines()[0]}")
     con.execute("SET SESSION preserve_insertion_order = true")
     return report
+
+
+def _written_anew(path: Path, state: _State) -> bool:
+    """The journal read before was deleted and a new one written at its path (a script that
+    removed it mid-run, a launch that reuses its run id): its first chunk is another."""
+    if state.head is None:
+        return False
+    if state.done and _size(path) == state.offset:  # the usual case, without reading it
+        return False
+    head = journal.head_of(path)
+    return head is not None and head[1] != state.head
+
+
+def _reopen(con, path: Path, state: _State, report: IngestReport) -> _State:
+    """Read a journal written anew from its start: its chunks are numbered apart from the
+    ones read before, its rows go on after theirs (nothing collides, nothing is skipped);
+    said once."""
+    new = _State(state.run_id, state.source, 0, state.next_seq, False, 0, None, state.rank)
+    con.execute("BEGIN")
+    _save_state(con, path.name, new)
+    if state.run_id is not None:
+        detail = f"journal {path.name} written anew after it was read"
+        _add_issue(con, state.run_id, state.source, "restarted", detail, 1)
+    con.execute("COMMIT")
+    report.warnings.append(
+        f"run {state.run_id}: journal {path.name} was deleted and written anew since it was "
+        "read; what it holds now is added to what was read before"
+    )
+    return new
 
 
 def _size(path: Path) -> int:
@@ -185,7 +219,7 @@ class CatalogDiskFull(StoreError):
 _FULL = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
 
 
-def _disk_full(exc: BaseException) -> str | None:
+def disk_full(exc: BaseException) -> str | None:
     """The reason, in the system's words, when `exc` is the catalog's disk being full."""
     text = str(exc)
     return next((reason for reason in _FULL if reason in text), None)
@@ -205,6 +239,9 @@ class RunKeys:
     rank: int | None = None
     issues: list[tuple[str, str, int]] = field(default_factory=list)  # kind, detail, n
     found: dict[str, int] = field(default_factory=dict)  # replaced here (not by the writer)
+    # Of a journal written anew (`_reopen`): the values read from the one deleted, which
+    # the writer counts as lost with the deletion though the catalog holds them.
+    read_before: int = 0
 
 
 def _ingest_one(
@@ -213,7 +250,7 @@ def _ingest_one(
     """Ingest what is new in one journal; returns (rows, new state)."""
     old = state or _State()
     # Checked before reading: a process found dead now wrote its last bytes already.
-    dead = old.run_id is not None and _is_dead(con, old.run_id, old.rank, old.source)
+    dead = old.run_id is not None and _is_dead(con, path, old.run_id, old.rank, old.source)
     scan = journal.read_chunks(path, old.offset)
     chunks, next_chunk = _new_chunks(scan.chunks, old.next_chunk)
     if old.offset == 0 and not scan.chunks and scan.bad_tail:  # overwritten, or not a journal
@@ -279,6 +316,8 @@ def _apply(
     batch = journal.merge(chunks, scan.end_offset)
     con.execute("BEGIN")
     keys = RunKeys(old.run_id, old.source, rank=old.rank)
+    if old.offset == 0 and old.next_seq:  # reopened: rows of the deleted journal are stored
+        keys.read_before = max(0, old.next_seq - run_ranks.first_seq(0, old.rank))
     done = False
     entries = []
     lines = []  # printed and logged lines (store/console.py)
@@ -362,11 +401,17 @@ def _apply(
         next_chunk if next_chunk is not None else old.next_chunk,
         None,
         keys.rank,
+        old.head if old.head is not None or old.offset else _head(path),
     )
     _save_state(con, path.name, new)
     con.execute("COMMIT")
     report.warnings.extend(warnings)
     return rows, new
+
+
+def _head(path: Path) -> int | None:
+    head = journal.head_of(path)
+    return None if head is None else head[1]
 
 
 START_LOST = "start lost"  # run_issues kind: the run is shown from what is left of its journal
@@ -417,7 +462,17 @@ def _mark_unreadable(con, path: Path, state: _State, offset: int, reason: str, r
             [reason, run_id],
         )
     _add_issue(con, run_id, source, "unreadable", reason, 1)
-    new = _State(run_id, source, offset, state.next_seq, True, state.next_chunk, reason, state.rank)
+    new = _State(
+        run_id,
+        source,
+        offset,
+        state.next_seq,
+        True,
+        state.next_chunk,
+        reason,
+        state.rank,
+        state.head,
+    )
     _save_state(con, path.name, new)
     con.execute("COMMIT")
     report.warnings.append(f"run {run_id}: journal {path.name} unreadable from here on: {reason}")
@@ -481,7 +536,7 @@ def _clean_event(event: dict, found: dict[str, int]) -> dict:
 def _save_state(con, file: str, state: _State) -> None:
     con.execute(
         'INSERT OR REPLACE INTO journals (file, run_id, source, "offset", next_seq, done, '
-        "next_chunk, error, rank) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "next_chunk, error, rank, head) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             file,
             state.run_id,
@@ -492,6 +547,7 @@ def _save_state(con, file: str, state: _State) -> None:
             state.next_chunk,
             state.error,
             state.rank,
+            state.head,
         ],
     )
 
@@ -566,6 +622,10 @@ def _apply_event(con, keys: RunKeys, e: dict) -> bool:
         )
     elif kind == "issues":  # what the recording process replaced, dropped or could not write
         for issue_kind, detail, n in e.get("counts", ()):
+            if issue_kind == "lost" and detail == journal.JOURNAL_DELETED:
+                n, keys.read_before = max(0, int(n) - keys.read_before), 0
+                if not n:
+                    continue
             keys.issues.append((clean_text(issue_kind), clean_text(detail), int(n)))
     elif kind == "files":  # first accesses of project files (record/file_access.py)
         for path, access, size, mtime_ns in e.get("paths", ()):
@@ -686,12 +746,26 @@ def _object_text(v: object) -> str:
     return f"{type(v).__name__}: {text}"
 
 
-def _is_dead(con, run_id: str, rank: int | None = None, source: str = RECORDED) -> bool:
-    """A run with no end event whose process is gone from this host was killed."""
+def _is_dead(con, path: Path, run_id: str, rank: int | None = None, source: str = RECORDED) -> bool:
+    """A run with no end event whose process is gone from this host was killed. Of a run
+    whose start is lost the process is unknown: its journal's writer lock says instead."""
     if rank is not None:
-        return source == RECORDED and run_ranks.is_dead(con, run_id, rank)
+        if source != RECORDED:
+            return False
+        row = fetch_one(
+            con,
+            "SELECT host, pid, status FROM run_ranks WHERE run_id = ? AND rank = ?",
+            [run_id, rank],
+        )
+        if row is not None and row[2] == "running" and row[0] is None and row[1] is None:
+            return not journal.writer_alive(path)
+        return run_ranks.is_dead(con, run_id, rank)
     row = fetch_one(con, "SELECT host, pid, pid_ticks, status FROM runs WHERE run_id = ?", [run_id])
-    if row is None or row[3] != "running" or row[0] != socket.gethostname():
+    if row is None or row[3] != "running":
+        return False
+    if row[0] is None and row[1] is None and source == RECORDED:  # its start is lost
+        return not journal.writer_alive(path)
+    if row[0] != socket.gethostname():
         return False
     _host, pid, ticks, _status = row
     return pid is not None and processes.is_gone(pid, ticks)
@@ -704,6 +778,16 @@ def _insert_loop_entries(con, keys: RunKeys, entries: list[dict]) -> dict[str, s
     import numpy as np
 
     shared: dict[str, str] = {}
+    if entries:  # a journal written anew starts with the loops it is in again
+        stored = {
+            r[0]
+            for r in con.execute(
+                "SELECT entry_id FROM loop_entries WHERE run_key = ? AND source_key = ? "
+                "AND entry_id IN (SELECT unnest(?))",
+                [keys.run_key, keys.source_key, [e["entry"] for e in entries]],
+            ).fetchall()
+        }
+        entries = [e for e in entries if e["entry"] not in stored]
     if not entries:
         return shared
     mapping = ensure_loop_columns(con, {n for e in entries for n in e["names"]})
