@@ -34,9 +34,6 @@ from pathlib import Path
 ENTRY_SHIFT = 32
 ITERATION_MASK = (1 << ENTRY_SHIFT) - 1
 SUFFIX = ".journal"
-# The issue a recording journals when its journal was deleted under it, with the values it
-# had written there: a catalog that read them before takes those off (store/ingest.py).
-JOURNAL_DELETED = "journal deleted during the run"
 
 
 def replay_journal_name(replay_id: str, segment: int | str) -> str:

@@ -16,16 +16,18 @@ import os
 import socket
 import stat
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from florwb_engine import journal, processes
+from florwb_engine import journal_events as ev
 from florwb_engine.journal import VTYPES
 from florwb_engine.store import console, run_context, run_ranks, system_metrics
 from florwb_engine.store.db import StoreError, fetch_one
@@ -83,24 +85,6 @@ class _State:
     error: str | None = None
     rank: int | None = None  # the rank that wrote it (multi-process runs; run_ranks.py)
     head: int | None = None  # its first chunk's header checksum (journal.head_of)
-
-
-# What a run's journal holds; anything else (a newer florwb's event) is counted and skipped.
-KNOWN_EVENTS = frozenset(
-    {
-        "start",
-        "version",
-        "version_error",
-        "arg",
-        "issues",
-        "checkpoint",
-        "end",
-        "loop",
-        "files",
-        "lineage",
-        "system",
-    }
-)
 
 
 def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestReport:
@@ -318,32 +302,21 @@ def _apply(
     keys = RunKeys(old.run_id, old.source, rank=old.rank)
     if old.offset == 0 and old.next_seq:  # reopened: rows of the deleted journal are stored
         keys.read_before = max(0, old.next_seq - run_ranks.first_seq(0, old.rank))
-    done = False
-    entries = []
-    lines = []  # printed and logged lines (store/console.py)
+    gathered = Gathered()
     unknown: dict[str, int] = {}  # event kinds this florwb does not know -> how many
     warnings = []
-    if keys.run_id is None and chunks and not any(e.get("kind") == "start" for e in batch.events):
+    events = [ev.decode(_clean_event(e, keys.found)) for e in batch.events]
+    if keys.run_id is None and chunks and not any(type(e) is ev.Start for e in events):
         warnings.append(_start_lost(con, path, keys))
-    for event in batch.events:
-        kind = event.get("kind")
-        if kind == "console":
-            lines.append(event)
-            continue
-        event = _clean_event(event, keys.found)
-        if kind not in KNOWN_EVENTS:  # a newer writer's event: skipped, but never silently
-            name = clean_text(str(kind))[:40]
+    for event in events:
+        handler = HANDLERS.get(type(event))
+        if handler is None:  # a newer writer's event: skipped, but never silently
+            name = clean_text(str(event.name if type(event) is ev.Unknown else event.kind))[:40]
             unknown[name] = unknown.get(name, 0) + 1
             continue
-        if kind == "start":
-            keys.run_id = str(event["run_id"])
-            keys.source = str(event.get("source", RECORDED))
-            if isinstance(event.get("rank"), dict):
-                keys.rank = int(event["rank"]["rank"])
-        if kind == "loop":
-            entries.append(event)
-        else:
-            done = _apply_event(con, keys, event) or done
+        handler(con, keys, event, gathered)
+    done = gathered.done
+    entries, lines = gathered.entries, gathered.lines
     if keys.run_id is None:
         if chunks or scan.error is None:
             raise ValueError("journal has no start event")
@@ -572,129 +545,182 @@ def _ts(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds)
 
 
-def _apply_event(con, keys: RunKeys, e: dict) -> bool:
-    """Apply one run event; True when it ends the journal."""
-    kind = e.get("kind")
-    run_id = keys.run_id
-    if kind == "start" and keys.source == RECORDED:
-        con.execute(
-            "INSERT OR IGNORE INTO runs (run_id, run_key, script, argv, cwd, host, pid, "
-            "pid_ticks, python, start_time, status) SELECT ?, coalesce(max(run_key), 0) + 1, "
-            "?, ?, ?, ?, ?, ?, ?, ?, 'running' FROM runs",
-            [
-                run_id,
-                e.get("script"),
-                json.dumps(e.get("argv", [])),
-                e.get("cwd"),
-                e.get("host"),
-                e.get("pid"),
-                e.get("pid_ticks"),
-                e.get("python"),
-                _ts(e.get("time")),
-            ],
-        )
-        if "context" in e:
-            run_context.apply(con, run_id, e["context"])
-        if isinstance(e.get("rank"), dict):
-            run_ranks.on_start(con, run_id, e, _ts(e.get("time")))
-    elif kind == "version":
-        con.execute(
-            "INSERT OR IGNORE INTO versions VALUES (?, now()::TIMESTAMP, ?, ?, ?)",
-            [e["version"], e.get("n_files"), e.get("n_bytes"), json.dumps(e.get("skipped", []))],
-        )
-        con.execute(
-            "UPDATE runs SET version = ?, git_head = ?, git_branch = ?, git_dirty = ? "
-            "WHERE run_id = ?",
-            [e["version"], e.get("git_head"), e.get("git_branch"), e.get("git_dirty"), run_id],
-        )
-        for path, size, mtime_ns, blob in e.get("inputs", ()):
-            con.execute(
-                "INSERT OR REPLACE INTO run_inputs VALUES (?, ?, ?, ?, ?)",
-                [run_id, path, size, mtime_ns, blob],
-            )
-    elif kind == "version_error":
-        con.execute("UPDATE runs SET message = ? WHERE run_id = ?", [e.get("error"), run_id])
-    elif kind == "arg":
-        value, text, vtype = _arg_value(e.get("value"))
-        con.execute(
-            "INSERT OR REPLACE INTO args VALUES (?, ?, ?, ?, ?)",
-            [run_id, clean_text(e["name"]), value, text, vtype],
-        )
-    elif kind == "issues":  # what the recording process replaced, dropped or could not write
-        for issue_kind, detail, n in e.get("counts", ()):
-            if issue_kind == "lost" and detail == journal.JOURNAL_DELETED:
-                n, keys.read_before = max(0, int(n) - keys.read_before), 0
-                if not n:
-                    continue
-            keys.issues.append((clean_text(issue_kind), clean_text(detail), int(n)))
-    elif kind == "files":  # first accesses of project files (record/file_access.py)
-        for path, access, size, mtime_ns in e.get("paths", ()):
-            con.execute(
-                "INSERT OR IGNORE INTO run_files VALUES (?, ?, ?, ?, ?)",
-                [run_id, clean_text(path), access, size, mtime_ns],
-            )
-        if e.get("dropped"):
-            keys.issues.append(("files", "project files past the first 10,000 not noted", 1))
-    elif kind == "lineage" and keys.source == RECORDED:
-        con.execute(
-            "INSERT OR IGNORE INTO run_lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                run_id,
-                e.get("name") or "",
-                int(e.get("call", 0)),
-                e.get("parent"),
-                e.get("checkpoint"),
-                e.get("checkpoint_kind"),
-                e.get("loop"),
-                e.get("iteration"),
-                e.get("path"),
-            ],
-        )
-    elif kind == "system":  # CPU, memory, GPU sampled while recording (record/system.py)
-        system_metrics.apply(con, keys, e)
-    elif kind == "checkpoint":
-        con.execute(
-            "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                run_id,
-                e["loop"],
-                e["iteration"],
-                e.get("ctx_id"),
-                e["path"],
-                e.get("bytes"),
-                e.get("snapshot_s"),
-                e.get("write_s"),
-                _ts(e.get("time")),
-            ],
-        )
-    elif kind == "end":
-        if keys.source == RECORDED and keys.rank is not None:
-            run_ranks.on_end(con, run_id, keys.rank, e, _end_time(con, keys, e))
-            if "context" in e:
-                run_context.apply(con, run_id, e["context"])
-        elif keys.source == RECORDED:
-            con.execute(
-                "UPDATE runs SET end_time = ?, status = ?, exception = ?, "
-                "message = coalesce(?, message) WHERE run_id = ?",
-                [
-                    _end_time(con, keys, e),
-                    e["status"],
-                    e.get("exception"),
-                    e.get("message"),
-                    run_id,
-                ],
-            )
-            if "context" in e:
-                run_context.apply(con, run_id, e["context"])
-        return True
-    return False
+@dataclass
+class Gathered:
+    """What one batch's events leave for the rows inserted after them (in one transaction):
+    loop entries and printed lines go in as whole columns, and an end event closes the
+    journal."""
+
+    entries: list[ev.Loop] = field(default_factory=list)
+    lines: list[ev.Console] = field(default_factory=list)
+    done: bool = False
 
 
-def _end_time(con, keys: RunKeys, e: dict) -> datetime | None:
+def _on_start(con, keys: RunKeys, e: ev.Start, gathered: Gathered) -> None:
+    keys.run_id = str(e.run_id)
+    keys.source = str(e.source)
+    if isinstance(e.rank, dict):
+        keys.rank = int(e.rank["rank"])
+    if keys.source != RECORDED:  # a replay's journal: the run is the recorded one
+        return
+    con.execute(
+        "INSERT OR IGNORE INTO runs (run_id, run_key, script, argv, cwd, host, pid, "
+        "pid_ticks, python, start_time, status) SELECT ?, coalesce(max(run_key), 0) + 1, "
+        "?, ?, ?, ?, ?, ?, ?, ?, 'running' FROM runs",
+        [
+            keys.run_id,
+            e.script,
+            json.dumps(e.argv),
+            e.cwd,
+            e.host,
+            e.pid,
+            e.pid_ticks,
+            e.python,
+            _ts(e.time),
+        ],
+    )
+    run_context.apply(con, keys.run_id, e.context)
+    if isinstance(e.rank, dict):
+        run_ranks.on_start(con, keys.run_id, e, _ts(e.time))
+
+
+def _on_version(con, keys: RunKeys, e: ev.Version, gathered: Gathered) -> None:
+    con.execute(
+        "INSERT OR IGNORE INTO versions VALUES (?, now()::TIMESTAMP, ?, ?, ?)",
+        [e.version, e.n_files, e.n_bytes, json.dumps(e.skipped)],
+    )
+    con.execute(
+        "UPDATE runs SET version = ?, git_head = ?, git_branch = ?, git_dirty = ? WHERE run_id = ?",
+        [e.version, e.git_head, e.git_branch, e.git_dirty, keys.run_id],
+    )
+    for path, size, mtime_ns, blob in e.inputs:
+        con.execute(
+            "INSERT OR REPLACE INTO run_inputs VALUES (?, ?, ?, ?, ?)",
+            [keys.run_id, path, size, mtime_ns, blob],
+        )
+
+
+def _on_version_error(con, keys: RunKeys, e: ev.VersionError, gathered: Gathered) -> None:
+    con.execute("UPDATE runs SET message = ? WHERE run_id = ?", [e.error, keys.run_id])
+
+
+def _on_arg(con, keys: RunKeys, e: ev.Arg, gathered: Gathered) -> None:
+    value, text, vtype = _arg_value(e.value)
+    con.execute(
+        "INSERT OR REPLACE INTO args VALUES (?, ?, ?, ?, ?)",
+        [keys.run_id, clean_text(e.name), value, text, vtype],
+    )
+
+
+def _on_issues(con, keys: RunKeys, e: ev.Issues, gathered: Gathered) -> None:
+    """What the recording process replaced, dropped or could not write."""
+    for issue_kind, detail, n in e.counts:
+        if issue_kind == "lost" and detail == ev.JOURNAL_DELETED:
+            n, keys.read_before = max(0, int(n) - keys.read_before), 0
+            if not n:
+                continue
+        keys.issues.append((clean_text(issue_kind), clean_text(detail), int(n)))
+
+
+def _on_files(con, keys: RunKeys, e: ev.Files, gathered: Gathered) -> None:
+    """First accesses of project files (record/file_access.py)."""
+    for path, access, size, mtime_ns in e.paths:
+        con.execute(
+            "INSERT OR IGNORE INTO run_files VALUES (?, ?, ?, ?, ?)",
+            [keys.run_id, clean_text(path), access, size, mtime_ns],
+        )
+    if e.dropped:
+        keys.issues.append(("files", "project files past the first 10,000 not noted", 1))
+
+
+def _on_lineage(con, keys: RunKeys, e: ev.Lineage, gathered: Gathered) -> None:
+    if keys.source != RECORDED:
+        return
+    con.execute(
+        "INSERT OR IGNORE INTO run_lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            keys.run_id,
+            e.name or "",
+            int(e.call),
+            e.parent,
+            e.checkpoint,
+            e.checkpoint_kind,
+            e.loop,
+            e.iteration,
+            e.path,
+        ],
+    )
+
+
+def _on_system(con, keys: RunKeys, e: ev.System, gathered: Gathered) -> None:
+    system_metrics.apply(con, keys, e)  # CPU, memory, GPU sampled while recording
+
+
+def _on_checkpoint(con, keys: RunKeys, e: ev.Checkpoint, gathered: Gathered) -> None:
+    con.execute(
+        "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            keys.run_id,
+            e.loop,
+            e.iteration,
+            e.ctx_id,
+            e.path,
+            e.bytes,
+            e.snapshot_s,
+            e.write_s,
+            _ts(e.time),
+        ],
+    )
+
+
+def _on_loop(con, keys: RunKeys, e: ev.Loop, gathered: Gathered) -> None:
+    gathered.entries.append(e)
+
+
+def _on_console(con, keys: RunKeys, e: ev.Console, gathered: Gathered) -> None:
+    gathered.lines.append(e)
+
+
+def _on_end(con, keys: RunKeys, e: ev.End, gathered: Gathered) -> None:
+    """The journal ends here; a recorded run (or rank) ended so."""
+    gathered.done = True
+    if keys.source != RECORDED:
+        return
+    if keys.rank is not None:
+        run_ranks.on_end(con, keys.run_id, keys.rank, e, _end_time(con, keys, e))
+    else:
+        con.execute(
+            "UPDATE runs SET end_time = ?, status = ?, exception = ?, "
+            "message = coalesce(?, message) WHERE run_id = ?",
+            [_end_time(con, keys, e), e.status, e.exception, e.message, keys.run_id],
+        )
+    run_context.apply(con, keys.run_id, e.context)
+
+
+# Each event type's handler, called in journal order inside the batch's transaction; a
+# journal event without one here is skipped and counted like a newer writer's kind
+# (tests/test_journal_events.py checks that every type in journal_events has one).
+HANDLERS: dict[type[ev.Event], Callable[[Any, RunKeys, Any, Gathered], None]] = {
+    ev.Start: _on_start,
+    ev.Version: _on_version,
+    ev.VersionError: _on_version_error,
+    ev.Arg: _on_arg,
+    ev.Issues: _on_issues,
+    ev.Files: _on_files,
+    ev.Lineage: _on_lineage,
+    ev.System: _on_system,
+    ev.Checkpoint: _on_checkpoint,
+    ev.Loop: _on_loop,
+    ev.Console: _on_console,
+    ev.End: _on_end,
+}
+
+
+def _end_time(con, keys: RunKeys, e: ev.End) -> datetime | None:
     """When the run (or rank) ended: its start plus the time it ran on the monotonic clock
     (`elapsed_s`), so a wall clock stepped back meanwhile gives no negative duration; the
     end's own wall-clock time for journals without it, or a run whose start is lost."""
-    elapsed = e.get("elapsed_s")
+    elapsed = e.elapsed_s
     if type(elapsed) is float and elapsed >= 0:
         if keys.rank is not None:
             sql, params = (
@@ -709,7 +735,7 @@ def _end_time(con, keys: RunKeys, e: dict) -> datetime | None:
         row = fetch_one(con, sql, params)
         if row is not None and row[0] is not None:
             return row[0] + timedelta(seconds=elapsed)
-    return _ts(e.get("time"))
+    return _ts(e.time)
 
 
 def _arg_value(v) -> tuple[float | None, str | None, str]:
@@ -771,7 +797,7 @@ def _is_dead(con, path: Path, run_id: str, rank: int | None = None, source: str 
     return pid is not None and processes.is_gone(pid, ticks)
 
 
-def _insert_loop_entries(con, keys: RunKeys, entries: list[dict]) -> dict[str, str]:
+def _insert_loop_entries(con, keys: RunKeys, entries: list[ev.Loop]) -> dict[str, str]:
     """One row per loop entry, holding the outer loops' coordinates for its iterations.
     Returns the loop paths whose loops share a column (`epoch` in `Epoch`), by column:
     their coordinates cannot be told apart, which the caller says."""
@@ -784,26 +810,26 @@ def _insert_loop_entries(con, keys: RunKeys, entries: list[dict]) -> dict[str, s
             for r in con.execute(
                 "SELECT entry_id FROM loop_entries WHERE run_key = ? AND source_key = ? "
                 "AND entry_id IN (SELECT unnest(?))",
-                [keys.run_key, keys.source_key, [e["entry"] for e in entries]],
+                [keys.run_key, keys.source_key, [e.entry for e in entries]],
             ).fetchall()
         }
-        entries = [e for e in entries if e["entry"] not in stored]
+        entries = [e for e in entries if e.entry not in stored]
     if not entries:
         return shared
-    mapping = ensure_loop_columns(con, {n for e in entries for n in e["names"]})
-    groups: dict[tuple, list[dict]] = defaultdict(list)
+    mapping = ensure_loop_columns(con, {n for e in entries for n in e.names})
+    groups: dict[tuple, list[ev.Loop]] = defaultdict(list)
     for e in entries:
-        groups[tuple(e["names"])].append(e)
+        groups[tuple(e.names)].append(e)
     for names, group in groups.items():
         outer_cols = [mapping[n] for n in names[:-1]]
         columns = [c.lower() for c in (*outer_cols, mapping[names[-1]])]
         if len(set(columns)) < len(columns):
             shared["/".join(names)] = next(c for c in columns if columns.count(c) > 1)
         frame = {  # numpy columns, not pandas: importing pandas costs every reader ~0.3 s
-            "entry_id": np.array([e["entry"] for e in group], dtype=np.int64),
-            "total": np.array([_or_minus_one(e.get("total")) for e in group], dtype=np.int64),
+            "entry_id": np.array([e.entry for e in group], dtype=np.int64),
+            "total": np.array([_or_minus_one(e.total) for e in group], dtype=np.int64),
             **{
-                f"c{d}": np.array([e["outer"][d] for e in group], dtype=np.int64)
+                f"c{d}": np.array([e.outer[d] for e in group], dtype=np.int64)
                 for d in range(len(outer_cols))
             },
         }
