@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine.atomic import sync_folder, temp_path
+from florwb_engine.journal_events import Checkpoint
 from florwb_engine.record import loop_state
 from florwb_engine.record.values import Device, attr_of
 
@@ -553,18 +554,17 @@ class Checkpointer:
                 if self.rng_only is not None:  # not a checkpoint of the run's state
                     continue
                 self._on_written(
-                    {
-                        "kind": "checkpoint",
-                        "loop": loop,
-                        "iteration": iteration,
-                        "ctx_id": ctx_id,
-                        "path": path.name,
-                        AFTER_INNER: state.get(AFTER_INNER, 0),
-                        "bytes": path.stat().st_size,
-                        "snapshot_s": snapshot_s,
-                        "write_s": write_s,
-                        "time": time.time(),
-                    }
+                    Checkpoint(
+                        loop=loop,
+                        iteration=iteration,
+                        ctx_id=ctx_id,
+                        path=path.name,
+                        after_inner=state.get(AFTER_INNER, 0),
+                        bytes=path.stat().st_size,
+                        snapshot_s=snapshot_s,
+                        write_s=write_s,
+                        time=time.time(),
+                    ).to_dict()
                 )
             except Exception as exc:  # a full disk must not kill the training run
                 with contextlib.suppress(OSError):  # a read-only folder: there is no tmp

@@ -38,6 +38,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+from florwb_engine.journal_events import Issues
 from florwb_engine.record.values import Device, attr_of
 
 CARRIED = "carried"  # checkpoint key: {name: encoded value}
@@ -241,10 +242,7 @@ def capture(on_event: Any = None) -> dict:
     if new and on_event is not None:
         keeper.reported.update(new)
         on_event(
-            {
-                "kind": "issues",
-                "counts": [["loop state not saved", f"{n} ({uncarried[n]})", 1] for n in new],
-            }
+            Issues([["loop state not saved", f"{n} ({uncarried[n]})", 1] for n in new]).to_dict()
         )
     found = {CARRIED: carried, UNCARRIED: uncarried}
     if frame is not None:

@@ -24,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from florwb_engine import journal_events as ev
 from florwb_engine import processes
 from florwb_engine import project as projects
 from florwb_engine.contract.replay_spec import ENV as REPLAY_ENV
@@ -46,7 +47,7 @@ from florwb_engine.record.values import REPLACED, encode, name_text, read_staged
 RECORDED = "record"
 # The events that say which run a journal holds and how it was started: a journal made
 # anew after the first was deleted starts with them again.
-_NAMING = frozenset({"start", "version", "version_error", "arg"})
+_NAMING = frozenset({ev.Start.kind, ev.Version.kind, ev.VersionError.kind, ev.Arg.kind})
 
 FLUSH_INTERVAL_S = 0.05
 RETRY_INTERVAL_S = 0.5  # between tries to write a journal that failed (disk full...)
@@ -155,21 +156,20 @@ class Run:
         # back (NTP, a VM resumed) and an end stamped before the start read as negative.
         self._started_monotonic = time.monotonic()
         EVENTS.append(
-            {
-                "kind": "start",
-                "source": self.source,
-                "run_id": self.run_id,
-                "script": self.script,
-                "argv": list(cli_args.ORIGINAL_ARGV),
-                "cwd": _relative(Path(os.getcwd()), self.project),  # replays map it
-                "host": socket.gethostname(),
-                "pid": pid,
-                "pid_ticks": processes.start_ticks(pid),
-                "python": sys.version.split()[0],
-                "time": time.time(),
-                "context": self.context.at_start(),
-                **({"rank": self.rank.to_event()} if self.rank else {}),
-            }
+            ev.Start(
+                source=self.source,
+                run_id=self.run_id,
+                script=self.script,
+                argv=list(cli_args.ORIGINAL_ARGV),
+                cwd=_relative(Path(os.getcwd()), self.project),  # replays map it
+                host=socket.gethostname(),
+                pid=pid,
+                pid_ticks=processes.start_ticks(pid),
+                python=sys.version.split()[0],
+                time=time.time(),
+                context=self.context.at_start(),
+                rank=self.rank.to_event() if self.rank else None,
+            ).to_dict()
         )
         self.try_flush()  # visible to readers at once, even if the process dies next
 
@@ -181,20 +181,19 @@ class Run:
             if snap.in_git:
                 versions.ensure_excluded(self.project)
         except Exception as exc:  # recording must go on without a code version
-            EVENTS.append({"kind": "version_error", "error": str(exc)})
+            EVENTS.append(ev.VersionError(str(exc)).to_dict())
             return
         EVENTS.append(
-            {
-                "kind": "version",
-                "version": snap.version,
-                "n_files": snap.n_files,
-                "n_bytes": snap.n_bytes,
-                "skipped": [(s.path, s.size, s.reason) for s in snap.skipped],
-                "inputs": _inputs(self.project, snap.skipped),
-                "git_head": snap.git_head,
-                "git_branch": snap.git_branch,
-                "git_dirty": snap.git_dirty,
-            }
+            ev.Version(
+                version=snap.version,
+                n_files=snap.n_files,
+                n_bytes=snap.n_bytes,
+                skipped=[(s.path, s.size, s.reason) for s in snap.skipped],
+                inputs=_inputs(self.project, snap.skipped),
+                git_head=snap.git_head,
+                git_branch=snap.git_branch,
+                git_dirty=snap.git_dirty,
+            ).to_dict()
         )
         _report_skipped_once(self.store, snap.skipped)
 
@@ -221,7 +220,7 @@ class Run:
                 self._values_packed += n_logs // 3
             issues = REPLACED.take_new() + self._buffer.take_lost()
             if issues:
-                self._buffer.add((None, None, [{"kind": "issues", "counts": issues}]), 0)
+                self._buffer.add((None, None, [ev.Issues(issues).to_dict()]), 0)
                 self._say_replaced_once(issues)
             if self.journal.gone():
                 self._journal_deleted()
@@ -244,12 +243,13 @@ class Run:
         lost = self._values_packed - self._buffer.pending_values
         print(
             f"florwb: run {self.run_id}'s journal was deleted while it recorded "
-            f"({self.journal.path}): {lost} values written before are lost; "
+            f"({self.journal.path}): {lost} values written before are lost unless a florwb "
+            "reader read them already; "
             "recording goes on in a new journal",
             file=sys.stderr,
         )
         self.journal.restart()
-        issue = {"kind": "issues", "counts": [["lost", "journal deleted during the run", lost]]}
+        issue = ev.Issues([["lost", ev.JOURNAL_DELETED, lost]]).to_dict()
         loops = sorted(self._open_loops.values(), key=lambda e: e.get("entry", 0))
         self._buffer.add_first((None, None, [*self._naming_events, *loops, issue]))
 
@@ -258,7 +258,7 @@ class Run:
         for e in events:
             if e.get("kind") in _NAMING:
                 self._naming_events.append(e)
-            elif e.get("kind") == "loop":  # the latest entry of each loop is the open one
+            elif e.get("kind") == ev.Loop.kind:  # the latest entry of each loop is the open one
                 self._open_loops[repr(e.get("names"))] = e
         timings = pack_timings(TIMINGS, n_timings)
         logs = None
@@ -340,16 +340,15 @@ class Run:
             file_access.drain(EVENTS)
             file_access.uninstall()
         EVENTS.append(
-            {
-                "kind": "end",
-                "status": status,
-                "exception": None if exc is None else type(exc).__name__,
-                "message": None if exc is None else str(exc)[:500],
-                "time": time.time(),
-                "elapsed_s": time.monotonic() - self._started_monotonic,
-                "context": self.context.at_end_or_error(),
-                **ranks.end_fields(self.rank),
-            }
+            ev.End(
+                status=status,
+                exception=None if exc is None else type(exc).__name__,
+                message=None if exc is None else str(exc)[:500],
+                time=time.time(),
+                elapsed_s=time.monotonic() - self._started_monotonic,
+                context=self.context.at_end_or_error(),
+                world_size=ranks.end_fields(self.rank).get("world_size"),
+            ).to_dict()
         )
         self.ended = True
         self._stop.set()
@@ -360,16 +359,14 @@ class Run:
     def stop_event(self, signame: str) -> dict:
         """The end of a process stopped by a signal it does not survive: no end-of-run
         readings (the process has moments left), only when and by what."""
-        return {
-            "kind": "end",
-            "status": "killed",
-            "signal": signame,
-            "exception": None,
-            "message": f"stopped by {signame}",
-            "time": time.time(),
-            "elapsed_s": time.monotonic() - self._started_monotonic,
-            **ranks.end_fields(self.rank),
-        }
+        return ev.End(
+            status="killed",
+            signal=signame,
+            message=f"stopped by {signame}",
+            time=time.time(),
+            elapsed_s=time.monotonic() - self._started_monotonic,
+            world_size=ranks.end_fields(self.rank).get("world_size"),
+        ).to_dict()
 
     def _last_flush(self) -> None:
         """Write everything left, retrying a little while a full disk frees up; then say

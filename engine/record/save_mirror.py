@@ -38,6 +38,7 @@ from typing import Any
 from florwb_engine.atomic import sync_folder, write_atomic
 from florwb_engine.contract.checkpoint_files import MANIFEST_SUFFIX
 from florwb_engine.journal import ITERATION_MASK
+from florwb_engine.journal_events import Checkpoint
 from florwb_engine.record import file_access
 from florwb_engine.record.checkpoint import capture_rng, safe_loop_name
 from florwb_engine.record.values import REPLACED, attr_of
@@ -149,17 +150,16 @@ class Mirror:
             from florwb_engine.record import runtime
 
             runtime.EVENTS.append(
-                {
-                    "kind": "checkpoint",
-                    "loop": loop,
-                    "iteration": iteration,
-                    "ctx_id": ctx,
-                    "path": name,
-                    "bytes": _size(str(dest)),
-                    "snapshot_s": cost,
-                    "write_s": 0.0,
-                    "time": time.time(),
-                }
+                Checkpoint(
+                    loop=loop,
+                    iteration=iteration,
+                    ctx_id=ctx,
+                    path=name,
+                    bytes=_size(str(dest)),
+                    snapshot_s=cost,
+                    write_s=0.0,
+                    time=time.time(),
+                ).to_dict()
             )
 
     def _affordable(self, size: int, iteration: int) -> bool:

@@ -24,6 +24,7 @@ from typing import Any
 import duckdb
 
 from florwb_engine import processes
+from florwb_engine.journal_events import End, Start
 from florwb_engine.store import run_context
 from florwb_engine.store.db import fetch_one
 from florwb_engine.store.runs import RunStatus
@@ -40,10 +41,11 @@ def first_seq(next_seq: int, rank: int | None) -> int:
     return max(next_seq, (rank or 0) << RANK_SHIFT)
 
 
-def on_start(con: duckdb.DuckDBPyConnection, run_id: str | None, event: dict, started) -> None:
+def on_start(con: duckdb.DuckDBPyConnection, run_id: str | None, event: Start, started) -> None:
     """A rank's start event: its row, the run's world size and launcher; rank 0's process
     is the run's (what `runs.pid` says)."""
-    info = event["rank"]
+    info = event.rank
+    assert isinstance(info, dict)  # ingest calls this for a ranked start only
     rank = int(info["rank"])
     con.execute(
         "INSERT OR IGNORE INTO run_ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, 'running', "
@@ -53,9 +55,9 @@ def on_start(con: duckdb.DuckDBPyConnection, run_id: str | None, event: dict, st
             rank,
             info.get("world_size"),
             info.get("local_rank"),
-            event.get("host"),
-            event.get("pid"),
-            event.get("pid_ticks"),
+            event.host,
+            event.pid,
+            event.pid_ticks,
             started,
         ],
     )
@@ -83,13 +85,13 @@ def on_start(con: duckdb.DuckDBPyConnection, run_id: str | None, event: dict, st
             "script = coalesce(?, script), argv = coalesce(?, argv), cwd = coalesce(?, cwd) "
             "WHERE run_id = ?",
             [
-                event.get("host"),
-                event.get("pid"),
-                event.get("pid_ticks"),
+                event.host,
+                event.pid,
+                event.pid_ticks,
                 started,
-                event.get("script"),
-                json.dumps(event["argv"]) if "argv" in event else None,
-                event.get("cwd"),
+                event.script,
+                json.dumps(event.argv) if event.argv else None,
+                event.cwd,
                 run_id,
             ],
         )
@@ -99,7 +101,7 @@ def on_end(
     con: duckdb.DuckDBPyConnection,
     run_id: str | None,
     rank: int,
-    event: dict,
+    event: End,
     ended: datetime | None,
 ) -> None:
     """A rank ended: its row, then the run's status and end from all of its ranks. A rank
@@ -109,18 +111,18 @@ def on_end(
         "world_size = coalesce(?, world_size) WHERE run_id = ? AND rank = ?",
         [
             ended,
-            STOPPED if event.get("signal") else event["status"],
-            event.get("exception"),
-            event.get("message"),
-            event.get("world_size"),
+            STOPPED if event.signal else event.status,
+            event.exception,
+            event.message,
+            event.world_size,
             run_id,
             rank,
         ],
     )
-    if event.get("world_size"):
+    if event.world_size:
         con.execute(
             "UPDATE runs SET world_size = greatest(coalesce(world_size, 0), ?) WHERE run_id = ?",
-            [event["world_size"], run_id],
+            [event.world_size, run_id],
         )
     _combine(con, run_id)
 
