@@ -98,6 +98,7 @@ class HistoryPane(Vertical):
                 self._load_series(chosen)
         self.history = history
         listing = self.history_list
+        listing.values_pending = _values_pending(history)
         listing.set_series(history.series, history.last, *self._range(history), history.metric)
         listing.differ = fmt.args_that_differ((r.script, r.args) for r in history.runs)
         self._rebuild()
@@ -174,6 +175,8 @@ class HistoryPane(Vertical):
             self.history.series, self.history.last = message.series, message.last
             if isinstance(self.history, HistoryValues):
                 self.history.low, self.history.high = message.low, message.high
+                self.history.values_pending = False
+        self.history_list.values_pending = False
         self.history_list.set_series(
             message.series, message.last, message.low, message.high, message.metric
         )
@@ -225,6 +228,7 @@ class HistoryPane(Vertical):
             text_filter=self.text_filter if history.runs else "",
             pending=self.pending,
             live=self.history_list.live.get(run_id) if run_id else None,
+            values_pending=_values_pending(history),
         )
 
     @on(HistoryList.Highlighted)
@@ -333,6 +337,11 @@ class HistoryPane(Vertical):
             box.remove_class("-shown")
             self._show_where_error(None)
             self.history_list.focus()
+
+
+def _values_pending(history: History) -> bool:
+    """The history was listed before its metric's values were read (the first frame)."""
+    return isinstance(history, HistoryValues) and history.values_pending
 
 
 def _carry_series(source: History, target: History) -> None:

@@ -9,15 +9,18 @@ records, it reloads every RELOAD_S so the console tail and the numbers follow it
 
 from __future__ import annotations
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.geometry import Size
 from textual.screen import Screen
+from textual.strip import Strip
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Input, Static
+from textual.widget import Widget
+from textual.widgets import Footer, Header, Input
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
@@ -62,6 +65,13 @@ def matching_metrics(metrics: list[MetricSeries], words: str) -> list[MetricSeri
 
 
 def render_detail(detail: RunDetail, find: str = "") -> Group:
+    """The whole detail; the screen draws its three parts apart (render_head,
+    render_metrics, render_rest), so finding a name redraws only the metrics."""
+    return Group(render_head(detail), render_metrics(detail, find), render_rest(detail))
+
+
+def render_head(detail: RunDetail) -> Group:
+    """The run's status, where it started from, its progress and args."""
     run = detail.run
     status = run_status(run)
     head = Text()
@@ -93,8 +103,12 @@ def render_detail(detail: RunDetail, find: str = "") -> Group:
         parts.append(args)
     else:
         parts.append(Text("none", "dim"))
+    return Group(*parts)
 
-    parts.append(_section("Metrics"))
+
+def render_metrics(detail: RunDetail, find: str = "") -> Group:
+    """Every logged name once (those matching `find`, METRIC_ROWS at most)."""
+    parts: list = [_section("Metrics")]
     found = matching_metrics(detail.metrics, find)
     if found:
         metrics = _table()
@@ -130,8 +144,13 @@ def render_detail(detail: RunDetail, find: str = "") -> Group:
         parts.append(Text("nothing logged", "dim"))
     if detail.withheld:
         parts.append(Text(detail.withheld.note("florwb dataframe NAME --diverged"), "yellow"))
+    return Group(*parts)
 
-    parts.append(_section(f"Checkpoints ({len(detail.checkpoints)})"))
+
+def render_rest(detail: RunDetail) -> Group:
+    """Checkpoints, replays, where time went, system figures and the console tail."""
+    run = detail.run
+    parts: list = [_section(f"Checkpoints ({len(detail.checkpoints)})")]
     parts.extend(Text(line, "dim") for line in restorable_lines(run, detail.loop_name))
     if detail.checkpoints:
         ckpt = _table("loop", "iteration", "size", "written", "file")
@@ -375,6 +394,42 @@ def _console(detail: RunDetail) -> list:
     return parts
 
 
+class RenderedOnce(Widget):
+    """A Rich renderable drawn once per width: a Static renders its content twice after
+    each change (once to measure its height, once to paint), which for the metric table of
+    a run with thousands of names was most of a key's response."""
+
+    DEFAULT_CSS = "RenderedOnce { height: auto; }"
+
+    def __init__(self, renderable: RenderableType = "", *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.renderable = renderable
+        self._strips: list[Strip] | None = None
+        self._width = -1
+
+    def update(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+        self._strips = None
+        self.refresh(layout=True)
+
+    def _lines(self, width: int) -> list[Strip]:
+        if self._strips is None or width != self._width:
+            console = self.app.console
+            options = console.options.update(width=width, highlight=False)
+            lines = console.render_lines(self.renderable, options, pad=False)
+            self._strips = [Strip(line) for line in lines]
+            self._width = width
+        return self._strips
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self._lines(width)) if width > 0 else 0
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        lines = self._lines(width)
+        return lines[y] if y < len(lines) else Strip.blank(width)
+
+
 class RunDetailScreen(Screen[None]):
     BINDINGS = keys.bindings("run")
     DEFAULT_CSS = """
@@ -393,7 +448,9 @@ class RunDetailScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header(icon=fmt.TITLE_ICON)
         with VerticalScroll(id="detail-scroll"):
-            yield Static(f"Loading run {self.run_id}…", id="detail")
+            yield RenderedOnce(f"Loading run {self.run_id}…", id="detail")
+            yield RenderedOnce(id="detail-metrics")
+            yield RenderedOnce(id="detail-rest")
         yield Input(placeholder="find a metric name (words)", id="metric-find")
         yield Footer(compact=True)
 
@@ -408,10 +465,16 @@ class RunDetailScreen(Screen[None]):
 
         run_in_thread(self, work, group="run-detail", description="loading the run detail")
 
-    def _show(self) -> None:
-        if self.detail is not None:
-            find = self.query_one("#metric-find", Input).value
-            self.query_one("#detail", Static).update(render_detail(self.detail, find))
+    def _show(self, *, metrics_only: bool = False) -> None:
+        """Draw the detail; `metrics_only`: the find text changed, nothing else did (a run
+        with thousands of names: its other parts are not measured and drawn again)."""
+        if self.detail is None:
+            return
+        find = self.query_one("#metric-find", Input).value
+        self.query_one("#detail-metrics", RenderedOnce).update(render_metrics(self.detail, find))
+        if not metrics_only:
+            self.query_one("#detail", RenderedOnce).update(render_head(self.detail))
+            self.query_one("#detail-rest", RenderedOnce).update(render_rest(self.detail))
 
     @on(RunDetailLoaded)
     def _loaded(self, message: RunDetailLoaded) -> None:
@@ -426,7 +489,7 @@ class RunDetailScreen(Screen[None]):
 
     @on(Input.Changed, "#metric-find")
     def _find_changed(self) -> None:
-        self._show()
+        self._show(metrics_only=True)
 
     @on(Input.Submitted, "#metric-find")
     def _find_done(self) -> None:
