@@ -9,7 +9,8 @@ records, it reloads every RELOAD_S so the console tail and the numbers follow it
 
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -56,12 +57,16 @@ def _table(*columns: str) -> Table:
     return table
 
 
-def matching_metrics(metrics: list[MetricSeries], words: str) -> list[MetricSeries]:
-    """The metrics whose name holds every word of `words` (case-insensitive)."""
+def matching_metrics(
+    metrics: list[MetricSeries], words: str, lowered: list[str] | None = None
+) -> list[MetricSeries]:
+    """The metrics whose name holds every word of `words` (case-insensitive); `lowered`:
+    their names in lower case, made once per run detail rather than on every key."""
     wanted = words.lower().split()
     if not wanted:
         return metrics
-    return [m for m in metrics if all(w in m.name.lower() for w in wanted)]
+    names = lowered if lowered is not None else [m.name.lower() for m in metrics]
+    return [m for m, name in zip(metrics, names) if all(w in name for w in wanted)]
 
 
 def render_detail(detail: RunDetail, find: str = "") -> Group:
@@ -106,19 +111,12 @@ def render_head(detail: RunDetail) -> Group:
     return Group(*parts)
 
 
-def render_metrics(detail: RunDetail, find: str = "") -> Group:
+def render_metrics(detail: RunDetail, find: str = "", lowered: list[str] | None = None) -> Group:
     """Every logged name once (those matching `find`, METRIC_ROWS at most)."""
     parts: list = [_section("Metrics")]
-    found = matching_metrics(detail.metrics, find)
+    found = matching_metrics(detail.metrics, find, lowered)
     if found:
-        metrics = _table()
-        metrics.add_column("name", style="cyan", no_wrap=True, max_width=18)
-        metrics.add_column("source", no_wrap=True, max_width=13)
-        metrics.add_column("n", justify="right")
-        metrics.add_column("last", justify="right")
-        metrics.add_column("min", justify="right")
-        metrics.add_column("max", justify="right")
-        metrics.add_column("series", no_wrap=True, style="cyan")
+        rows = []
         for m in found[:METRIC_ROWS]:
             source = _source_label(m.source, m.rechecked)
             if m.points:
@@ -127,8 +125,8 @@ def render_metrics(detail: RunDetail, find: str = "") -> Group:
             else:
                 values = (fmt.clip(m.text or "-", 12), "", "")
                 spark = ""
-            metrics.add_row(m.name, source, f"{m.n:,}", *values, spark)
-        parts.append(metrics)
+            rows.append((m.name, source, f"{m.n:,}", *values, spark))
+        parts.append(MetricRows(rows))
         if len(found) > METRIC_ROWS or find:
             of = f" matching {find.strip()!r}" if find.strip() else ""
             parts.append(
@@ -145,6 +143,72 @@ def render_metrics(detail: RunDetail, find: str = "") -> Group:
     if detail.withheld:
         parts.append(Text(detail.withheld.note("florwb dataframe NAME --diverged"), "yellow"))
     return Group(*parts)
+
+
+class MetricRows:
+    """The metric table, one line per name, laid out here rather than by a Rich Table,
+    which measured and wrapped every cell of it on each key typed into the find box (most
+    of that key's response): columns as wide as their widest cell (name and source
+    capped), the numbers right-aligned, and when the screen is narrower the widest of
+    last, min and max give way first (clipped with …), then the sparkline."""
+
+    HEADERS = ("name", "source", "n", "last", "min", "max", "series")
+    CAPS = (18, 13, None, None, None, None, None)
+    RIGHT = frozenset({2, 3, 4, 5})
+    STYLES = ("cyan", "", "", "", "", "", "cyan")
+    SHRINK = (3, 4, 5)  # last, min, max: never below MIN_VALUE cells
+    MIN_VALUE = 5
+
+    def __init__(self, rows: list[tuple[str, ...]]) -> None:
+        self.rows = rows
+
+    def widths(self, width: int) -> list[int]:
+        """Each column's cells at a screen `width` (one space either side of each)."""
+        cells = [self.HEADERS, *self.rows]
+        widths = [max(cell_len(row[i]) for row in cells) for i in range(len(self.HEADERS))]
+        widths = [w if cap is None else min(w, cap) for w, cap in zip(widths, self.CAPS)]
+        excess = sum(widths) + 2 * len(widths) - width
+        excess = self._shrink(widths, self.SHRINK, self.MIN_VALUE, excess)
+        if excess > 0:  # the sparkline narrows before a value is cut, or goes whole
+            keep = widths[-1] - excess
+            if keep < self.MIN_VALUE:
+                excess -= widths[-1] + 2
+                widths[-1] = 0
+            else:
+                widths[-1], excess = keep, 0
+        # narrower still: every value clipped (…, never cut silently), then the labels
+        excess = self._shrink(widths, self.SHRINK, 2, excess)
+        self._shrink(widths, (0, 1), 4, excess)
+        return widths
+
+    @staticmethod
+    def _shrink(widths: list[int], columns: tuple[int, ...], least: int, excess: int) -> int:
+        """Take `excess` cells from the widest of `columns`, none below `least`; returns
+        what is left to take."""
+        while excess > 0:
+            column = max(columns, key=lambda i: widths[i])
+            if widths[column] <= least:
+                break
+            widths[column] -= 1
+            excess -= 1
+        return excess
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        widths = self.widths(options.max_width)
+        lines = Text(no_wrap=True, overflow="crop")
+        for index, row in enumerate([self.HEADERS, *self.rows]):
+            if index:
+                lines.append("\n")
+            for column, (cell, width) in enumerate(zip(row, widths)):
+                if not width:
+                    continue
+                shown = fmt.clip(cell, width)
+                pad = " " * (width - cell_len(shown))
+                shown = pad + shown if column in self.RIGHT else shown + pad
+                lines.append(" ")
+                lines.append(shown, "bold" if not index else self.STYLES[column])
+                lines.append(" ")
+        yield lines
 
 
 def render_rest(detail: RunDetail) -> Group:
@@ -443,6 +507,7 @@ class RunDetailScreen(Screen[None]):
         self.store = store
         self.run_id = run_id
         self.detail: RunDetail | None = None
+        self._lowered: list[str] = []  # the detail's metric names in lower case, for `/`
         self._reload: Timer | None = None
 
     def compose(self) -> ComposeResult:
@@ -471,7 +536,8 @@ class RunDetailScreen(Screen[None]):
         if self.detail is None:
             return
         find = self.query_one("#metric-find", Input).value
-        self.query_one("#detail-metrics", RenderedOnce).update(render_metrics(self.detail, find))
+        shown = render_metrics(self.detail, find, self._lowered)
+        self.query_one("#detail-metrics", RenderedOnce).update(shown)
         if not metrics_only:
             self.query_one("#detail", RenderedOnce).update(render_head(self.detail))
             self.query_one("#detail-rest", RenderedOnce).update(render_rest(self.detail))
@@ -479,6 +545,7 @@ class RunDetailScreen(Screen[None]):
     @on(RunDetailLoaded)
     def _loaded(self, message: RunDetailLoaded) -> None:
         self.detail = message.detail
+        self._lowered = [m.name.lower() for m in message.detail.metrics]
         self._show()
         live = message.detail.run.status == "running"
         if live and self._reload is None:  # follow the run while it records
