@@ -41,6 +41,7 @@ RELOAD_S = 1.0  # while the run records
 # Metric rows drawn at once: Rich measures every row of a table on each layout, so a run
 # with 10,000 names drawn whole would hold the screen for a minute; `/` finds the others.
 METRIC_ROWS = 30
+SPARK_WIDTH = 20  # a metric's sparkline at most, narrower where the screen is
 TAIL_LINE_CHARS = 200  # a longer line is clipped in the tail; `florwb io` shows it whole
 CHANNEL_STYLES = {"stdout": "", "stderr": "yellow", "warning": "yellow", "error": "red"}
 
@@ -116,17 +117,16 @@ def render_metrics(detail: RunDetail, find: str = "", lowered: list[str] | None 
     parts: list = [_section("Metrics")]
     found = matching_metrics(detail.metrics, find, lowered)
     if found:
-        rows = []
+        rows, points = [], []
         for m in found[:METRIC_ROWS]:
             source = _source_label(m.source, m.rechecked)
             if m.points:
                 values = (fmt.number(m.last), fmt.number(m.low), fmt.number(m.high))
-                spark = sparkline(m.points, 20)
             else:
                 values = (fmt.clip(m.text or "-", 12), "", "")
-                spark = ""
-            rows.append((m.name, source, f"{m.n:,}", *values, spark))
-        parts.append(MetricRows(rows))
+            rows.append((m.name, source, f"{m.n:,}", *values, "x" * SPARK_WIDTH * bool(m.points)))
+            points.append(m.points)
+        parts.append(MetricRows(rows, points))
         if len(found) > METRIC_ROWS or find:
             of = f" matching {find.strip()!r}" if find.strip() else ""
             parts.append(
@@ -149,8 +149,8 @@ class MetricRows:
     """The metric table, one line per name, laid out here rather than by a Rich Table,
     which measured and wrapped every cell of it on each key typed into the find box (most
     of that key's response): columns as wide as their widest cell (name and source
-    capped), the numbers right-aligned, and when the screen is narrower the widest of
-    last, min and max give way first (clipped with …), then the sparkline."""
+    capped), the numbers right-aligned; on a narrower screen the sparkline narrows first,
+    then the widest of last, min and max (clipped with …), then the sparkline goes."""
 
     HEADERS = ("name", "source", "n", "last", "min", "max", "series")
     CAPS = (18, 13, None, None, None, None, None)
@@ -158,9 +158,13 @@ class MetricRows:
     STYLES = ("cyan", "", "", "", "", "", "cyan")
     SHRINK = (3, 4, 5)  # last, min, max: never below MIN_VALUE cells
     MIN_VALUE = 5
+    MIN_SERIES = 8
 
-    def __init__(self, rows: list[tuple[str, ...]]) -> None:
+    def __init__(self, rows: list[tuple[str, ...]], points: list[list[float]] | None = None):
+        """`rows`: the cells of each name; `points`: its series, drawn as a sparkline as
+        wide as the column gets (the last cell only holds that column's widest)."""
         self.rows = rows
+        self.points = points
 
     def widths(self, width: int) -> list[int]:
         """Each column's cells at a screen `width` (one space either side of each)."""
@@ -168,8 +172,9 @@ class MetricRows:
         widths = [max(cell_len(row[i]) for row in cells) for i in range(len(self.HEADERS))]
         widths = [w if cap is None else min(w, cap) for w, cap in zip(widths, self.CAPS)]
         excess = sum(widths) + 2 * len(widths) - width
+        excess = self._shrink(widths, (6,), self.MIN_SERIES, excess)  # the sparkline first
         excess = self._shrink(widths, self.SHRINK, self.MIN_VALUE, excess)
-        if excess > 0:  # the sparkline narrows before a value is cut, or goes whole
+        if excess > 0:  # then it goes whole
             keep = widths[-1] - excess
             if keep < self.MIN_VALUE:
                 excess -= widths[-1] + 2
@@ -202,6 +207,8 @@ class MetricRows:
             for column, (cell, width) in enumerate(zip(row, widths)):
                 if not width:
                     continue
+                if index and column == 6 and self.points is not None:
+                    cell = sparkline(self.points[index - 1], width)
                 shown = fmt.clip(cell, width)
                 pad = " " * (width - cell_len(shown))
                 shown = pad + shown if column in self.RIGHT else shown + pad
