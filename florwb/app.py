@@ -235,6 +235,10 @@ class WorkbenchApp(App[int]):
             return
         self._history = history
         self._history_pane.show(history)
+        running = {r.run_id for r in history.runs if r.status == "running"}
+        if any(run.run_id not in running for run in self._live):
+            # a run that ended keeps no progress label until the next live read
+            self._show_live([run for run in self._live if run.run_id in running])
         self._holder_shown = False
         self.sub_title = self._summary_title()
         # runs recording, or values read after the list, change no version or statement
@@ -274,15 +278,18 @@ class WorkbenchApp(App[int]):
 
     @on(LiveUpdated)
     def _live_updated(self, message: LiveUpdated) -> None:
-        self._live = message.live
+        self._show_live(message.live)
+
+    def _show_live(self, live: list[LiveRun]) -> None:
+        self._live = live
         labels = {}
-        for run in message.live:
+        for run in live:
             total = run.total if run.total is not None else "?"
             labels[run.run_id] = f"{run.done}/{total} {run.loop or ''}".strip()
         if self._history_pane.is_attached:
             self._history_pane.set_live(labels)
         if self._replay.is_attached:
-            self._replay.show_live(message.live)
+            self._replay.show_live(live)
 
     @on(PendingChanged)
     def _pending_changed(self, message: PendingChanged) -> None:
