@@ -271,9 +271,8 @@ class WorkbenchApp(App[int]):
 
     def _chart_data_changed(self) -> None:
         """An open chart fills in live: it re-reads (throttled) when the store changed."""
-        for screen in self.screen_stack:
-            if screen in self._charts:
-                screen.data_changed()
+        for chart in self._charts.intersection(self.screen_stack):
+            chart.data_changed()
         self._charts.intersection_update(self.screen_stack)
 
     @on(LiveUpdated)

@@ -9,6 +9,8 @@ records, it reloads every RELOAD_S so the console tail and the numbers follow it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
@@ -160,7 +162,9 @@ class MetricRows:
     MIN_VALUE = 5
     MIN_SERIES = 8
 
-    def __init__(self, rows: list[tuple[str, ...]], points: list[list[float]] | None = None):
+    def __init__(
+        self, rows: Sequence[tuple[str, ...]], points: list[list[float]] | None = None
+    ) -> None:
         """`rows`: the cells of each name; `points`: its series, drawn as a sparkline as
         wide as the column gets (the last cell only holds that column's widest)."""
         self.rows = rows

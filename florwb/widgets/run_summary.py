@@ -72,9 +72,7 @@ class RunSummary(Static):
         elif row is None:
             self.update("No runs recorded yet. Run a training script that imports florwb.")
         elif row.run is not None:
-            self.update(
-                self._run(row.run, metric, series, (last, low, high), live, values_pending)
-            )
+            self.update(self._run(row.run, metric, series, (last, low, high), live, values_pending))
         else:
             self.update(self._version(row, pending))
 
