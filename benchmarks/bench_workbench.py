@@ -377,7 +377,7 @@ async def chart(project: Path, rounds: int) -> dict[str, list[float]]:
         await done.wait()
 
     async with app.run_test(size=(120, 36)) as pilot:
-        while app.history is None:
+        while app.history is None or app.history.values_pending:  # listed, then its values
             await pilot.pause(0.05)
         while app.history.metric != "loss":
             await pilot.press("m")
@@ -460,7 +460,7 @@ async def in_app(project: Path, moves: int) -> dict[str, list[float]]:
     app = WorkbenchApp(project, poll_s=0)
     out: dict[str, list[float]] = {"move": [], "move_cpu": [], "page": [], "sorted": []}
     async with app.run_test(size=(80, 24)) as pilot:
-        while app.history is None:
+        while app.history is None or app.history.values_pending:  # listed, then its values
             await pilot.pause(0.05)
         await pilot.pause(0.5)
         summary = app.query_one("#run-summary")

@@ -137,3 +137,5 @@ async def test_the_history_is_listed_before_its_values_and_says_they_are_coming(
         run_id = app.query_one(HistoryList).current.run.run_id
         assert f"last {fmt.number(whole.last[run_id])}" in text
         assert any(set(line) & BARS for line in run_lines(text))
+        (line,) = [line for line in run_lines(text) if short_run(run_id) in line]
+        assert fmt.number(whole.last[run_id], 4) in line  # the final column fits its values

@@ -89,6 +89,14 @@ class HistoryPane(Vertical):
 
     def show(self, history: History) -> None:
         previous, chosen = self.history, self.chosen_metric
+        if (
+            previous is not None
+            and history.runs is previous.runs
+            and _values_pending(previous)
+            and history.metric == previous.metric
+        ):
+            self._values_arrived(history)  # the same rows: only their values are new
+            return
         if chosen is not None and history.metric != chosen:
             # a reload that began before the user cycled the metric: show the series on
             # screen until the chosen metric's fresh one arrives, instead of snapping back
@@ -107,6 +115,16 @@ class HistoryPane(Vertical):
             or {r.run_id for r in previous.runs} != {r.run_id for r in history.runs}
         ):
             self._run_where(self.text_filter)  # new runs: does the condition select them?
+
+    def _values_arrived(self, history: History) -> None:
+        self.history = history
+        listing = self.history_list
+        listing.values_pending = _values_pending(history)
+        listing.set_series(history.series, history.last, *self._range(history), history.metric)
+        if listing.sort[0] in ("final", "best"):
+            self._rebuild()
+        self._header()
+        self.refresh_summary()
 
     def _range(self, history: History) -> tuple[dict[str, float], dict[str, float]]:
         if isinstance(history, HistoryValues):

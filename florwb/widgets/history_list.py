@@ -157,8 +157,7 @@ class HistoryList(ScrollView, can_focus=True):
         """The metric's sparkline points, exact final value, min and max per run id."""
         self.series, self.last = series, last
         self.low, self.high = low or {}, high or {}
-        if metric != self.metric:
-            self._columns = None
+        self._columns = None  # the final and best columns are as wide as their values
         self.metric = metric
         self.scale = shared_scale(series)
         self._cache.clear()
