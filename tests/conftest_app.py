@@ -25,7 +25,7 @@ from textual.pilot import Pilot
 from florwb.app import WorkbenchApp
 from florwb.demo.build import build_demo
 from florwb_engine.store import Store
-from florwb_engine.store.history_values import HistoryValues
+from florwb_engine.store.queries import History
 
 SIZE = (80, 24)
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,4 +192,4 @@ async def loaded(pilot: Pilot) -> str:
 def values_read(app: App) -> bool:
     """The history shown has its metric's values (the first one is listed before them)."""
     history = app.history if isinstance(app, WorkbenchApp) else None
-    return isinstance(history, HistoryValues) and not history.values_pending
+    return isinstance(history, History) and not history.values_pending

@@ -13,7 +13,11 @@ from florwb.ui.format import short_run
 from florwb.widgets.history_list import HistoryList
 from florwb.widgets.sparkline import BLOCKS, sparkline
 from florwb_engine.store import Store
-from florwb_engine.store.history_values import load_history_values, load_series_values
+from florwb_engine.store.history_values import (
+    load_history_values,
+    load_series_values,
+    with_values,
+)
 
 BARS = set(BLOCKS)
 
@@ -118,7 +122,7 @@ async def test_the_history_is_listed_before_its_values_and_says_they_are_coming(
     assert listed.metric == whole.metric is not None
     assert listed.series == listed.last == listed.low == listed.high == {}
     assert [r.run_id for r in listed.runs] == [r.run_id for r in whole.runs]
-    read = listed.with_values(load_series_values(store, listed.metric))
+    read = with_values(listed, load_series_values(store, listed.metric))
     assert (read.series, read.last, read.low, read.high) == (
         whole.series,
         whole.last,

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from florwb_engine.atomic import sync_folder, temp_path
 from florwb_engine.record import loop_state
-from florwb_engine.record.atomic import sync_folder, temp_path
 from florwb_engine.record.values import attr_of
 
 DEFAULT_BUDGET = float(os.environ.get("FLORWB_CKPT_BUDGET", "0.02"))

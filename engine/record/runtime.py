@@ -26,6 +26,8 @@ from pathlib import Path
 
 from florwb_engine import processes
 from florwb_engine import project as projects
+from florwb_engine.contract.replay_spec import ENV as REPLAY_ENV
+from florwb_engine.contract.replay_spec import ReplaySpec
 from florwb_engine.journal import (
     SUFFIX,
     JournalWriter,
@@ -40,8 +42,6 @@ from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
 from florwb_engine.record.system import SystemSampler
 from florwb_engine.record.values import REPLACED, encode, name_text
-from florwb_engine.replay.spec import ENV as REPLAY_ENV
-from florwb_engine.replay.spec import ReplaySpec
 
 RECORDED = "record"
 # The events that say which run a journal holds and how it was started: a journal made
@@ -108,6 +108,7 @@ class Run:
         self.args: dict[str, object] = {}
         self.exception: BaseException | None = None
         self.finished = False
+        self.ended = False  # its end event is written (finish, or a stopping signal)
         self._flush_lock = threading.Lock()
         self._buffer = PendingChunks(BUFFER_LIMIT)
         self._values_packed = 0  # values handed to the journal so far
@@ -349,10 +350,25 @@ class Run:
                 **ranks.end_fields(self.rank),
             }
         )
+        self.ended = True
         self._stop.set()
         self._flusher.join()
         self._last_flush()
         self.journal.close()
+
+    def stop_event(self, signame: str) -> dict:
+        """The end of a process stopped by a signal it does not survive: no end-of-run
+        readings (the process has moments left), only when and by what."""
+        return {
+            "kind": "end",
+            "status": "killed",
+            "signal": signame,
+            "exception": None,
+            "message": f"stopped by {signame}",
+            "time": time.time(),
+            "elapsed_s": time.monotonic() - self._started_monotonic,
+            **ranks.end_fields(self.rank),
+        }
 
     def _last_flush(self) -> None:
         """Write everything left, retrying a little while a full disk frees up; then say
@@ -600,6 +616,13 @@ def _flush_on_sigterm() -> None:
 
 def _on_sigterm(signum: int, _frame: object) -> None:
     run = _current
+    ends_here = signal.getsignal(signum) is _on_sigterm
+    if run is not None and ends_here and not run.ended:
+        # The process stops now: its end says it was stopped from outside (a launcher
+        # stopping the other ranks once one died), so the rank that failed is told apart.
+        # Also while it was finishing: finish() does not resume to write its own end.
+        run.finished = run.ended = True
+        EVENTS.append(run.stop_event(signal.Signals(signum).name))
     # The handler runs in the main thread, which may itself be inside a flush (holding its
     # lock): then that flush is left as it is rather than waited for forever.
     if run is not None and run._flush_lock.acquire(timeout=1.0):
@@ -611,7 +634,7 @@ def _on_sigterm(signum: int, _frame: object) -> None:
                 f"florwb: values logged since the last flush were lost at SIGTERM ({exc!r})",
                 file=sys.stderr,
             )
-    if signal.getsignal(signum) is not _on_sigterm:
+    if not ends_here:
         return  # a framework's handler calls this one in its chain: it decides what stops
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)

@@ -318,9 +318,10 @@ def run_child(request: dict, boot: set[str]) -> None:
     defer_dynamo_import()
     # the run's RNG states at `import florwb` (the package's import restores them when it
     # is first imported here; the server may have imported it already)
+    from florwb_engine.contract.replay_spec import ENV as REPLAY_ENV
     from florwb_engine.record import start_rng
 
-    start_rng.restore_before_script(os.environ.get("FLORWB_REPLAY"))
+    start_rng.restore_before_script(os.environ.get(REPLAY_ENV))
     runpy.run_path(argv[0], run_name="__main__")
 
 

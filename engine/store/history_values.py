@@ -49,36 +49,20 @@ class SeriesValues:
     high: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass
-class HistoryValues(History):
-    """A History whose metrics and series include replayed values, with exact ranges."""
-
-    low: dict[str, float] = field(default_factory=dict)
-    high: dict[str, float] = field(default_factory=dict)
-    # per script: how many finished, versioned runs it has, and how many of them have each
-    # name from any source (florwb_engine.store.name_coverage reads them)
-    finished: dict[str, int] = field(default_factory=dict)
-    having: dict[str, dict[str, int]] = field(default_factory=dict)
-    # True when read with `values=False`: `series`, `last`, `low` and `high` are empty
-    # because they were not read yet, not because no run has the metric
-    values_pending: bool = False
-
-    def with_values(self, values: SeriesValues) -> HistoryValues:
-        """This history with its metric's values, read apart (load_series_values)."""
-        return replace(
-            self,
-            series=values.series,
-            last=values.last,
-            low=values.low,
-            high=values.high,
-            values_pending=False,
-        )
+def with_values(history: History, values: SeriesValues) -> History:
+    """`history` with its metric's values, read apart (load_series_values)."""
+    return replace(
+        history,
+        series=values.series,
+        last=values.last,
+        low=values.low,
+        high=values.high,
+        values_pending=False,
+    )
 
 
 @again_if_rebuilt
-def load_history_values(
-    store: Store, metric: str | None = None, *, values: bool = True
-) -> HistoryValues:
+def load_history_values(store: Store, metric: str | None = None, *, values: bool = True) -> History:
     """Runs, versions (dated by their first run), names from every source, one series.
 
     `values=False` leaves out the metric's values, the one part that scans the log rows
@@ -92,7 +76,7 @@ def load_history_values(
         read = chosen is not None and values
         series = _series(con, chosen) if read and chosen else SeriesValues()
         finished, having = _coverage(con)
-    return HistoryValues(
+    return History(
         runs,
         versions,
         metrics,
@@ -108,7 +92,7 @@ def load_history_values(
 
 
 @again_if_rebuilt
-def refresh_runs(store: Store, history: HistoryValues, run_ids: set[str]) -> HistoryValues | None:
+def refresh_runs(store: Store, history: History, run_ids: set[str]) -> History | None:
     """`history` with only the runs `run_ids` read again: the runs still recording, whose
     journals grew. Their rows (status, counts) and their values of the history's metric
     change; nothing else can while they record (versions, the other runs, the coverage of
@@ -324,9 +308,9 @@ def _nan(value: float | None) -> float:
 
 
 __all__ = [
-    "HistoryValues",
     "SeriesValues",
     "load_history_values",
     "load_series_values",
     "refresh_runs",
+    "with_values",
 ]

@@ -316,7 +316,7 @@ def _apply(
     rows = insert_logs(con, keys, batch.logs, run_ranks.first_seq(old.next_seq, keys.rank))
     console.insert(con, keys.run_key, keys.source_key, lines, run_ranks.first_seq(0, keys.rank))
     if dead and not done and keys.rank is not None:
-        run_ranks.mark_killed(con, keys.run_id, keys.rank)
+        run_ranks.mark_killed(con, keys.run_id, keys.rank, _last_write(path))
     elif dead and not done:
         con.execute(
             "UPDATE runs SET status = 'killed' WHERE run_id = ? AND status = 'running'",
@@ -538,7 +538,7 @@ def _apply_event(con, keys: RunKeys, e: dict) -> bool:
             ],
         )
         if "context" in e:
-            run_context.apply(con, run_id, e["context"])
+            run_context.apply(con, run_id, e["context"], keys.rank)
         if isinstance(e.get("rank"), dict):
             run_ranks.on_start(con, run_id, e, _ts(e.get("time")))
     elif kind == "version":
@@ -611,7 +611,7 @@ def _apply_event(con, keys: RunKeys, e: dict) -> bool:
         if keys.source == RECORDED and keys.rank is not None:
             run_ranks.on_end(con, run_id, keys.rank, e, _end_time(con, keys, e))
             if "context" in e:
-                run_context.apply(con, run_id, e["context"])
+                run_context.apply(con, run_id, e["context"], keys.rank)
         elif keys.source == RECORDED:
             con.execute(
                 "UPDATE runs SET end_time = ?, status = ?, exception = ?, "
@@ -650,6 +650,14 @@ def _end_time(con, keys: RunKeys, e: dict) -> datetime | None:
         if row is not None and row[0] is not None:
             return row[0] + timedelta(seconds=elapsed)
     return _ts(e.get("time"))
+
+
+def _last_write(path: Path) -> datetime | None:
+    """When a journal was last written (its modification time)."""
+    try:
+        return _ts(path.stat().st_mtime)
+    except OSError:
+        return None
 
 
 def _arg_value(v) -> tuple[float | None, str | None, str]:

@@ -38,7 +38,7 @@ _DAMAGE = (
     "Failed to load metadata",
     "database has been invalidated",
 )
-# record/atomic.temp_path: `.NAME.PID.tmp`
+# atomic.temp_path: `.NAME.PID.tmp`
 _CHECKPOINT_TMP = re.compile(r"^\..+\.(\d+)\.tmp$")
 
 

@@ -18,7 +18,7 @@ import duckdb
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
 from florwb_engine.store import console, run_context, verdicts
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 # A log row's rank is in its seq's high bits (each rank journal numbers its rows from
 # rank << RANK_SHIFT): the rank costs no column on the hot rows (store/run_ranks.py).
 RANK_SHIFT = 40
@@ -203,6 +203,8 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TABLE IF NOT EXISTS run_lineage ({TABLES['run_lineage']})")
     if version < 10:  # system metrics over time, and why a run has no energy figure
         con.execute(f"CREATE TABLE IF NOT EXISTS system_rows ({TABLES['system_rows']})")
+        run_context.create(con)
+    if version < 11:  # each rank's own run context (store/run_context.py)
         run_context.create(con)
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")

@@ -32,10 +32,10 @@ from florwb.ui.workers import run_in_thread
 from florwb_engine.store import Store, StoreBusy
 from florwb_engine.store.db import LockFreedListener, LockWaitListener, lock_waits_reported
 from florwb_engine.store.history_values import (
-    HistoryValues,
     load_history_values,
     load_series_values,
     refresh_runs,
+    with_values,
 )
 from florwb_engine.store.name_coverage import names_lacking
 from florwb_engine.store.queries import History, load_live
@@ -121,7 +121,7 @@ class LiveMonitor(Widget):
                         self._values_loading = True  # no poll replaces it meanwhile
                         self.post_message(HistoryLoaded(history))
                         values = load_series_values(self.store, history.metric)
-                        history = history.with_values(values)
+                        history = with_values(history, values)
             except StoreBusy:
                 self.post_message(StoreWaiting(self.holder, time.monotonic() - began))
                 self.call_later(self._retry_reload, initial)
@@ -195,7 +195,7 @@ class LiveMonitor(Widget):
             began, cpu = time.monotonic(), time.process_time()
             waits: list[float] = []  # time spent waiting on another process: not our cost
             live_only = (
-                isinstance(history, HistoryValues)
+                history is not None
                 and not self._poll_was_busy
                 and changes is not None
                 and bool(running)
@@ -204,11 +204,7 @@ class LiveMonitor(Widget):
             try:
                 with lock_waits_reported(self._say_waiting(began), self._say_freed(waits)):
                     fresh = None
-                    if (
-                        live_only
-                        and isinstance(history, HistoryValues)
-                        and metric == history.metric
-                    ):
+                    if live_only and history is not None and metric == history.metric:
                         fresh = refresh_runs(self.store, history, running)
                     whole = fresh is None
                     if fresh is None:
@@ -295,8 +291,6 @@ class LiveMonitor(Widget):
         script lacks (recorded or replayed counts as having it), in script order. So the
         offer goes once every run has them, and stays after a cancelled replay."""
         if pending.error:
-            return pending
-        if not isinstance(history, HistoryValues):
             return pending
         lacking = set(
             names_lacking(history.finished, history.having, pending.script, pending.working)

@@ -27,15 +27,16 @@ from textual.widgets import Footer, Header, Input
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
+from florwb.ui.history_rows import run_status, took_text
 from florwb.ui.messages import ReplayRequested, RunDetailLoaded
 from florwb.ui.workers import run_in_thread
-from florwb.widgets.history_rows import run_status, took_text
 from florwb.widgets.run_summary import data_wait_line
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.replay.cost import ranges
 from florwb_engine.store import Store
 from florwb_engine.store.lineage import describe
 from florwb_engine.store.queries import MetricSeries, RunDetail, load_run_detail
+from florwb_engine.store.run_ranks import RankRow
 from florwb_engine.store.runs import RunRow
 from florwb_engine.store.system_metrics import SystemSample
 
@@ -387,6 +388,38 @@ def _context_lines(run: RunRow) -> list[Text]:
     return lines
 
 
+def rank_lines(ranks: list[RankRow]) -> list[Text]:
+    """Each rank of a multi-process run: how it ended (the one that failed first marked,
+    the ones its launcher stopped said so) and its own memory and device."""
+    lines = []
+    for r in ranks:
+        line = Text()
+        line.append(f"rank {r.rank}  ", "cyan")
+        style = {"finished": "green", "running": "yellow", "stopped": "dim"}.get(r.status, "red")
+        line.append(r.status, style)
+        if r.failed_first:
+            line.append(" first", "bold red")
+        if r.status == "stopped" and r.message:
+            line.append(f" ({r.message.removeprefix('stopped ')})", "dim")
+        elif r.exception:
+            line.append(f" ({r.exception})", "red")
+        if r.end_time is not None:
+            said = "last wrote" if r.status == "killed" else "ended"
+            line.append(f" · {said} {r.end_time:%H:%M:%S.%f}"[:-3], "dim")
+        line.append(f" · {r.host or '?'} pid {r.pid or '?'}", "dim")
+        ctx = r.context or {}
+        if ctx.get("peak_rss_bytes"):
+            line.append(f" · host peak {fmt.size(ctx['peak_rss_bytes'])}")
+        peaks = ctx.get("gpu_peak_bytes") or []
+        if peaks:
+            line.append(" · GPU peak " + " / ".join(fmt.size(int(p)) for p in peaks))
+        device = ctx.get("device_name") or ctx.get("cpu_name")
+        if device:
+            line.append(f" · {device}", "dim")
+        lines.append(line)
+    return lines
+
+
 def system_lines(samples: list[SystemSample]) -> list[Text]:
     """Each rank's latest CPU, memory and GPU sample (record/system.py), or why none."""
     if not samples:
@@ -426,7 +459,12 @@ def system_lines(samples: list[SystemSample]) -> list[Text]:
 def _where_time_goes(detail: RunDetail) -> list:
     """Where the run ran and where its loop time went (issue 14's "where time goes")."""
     run = detail.run
-    parts: list = [_section("Where time goes"), *_context_lines(run), *system_lines(detail.system)]
+    parts: list = [
+        _section("Where time goes"),
+        *_context_lines(run),
+        *rank_lines(detail.ranks),
+        *system_lines(detail.system),
+    ]
     share = run.data_wait_share
     parts.append(Text(f"waited on the data iterator {fmt.percent(share)} of loop time"))
     if detail.loop_waits:

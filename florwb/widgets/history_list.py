@@ -22,8 +22,8 @@ from textual.strip import Strip
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
-from florwb.widgets.history_rows import HistoryRow, run_status, took_text
-from florwb.widgets.run_columns import Columns, shared_scale
+from florwb.ui.history_rows import HistoryRow, run_status, took_text
+from florwb.ui.run_columns import Columns, shared_scale
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.run_compare import best_is_max
 from florwb_engine.store.queries import RunRow

@@ -14,11 +14,11 @@ from textual.widgets import Static
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
-from florwb.widgets.history_rows import HistoryRow, run_status, took_text
+from florwb.ui.history_rows import HistoryRow, run_status, took_text
 from florwb.widgets.sparkline import sparkline
-from florwb_engine.replay.facts import is_condition
 from florwb_engine.store.hints import data_wait_hint
 from florwb_engine.store.queries import RunRow
+from florwb_engine.store.run_selection import is_condition
 from florwb_engine.watch import PendingStatements
 
 
