@@ -25,6 +25,7 @@ from textual.pilot import Pilot
 from florwb.app import WorkbenchApp
 from florwb.demo.build import build_demo
 from florwb_engine.store import Store
+from florwb_engine.store.queries import History
 
 SIZE = (80, 24)
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,5 +183,13 @@ def make_app(project: Path, **kwargs) -> WorkbenchApp:
 
 
 async def loaded(pilot: Pilot) -> str:
-    """Wait for the first complete frame: the history is listed."""
-    return await wait_for(pilot, lambda t: "version " in t and "▾" in t, what="the history")
+    """Wait for the history: listed (the first frame), then its metric's values read."""
+    await wait_for(pilot, lambda t: "version " in t and "▾" in t, what="the history")
+    await wait_until(pilot, lambda: values_read(pilot.app), what="the history's values")
+    return screen_text(pilot.app)
+
+
+def values_read(app: App) -> bool:
+    """The history shown has its metric's values (the first one is listed before them)."""
+    history = app.history if isinstance(app, WorkbenchApp) else None
+    return isinstance(history, History) and not history.values_pending

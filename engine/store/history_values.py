@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass, field, replace
 
 import duckdb
-import numpy as np
 
 from florwb_engine.store import Store
 from florwb_engine.store.queries import (
@@ -50,27 +49,45 @@ class SeriesValues:
     high: dict[str, float] = field(default_factory=dict)
 
 
+def with_values(history: History, values: SeriesValues) -> History:
+    """`history` with its metric's values, read apart (load_series_values)."""
+    return replace(
+        history,
+        series=values.series,
+        last=values.last,
+        low=values.low,
+        high=values.high,
+        values_pending=False,
+    )
+
+
 @again_if_rebuilt
-def load_history_values(store: Store, metric: str | None = None) -> History:
-    """Runs, versions (dated by their first run), names from every source, one series."""
+def load_history_values(store: Store, metric: str | None = None, *, values: bool = True) -> History:
+    """Runs, versions (dated by their first run), names from every source, one series.
+
+    `values=False` leaves out the metric's values, the one part that scans the log rows
+    (a second or more at ten million rows): the workbench lists the history at once and
+    reads them next with load_series_values (the result says `values_pending`)."""
     with read_session(store) as con:
         runs = list_runs(con)
         versions = _versions(con)
         metrics = _metrics(con)
         chosen = metric if any(m.name == metric for m in metrics) else default_metric(metrics)
-        values = _series(con, chosen) if chosen else SeriesValues()
+        read = chosen is not None and values
+        series = _series(con, chosen) if read and chosen else SeriesValues()
         finished, having = _coverage(con)
     return History(
         runs,
         versions,
         metrics,
         chosen,
-        values.series,
-        values.last,
-        values.low,
-        values.high,
+        series.series,
+        series.last,
+        series.low,
+        series.high,
         finished,
         having,
+        values_pending=chosen is not None and not values,
     )
 
 
@@ -208,6 +225,8 @@ def _series(
     ).fetchall()
     if not stats:
         return SeriesValues()
+    import numpy as np  # not on the way to the history's first frame
+
     largest = max(int(mine or 0) for *_k, mine in stats)
     modulus = max(largest // SAMPLE_ROWS, 1)
     con.register(
@@ -293,4 +312,5 @@ __all__ = [
     "load_history_values",
     "load_series_values",
     "refresh_runs",
+    "with_values",
 ]

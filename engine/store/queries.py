@@ -104,6 +104,10 @@ class History:
     # name from any source (florwb_engine.store.name_coverage reads them)
     finished: dict[str, int] = field(default_factory=dict)
     having: dict[str, dict[str, int]] = field(default_factory=dict)
+    # True when read with `values=False` (history_values.load_history_values): `series`,
+    # `last`, `low` and `high` are empty because they were not read yet, not because no
+    # run has the metric
+    values_pending: bool = False
 
 
 @dataclass

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import numpy as np
+
+if TYPE_CHECKING:  # imported where series are built: ingestion reaches this module
+    import numpy as np
 
 from florwb_engine.journal_events import System
 
@@ -85,6 +87,8 @@ def series(
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """run id -> (seconds since the run started, value) of one figure, lowest rank only
     (rank 0 of a launch: the other ranks' figures are in system_rows)."""
+    import numpy as np
+
     name = metric.removeprefix(PREFIX)
     rows = con.execute(
         """

@@ -89,6 +89,14 @@ class HistoryPane(Vertical):
 
     def show(self, history: History) -> None:
         previous, chosen = self.history, self.chosen_metric
+        if (
+            previous is not None
+            and history.runs is previous.runs
+            and previous.values_pending
+            and history.metric == previous.metric
+        ):
+            self._values_arrived(history)  # the same rows: only their values are new
+            return
         if chosen is not None and history.metric != chosen:
             # a reload that began before the user cycled the metric: show the series on
             # screen until the chosen metric's fresh one arrives, instead of snapping back
@@ -98,6 +106,7 @@ class HistoryPane(Vertical):
                 self._load_series(chosen)
         self.history = history
         listing = self.history_list
+        listing.values_pending = history.values_pending
         listing.set_series(history.series, history.last, history.low, history.high, history.metric)
         listing.differ = args_that_differ((r.script, r.args) for r in history.runs)
         self._rebuild()
@@ -106,6 +115,16 @@ class HistoryPane(Vertical):
             or {r.run_id for r in previous.runs} != {r.run_id for r in history.runs}
         ):
             self._run_where(self.text_filter)  # new runs: does the condition select them?
+
+    def _values_arrived(self, history: History) -> None:
+        self.history = history
+        listing = self.history_list
+        listing.values_pending = history.values_pending
+        listing.set_series(history.series, history.last, history.low, history.high, history.metric)
+        if listing.sort[0] in ("final", "best"):
+            self._rebuild()
+        self._header()
+        self.refresh_summary()
 
     def _rebuild(self) -> None:
         """The rows again from the history, the filter and the sort order."""
@@ -168,6 +187,8 @@ class HistoryPane(Vertical):
             self.history.metric = message.metric
             self.history.series, self.history.last = message.series, message.last
             self.history.low, self.history.high = message.low, message.high
+            self.history.values_pending = False
+        self.history_list.values_pending = False
         self.history_list.set_series(
             message.series, message.last, message.low, message.high, message.metric
         )
@@ -219,6 +240,7 @@ class HistoryPane(Vertical):
             text_filter=self.text_filter if history.runs else "",
             pending=self.pending,
             live=self.history_list.live.get(run_id) if run_id else None,
+            values_pending=history.values_pending,
         )
 
     @on(HistoryList.Highlighted)
