@@ -161,12 +161,12 @@ class Ring:
         self.lock = threading.Lock()
         self.host: Any = None  # pinned, made by the flusher when it first reads
 
-    def take(self, value: Any) -> int | None:
-        """Copy `value` into the next free slot; its sequence number (None when full)."""
+    def take(self, value: Any) -> int:
+        """Copy `value` into the next free slot; its sequence number (-1 when full)."""
         with self.lock:
             seq = self.head
             if seq - self.tail >= self.size:
-                return None
+                return -1
             self.head = seq + 1
             self.slots[seq % self.size].copy_(value)
         return seq
@@ -256,11 +256,11 @@ def stage(value: Any) -> Staged:
         scalar = scalar.reshape(())
     key = (scalar.dtype, Device.stream_key(scalar))
     ring = _RINGS.get(key)
-    seq = None if ring is None else ring.take(scalar)
-    if seq is None:  # the first value of its kind, or the flusher fell behind
+    seq = -1 if ring is None else ring.take(scalar)
+    if ring is None or seq < 0:  # the first value of its kind, or the flusher fell behind
         size = RING_SLOTS if ring is None else min(2 * ring.size, MAX_RING_SLOTS)
         ring = _RINGS[key] = Ring(scalar, size, Device.current_stream(scalar))
-        seq = ring.take(scalar)
+        seq = ring.take(scalar)  # a fresh ring has room (its only writer is this call)
     Device.seen = True
     return Staged(ring, seq, scalar.dtype)
 
