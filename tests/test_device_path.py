@@ -307,3 +307,12 @@ def test_values_whose_device_failed_are_kept_as_text_and_the_others_are_read(sta
 def test_a_cpu_tensor_is_still_read_at_the_call():
     assert encode(torch.tensor([0.25]), defer=True) == 0.25  # a number at once
     assert encode(torch.tensor(True), defer=True) is True
+
+
+def test_a_value_that_cannot_be_staged_is_read_at_the_call_instead(stand_in, monkeypatch):
+    def no_ring(value):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(Device, "stream_key", no_ring)
+    assert encode(_dev(torch.tensor([2.5], dtype=torch.float64)), defer=True) == 2.5
+    assert REPLACED.take_new() == []  # the value itself is kept exactly

@@ -84,7 +84,9 @@ def _stream_key(value: Any) -> Any:
     C call, made per value), or its device alone where it has no streams."""
     if value.is_cuda:
         index = value.get_device()
-        return index, sys.modules["torch"]._C._cuda_getCurrentRawStream(index)
+        torch = sys.modules["torch"]
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # torch >= 1.13
+        return index, raw(index) if raw else torch.cuda.current_stream(index).cuda_stream
     return str(value.device), None
 
 
@@ -150,8 +152,6 @@ class Ring:
         import torch
 
         self.buf = torch.empty(size, dtype=like.dtype, device=like.device)
-        if type(like) is not torch.Tensor:  # a stand-in device tensor keeps its kind
-            self.buf = self.buf.as_subclass(type(like))
         self.slots = self.buf.unbind(0)  # views made once: the call only copies into one
         self.size = size
         self.head = 0
@@ -294,7 +294,10 @@ def encode(value: Any, *, defer: bool = False) -> Any:
         return value
     try:
         if defer and _stageable(value):
-            return stage(value)
+            try:
+                return stage(value)
+            except Exception:  # noqa: BLE001 - no ring (out of device memory): .item() below
+                pass
         if type(value) is Staged:  # one a caller did not read first
             return value.read()
         scalar = _as_scalar(value)
