@@ -68,9 +68,11 @@ if [ "$QUICK" = 1 ]; then
 else
   step gpu_check 220 python3 benchmarks/gpu_check.py "$OUT/gpu_check"
 fi
-step bench_log_hotpath_cuda 60 python3 benchmarks/bench_log_hotpath.py --device cuda \
+# flordb adds a fourth backend (a run of it per round); --quick times one round of the overhead
+ROUNDS=$([ "$QUICK" = 1 ] && echo 1 || echo 2)
+step bench_log_hotpath_cuda 90 python3 benchmarks/bench_log_hotpath.py --device cuda \
   --epochs 4 --steps 500 --repeats 2
-step bench_record_overhead_cuda 75 python3 benchmarks/bench_record_overhead.py --device cuda \
-  --rounds 2
+step bench_record_overhead_cuda $((40 + 35 * ROUNDS)) python3 benchmarks/bench_record_overhead.py \
+  --device cuda --rounds "$ROUNDS"
 echo "=== summary"
 grep -h "^CHECK\|^RESULT" "$OUT"/*.txt
