@@ -251,7 +251,7 @@ _RINGS: dict[Any, Ring] = {}  # (dtype, stream key) -> the ring values are copie
 
 def stage(value: Any) -> Staged:
     """Copy a one-element device tensor into a ring slot on its device, without waiting."""
-    scalar = value.detach()
+    scalar = value.detach() if value.requires_grad else value  # the copy joins no graph
     if scalar.dim():
         scalar = scalar.reshape(())
     key = (scalar.dtype, Device.stream_key(scalar))
