@@ -8,10 +8,12 @@ JSON stays a string.
 
 A one-element tensor on a GPU is the exception to "converted at the call": `.item()` would
 make the training thread wait for every kernel queued before it, once per logged value. Its
-value is copied at the call instead, asynchronously into pinned host memory on the tensor's
-stream (so later in-place ops, queued after the copy, cannot change it), and the flusher
-reads it (`Staged.read`) before it packs the values: the same number `.item()` would give,
-and no host sync on the training thread.
+value is copied at the call instead, by one device-side copy into a slot of a ring of device
+memory (`Ring`, one per dtype and stream), queued on the current stream (so later in-place
+ops, queued after the copy, cannot change it). The flusher brings the slots of a batch to
+pinned host memory in one copy and waits on one event per ring (`read_staged`) before it
+packs the values: the same numbers `.item()` would give, and no host sync, host allocation
+or event per value on the training thread.
 """
 
 from __future__ import annotations
@@ -146,7 +148,9 @@ class Ring:
     behind) is replaced by one twice its size, and the old one is still read through the
     values that point into it."""
 
-    __slots__ = ("buf", "slots", "size", "head", "tail", "stream", "device", "lock", "host")
+    __slots__ = (
+        "buf", "slots", "size", "head", "tail", "stream", "device", "lock", "reading", "host"
+    )  # fmt: skip
 
     def __init__(self, like: Any, size: int, stream: Any) -> None:
         import torch
@@ -159,6 +163,7 @@ class Ring:
         self.stream = stream
         self.device = like.device
         self.lock = threading.Lock()
+        self.reading = threading.Lock()  # one reader at a time uses `host`
         self.host: Any = None  # pinned, made by the flusher when it first reads
 
     def take(self, value: Any) -> int:
@@ -175,6 +180,10 @@ class Ring:
         """The values of slots `seqs` (flusher only: waits for the one copy it queues). A
         slot written again before the copy was queued (more than `size` values behind)
         comes back as `_OVERWRITTEN`."""
+        with self.reading:
+            return self._read(seqs)
+
+    def _read(self, seqs: list[int]) -> list[Any]:
         import torch
 
         if self.host is None:
