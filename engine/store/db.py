@@ -44,6 +44,11 @@ _lock_wait_listener: ContextVar[tuple[LockWaitListener, LockFreedListener | None
     ContextVar("florwb_lock_wait_listener", default=None)
 )
 LOCK_REPORT_EVERY_S = 0.5
+# While a connection waits on another process, `served_by` may find that what it waits for
+# was done by someone else meanwhile (a reader served by another reader's snapshot).
+_served_by: ContextVar[Callable[[], object | None] | None] = ContextVar(
+    "florwb_served_by", default=None
+)
 # The longest pause between two tries for the lock: holders keep it for milliseconds, so a
 # waiter that slept longer would wait on a file that is free.
 RETRY_DELAY_MAX_S = 0.05
@@ -62,6 +67,27 @@ def lock_waits_reported(
         yield
     finally:
         _lock_wait_listener.reset(token)
+
+
+class Served(Exception):  # noqa: N818 - not an error: the wait ended another way
+    """Raised out of a waiting connection when `served_by`'s check found what it waited for;
+    `value` is what the check returned."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__("served while waiting for the catalog")
+        self.value = value
+
+
+@contextmanager
+def served_by(check: Callable[[], object | None]) -> Iterator[None]:
+    """Connections opened inside this block call `check()` between their tries while another
+    process holds the catalog; the first value other than None ends the wait by raising
+    `Served(value)` (its waiting time told to the `freed` listener like any wait)."""
+    token = _served_by.set(check)
+    try:
+        yield
+    finally:
+        _served_by.reset(token)
 
 
 class _Gate:
@@ -202,6 +228,7 @@ def _connected(
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     listeners = _lock_wait_listener.get()
     listener, freed = listeners if listeners is not None else (None, None)
+    check = _served_by.get()
     waited = False
     began = time.monotonic()
     reported_at = began
@@ -226,6 +253,11 @@ def _connected(
                 log.info("%s is locked by %s; retrying for up to %.0f s", path, holder, timeout_s)
                 said = True
             now = time.monotonic()
+            served = check() if check is not None else None
+            if served is not None:
+                if freed is not None:
+                    freed(now - began)
+                raise Served(served) from None
             if listener is not None and "Conflicting lock" in str(exc):
                 if now - reported_at >= LOCK_REPORT_EVERY_S:
                     reported_at = now

@@ -15,6 +15,14 @@ catalog, about 1 s per GB), never while a result streams.
 When a reader is done its link goes; the last one out removes the shared name too (the link
 count says who is last; a reader that links while another removes either gets the file or
 copies it again). Links of killed readers are removed by the next snapshot taken.
+
+Readers that ask at once share one ingestion: every session numbers its ingestion in
+`florwb.duckdb.ingests` before it ingests (under the catalog's lock, so the numbers are
+never lost or reordered), and a snapshot says there which ingestion it holds. A reader
+notes the number when it asks; while it waits for the catalog, a snapshot whose ingestion
+began after that holds everything it asked for, so it links that one and never takes the
+catalog itself. However many readers wait, each waits at most for the ingestion under way
+and the next one.
 """
 
 from __future__ import annotations
@@ -33,12 +41,21 @@ import duckdb
 
 from florwb_engine import processes
 from florwb_engine.store import repair
-from florwb_engine.store.db import DB_FILENAME, StoreError, exclusive_here, no_progress_bar
+from florwb_engine.store.db import (
+    DB_FILENAME,
+    Served,
+    StoreError,
+    exclusive_here,
+    no_progress_bar,
+    served_by,
+)
 
 if TYPE_CHECKING:
     from florwb_engine.store.catalog import Store
 
 PREFIX = DB_FILENAME + ".read-"
+# "<ingestions begun> <ingestion the latest snapshot holds> <that snapshot's name>"
+INGESTS = DB_FILENAME + ".ingests"
 # A reader's link, its copy under way, DuckDB's spill folder beside it.
 _PRIVATE = re.compile(re.escape(PREFIX) + r"[0-9-]+\.(\d+)-\d+(?:\.copying|\.tmp)?$")
 _serial = itertools.count()
@@ -59,7 +76,22 @@ def _identity(catalog: Path) -> str:
 def take(store: Store) -> Path:
     """A private, read-only-to-be copy of the catalog as of now, every journal ingested;
     `release` it when done. The catalog is held for the ingestion, a checkpoint and (when
-    the catalog changed since the last snapshot) one copy of the file."""
+    the catalog changed since the last snapshot) one copy of the file; not at all when
+    another reader's snapshot, from an ingestion that began after this call, comes first.
+    Inside `store.pinned()` it is the pinned snapshot, linked again."""
+    pinned = store.pinned_snapshot()
+    if pinned is not None and _same_catalog(pinned, store.dir / DB_FILENAME):
+        return _linked_again(pinned)
+    asked = _ingestions(store.dir)[0]
+    try:
+        with served_by(lambda: _served(store.dir, asked)):
+            return _ingested_and_taken(store)
+    except Served as served:
+        assert isinstance(served.value, Path)
+        return served.value
+
+
+def _ingested_and_taken(store: Store) -> Path:
     catalog = store.dir / DB_FILENAME
     with exclusive_here(store.dir), store.session() as con, repair.guarded(store.dir):
         con.execute("CHECKPOINT")  # every committed row in the file, the WAL empty
@@ -74,7 +106,64 @@ def take(store: Store) -> Path:
             _copy(catalog, shared, private)
         except OSError:  # a file system without hard links: a copy of its own
             _copy(catalog, None, private)
+            return private
+        began = _ingestions(store.dir)[0]  # this session's: it holds the catalog
+        _write_ingestions(store.dir, began, began, shared.name)
     return private
+
+
+def begin_ingestion(store_dir: Path) -> None:
+    """Number the ingestion about to run; only while the catalog is held for writing."""
+    began, held, name = _ingestions(store_dir)
+    _write_ingestions(store_dir, began + 1, held, name)
+
+
+def _ingestions(store_dir: Path) -> tuple[int, int, str]:
+    try:
+        began, held, name = (store_dir / INGESTS).read_text().split(" ", 2)
+        return int(began), int(held), name.strip()
+    except (FileNotFoundError, ValueError):  # none yet, or not ours: numbering starts again
+        return 0, 0, ""
+
+
+def _write_ingestions(store_dir: Path, began: int, held: int, name: str) -> None:
+    temp = store_dir / f".{INGESTS}.{os.getpid()}-{threading.get_ident()}.tmp"
+    temp.write_text(f"{began} {held} {name}\n")
+    os.replace(temp, store_dir / INGESTS)
+
+
+def _served(store_dir: Path, asked: int) -> Path | None:
+    """A link of its own to a snapshot whose ingestion began after `asked`, if one exists."""
+    _began, held, name = _ingestions(store_dir)
+    if held <= asked or not name.startswith(PREFIX) or "/" in name:
+        return None
+    shared = store_dir / name
+    private = _private_name(shared)
+    try:
+        os.link(shared, private)
+    except OSError:  # removed by its last reader meanwhile: wait on for the catalog
+        return None
+    return private
+
+
+def _same_catalog(private: Path, catalog: Path) -> bool:
+    """Whether `private` is a snapshot of the file now at `catalog` (not of one moved aside
+    as damaged since: a read that met the damage reads again from the rebuilt one)."""
+    try:
+        inode = str(catalog.stat().st_ino)
+    except FileNotFoundError:
+        return False
+    return private.name[len(PREFIX) :].split("-", 1)[0] == inode
+
+
+def _linked_again(private: Path) -> Path:
+    shared = private.with_name(private.name.rsplit(".", 1)[0])
+    again = _private_name(shared)
+    try:
+        os.link(private, again)
+    except OSError:  # a file system without hard links
+        _copy(private, None, again)
+    return again
 
 
 def _copy(catalog: Path, shared: Path | None, private: Path) -> None:
