@@ -2,6 +2,8 @@
 stdout a pipe this test does not drain) holds a snapshot of the catalog, never the catalog,
 so `florwb runs`, a dataframe read and the ingestion of a new recording go on while it is
 stuck mid-stream, and what it leaves behind when it is killed is removed by the next reader.
+A dataframe holds no catalog while it pivots either, and readers that wait for the catalog
+at once are served by one ingestion that began after they asked, never by an earlier one.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,8 +21,9 @@ import pytest
 from conftest import florwb, recorded_project, run_py
 from test_store_busy import held
 
-from florwb_engine.store import Store
-from florwb_engine.store.snapshot import PREFIX
+from florwb_engine.store import Store, verdicts
+from florwb_engine.store.db import lock_waits_reported
+from florwb_engine.store.snapshot import INGESTS, PREFIX
 
 SCRIPT = """
 import florwb as flor
@@ -109,3 +113,118 @@ def test_every_page_of_an_open_result_comes_from_the_catalog_as_it_was(project: 
     assert stream.exhausted and not stream.is_open
     assert len(first) + len(rest) == 3000  # one run's rows: the catalog when it started
     assert _snapshots(project) == []
+
+
+def test_a_dataframe_holds_no_catalog_while_it_pivots(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+):
+    pivoting, go_on = threading.Event(), threading.Event()
+    withheld = verdicts.withheld
+
+    def paused(*args, **kwargs):  # the pivot stops in the middle until the test says so
+        pivoting.set()
+        assert go_on.wait(120)
+        return withheld(*args, **kwargs)
+
+    monkeypatch.setattr(verdicts, "withheld", paused)
+    frames = []
+    reader = threading.Thread(target=lambda: frames.append(Store(project).dataframe("loss")))
+    reader.start()
+    try:
+        assert pivoting.wait(120)
+        with held(project):  # a write lock at the first try: the pivot holds no catalog
+            pass
+        run_py(project, "train.py", "--kwargs", "lr=0.2")  # a new recording lands
+        runs = florwb(project, "runs", env=LOCK_WAIT)
+        assert runs.stderr == "" and runs.stdout.count("finished") == 2
+    finally:
+        go_on.set()
+        reader.join(120)
+    (frame,) = frames  # the catalog as it was when the dataframe began
+    assert list(frame["loss"]) == pytest.approx([0.1, 0.05, 0.1 / 3])
+
+
+# A reader in a process of its own that stops, holding the catalog, until told to go on:
+# `before` its ingestion begins, or `after` it (before its snapshot is taken).
+PAUSED_READER = """
+import sys
+from florwb_engine.store import Store
+
+class Paused(Store):
+    def _prepare(self, con):
+        if sys.argv[2] == "after":
+            super()._prepare(con)
+        print("holding", flush=True)
+        sys.stdin.readline()
+        if sys.argv[2] == "before":
+            super()._prepare(con)
+
+print(len(Paused(sys.argv[1]).run_rows()), flush=True)
+"""
+
+
+@contextmanager
+def paused_reader(project: Path, where: str) -> Iterator[subprocess.Popen]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAUSED_READER, str(project), where],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "holding\n"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+
+
+def _ingestions_begun(project: Path) -> int:
+    return int((project / ".florwb" / INGESTS).read_text().split()[0])
+
+
+def _runs_read_while_waiting(project: Path) -> tuple[threading.Thread, threading.Event, list]:
+    """`run_rows` on a thread of this process, and an event set once it waits on the lock."""
+    waiting, found = threading.Event(), []
+
+    def read() -> None:
+        with lock_waits_reported(lambda holder, waited_s: waiting.set()):
+            found.append(Store(project).run_rows())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    return reader, waiting, found
+
+
+def test_readers_waiting_at_once_share_the_ingestion_that_began_after_they_asked(
+    project: Path,
+):
+    run_py(project, "train.py", "--kwargs", "lr=0.2")  # a journal still to ingest
+    begun = _ingestions_begun(project)
+    with paused_reader(project, "before") as other:
+        reader, waiting, found = _runs_read_while_waiting(project)
+        assert waiting.wait(120)  # it asked while the other held the catalog
+        assert other.stdin is not None
+        other.stdin.write("go on\n")
+        other.stdin.flush()
+        assert other.stdout is not None and other.stdout.readline() == "2\n"
+        reader.join(120)
+    (runs,) = found
+    assert [r.status for r in runs] == ["finished", "finished"]
+    assert _ingestions_begun(project) == begun + 1  # two readers, one ingestion
+
+
+def test_a_reader_is_never_served_by_an_ingestion_that_began_before_it_asked(
+    project: Path,
+):
+    with paused_reader(project, "after") as other:  # it ingested: one run
+        run_py(project, "train.py", "--kwargs", "lr=0.2")  # then a second run ends
+        reader, waiting, found = _runs_read_while_waiting(project)
+        assert waiting.wait(120)
+        assert other.stdin is not None
+        other.stdin.write("go on\n")
+        other.stdin.flush()
+        assert other.stdout is not None and other.stdout.readline() == "1\n"
+        reader.join(120)
+    (runs,) = found  # the run that ended before it asked is there
+    assert [r.status for r in runs] == ["finished", "finished"]

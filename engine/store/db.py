@@ -247,17 +247,17 @@ def _connected(
                 raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
             holder = lock_holder(str(exc))
             waited = True
+            served = check() if check is not None else None
+            if served is not None:
+                if freed is not None:
+                    freed(time.monotonic() - began)
+                raise Served(served) from None
             if time.monotonic() > deadline:
                 raise StoreBusy(f"{path} stayed locked by {holder} for {timeout_s:.0f} s") from None
             if not said and time.monotonic() > noticed_at and "Conflicting lock" in str(exc):
                 log.info("%s is locked by %s; retrying for up to %.0f s", path, holder, timeout_s)
                 said = True
             now = time.monotonic()
-            served = check() if check is not None else None
-            if served is not None:
-                if freed is not None:
-                    freed(now - began)
-                raise Served(served) from None
             if listener is not None and "Conflicting lock" in str(exc):
                 if now - reported_at >= LOCK_REPORT_EVERY_S:
                     reported_at = now
@@ -266,6 +266,11 @@ def _connected(
             delay = min(delay * 2, RETRY_DELAY_MAX_S)
     if waited and freed is not None:
         freed(time.monotonic() - began)
+    if waited and check is not None:  # served by whoever held the file until now
+        served = check()
+        if served is not None:
+            con.close()
+            raise Served(served)
     try:
         no_progress_bar(con)
         yield con
