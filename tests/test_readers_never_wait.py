@@ -8,6 +8,7 @@ at once are served by one ingestion that began after they asked, never by an ear
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -180,7 +181,7 @@ def paused_reader(project: Path, where: str) -> Iterator[subprocess.Popen]:
 
 
 def _ingestions_begun(project: Path) -> int:
-    return int((project / ".florwb" / INGESTS).read_text().split()[0])
+    return json.loads((project / ".florwb" / INGESTS).read_text())["began"]
 
 
 def _runs_read_while_waiting(project: Path) -> tuple[threading.Thread, threading.Event, list]:

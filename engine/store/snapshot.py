@@ -28,10 +28,13 @@ and the next one.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import shutil
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from florwb_engine import processes
+from florwb_engine import journal, processes
+from florwb_engine import project as projects
 from florwb_engine.store import repair
 from florwb_engine.store.db import (
     DB_FILENAME,
@@ -49,13 +53,18 @@ from florwb_engine.store.db import (
     no_progress_bar,
     served_by,
 )
+from florwb_engine.store.schema import RECORDED
 
 if TYPE_CHECKING:
     from florwb_engine.store.catalog import Store
 
 PREFIX = DB_FILENAME + ".read-"
-# "<ingestions begun> <ingestion the latest snapshot holds> <that snapshot's name>"
+# JSON: sessions begun ("began"), the one the latest snapshot holds ("held"), that
+# snapshot's name, when its ingestion began, the journal sizes it holds, their live writers
 INGESTS = DB_FILENAME + ".ingests"
+# How old the latest snapshot may be and still serve a reader without any ingestion, when
+# only running recordings appended since: their values show at most this much later.
+FRESH_S = 1.0
 # A reader's link, its copy under way, DuckDB's spill folder beside it.
 _PRIVATE = re.compile(re.escape(PREFIX) + r"[0-9-]+\.(\d+)-\d+(?:\.copying|\.tmp)?$")
 _serial = itertools.count()
@@ -76,13 +85,18 @@ def _identity(catalog: Path) -> str:
 def take(store: Store) -> Path:
     """A private, read-only-to-be copy of the catalog as of now, every journal ingested;
     `release` it when done. The catalog is held for the ingestion, a checkpoint and (when
-    the catalog changed since the last snapshot) one copy of the file; not at all when
-    another reader's snapshot, from an ingestion that began after this call, comes first.
-    Inside `store.pinned()` it is the pinned snapshot, linked again."""
+    the catalog changed since the last snapshot) one copy of the file; not at all when the
+    latest snapshot is still current (`_current`) or another reader's snapshot, from an
+    ingestion that began after this call, comes first. Inside `store.pinned()` it is the
+    pinned snapshot, linked again."""
     pinned = store.pinned_snapshot()
     if pinned is not None and _same_catalog(pinned, store.dir / DB_FILENAME):
         return _linked_again(pinned)
-    asked = _ingestions(store.dir)[0]
+    latest = _record(store.dir)
+    current = _current(store, latest)
+    if current is not None:
+        return current
+    asked = int(latest.get("began", 0))
     try:
         with served_by(lambda: _served(store.dir, asked)):
             return _ingested_and_taken(store)
@@ -93,6 +107,7 @@ def take(store: Store) -> Path:
 
 def _ingested_and_taken(store: Store) -> Path:
     catalog = store.dir / DB_FILENAME
+    at, sizes = time.time(), _journal_sizes(store)  # what the ingestion below holds at least
     with exclusive_here(store.dir), store.session() as con, repair.guarded(store.dir):
         con.execute("CHECKPOINT")  # every committed row in the file, the WAL empty
         shared = catalog.with_name(PREFIX + _identity(catalog))
@@ -107,41 +122,115 @@ def _ingested_and_taken(store: Store) -> Path:
         except OSError:  # a file system without hard links: a copy of its own
             _copy(catalog, None, private)
             return private
-        began = _ingestions(store.dir)[0]  # this session's: it holds the catalog
-        _write_ingestions(store.dir, began, began, shared.name)
+        began = int(_record(store.dir).get("began", 0))  # this session's: it holds the catalog
+        _write_record(
+            store.dir,
+            {
+                "began": began,
+                "held": began,
+                "snapshot": shared.name,
+                "at": at,
+                "sizes": sizes,
+                "live": _live_writers(con),
+            },
+        )
     return private
 
 
 def begin_ingestion(store_dir: Path) -> None:
-    """Number the ingestion about to run; only while the catalog is held for writing."""
-    began, held, name = _ingestions(store_dir)
-    _write_ingestions(store_dir, began + 1, held, name)
+    """Number the session about to ingest (and maybe write); only while the catalog is held
+    for writing, so no number is lost and none comes out of order."""
+    record = _record(store_dir)
+    record["began"] = int(record.get("began", 0)) + 1
+    _write_record(store_dir, record)
 
 
-def _ingestions(store_dir: Path) -> tuple[int, int, str]:
+def _record(store_dir: Path) -> dict[str, Any]:
     try:
-        began, held, name = (store_dir / INGESTS).read_text().split(" ", 2)
-        return int(began), int(held), name.strip()
+        record = json.loads((store_dir / INGESTS).read_text())
     except (FileNotFoundError, ValueError):  # none yet, or not ours: numbering starts again
-        return 0, 0, ""
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
-def _write_ingestions(store_dir: Path, began: int, held: int, name: str) -> None:
+def _write_record(store_dir: Path, record: dict[str, Any]) -> None:
     temp = store_dir / f".{INGESTS}.{os.getpid()}-{threading.get_ident()}.tmp"
-    temp.write_text(f"{began} {held} {name}\n")
+    temp.write_text(json.dumps(record))
     os.replace(temp, store_dir / INGESTS)
+
+
+def _journal_sizes(store: Store) -> dict[str, int]:
+    sizes = {}
+    for path in projects.journal_dir(store.project).glob(f"*{journal.SUFFIX}"):
+        try:
+            sizes[path.name] = path.stat().st_size
+        except FileNotFoundError:
+            continue
+    return sizes
+
+
+def _live_writers(con: duckdb.DuckDBPyConnection) -> dict[str, list]:
+    """The journals of recordings still running, each with its writer (host, pid, its
+    start ticks): while that process lives, what it appends is a live run's next values."""
+    rows = con.execute(
+        "SELECT j.file, coalesce(k.host, r.host), coalesce(k.pid, r.pid), "
+        "coalesce(k.pid_ticks, r.pid_ticks) FROM journals j JOIN runs r USING (run_id) "
+        "LEFT JOIN run_ranks k ON k.run_id = j.run_id AND k.rank = j.rank "
+        "WHERE NOT coalesce(j.done, false) AND j.source = ? "
+        "AND coalesce(k.status, r.status) = 'running'",
+        [RECORDED],
+    ).fetchall()
+    return {file: [host, pid, ticks] for file, host, pid, ticks in rows if pid is not None}
+
+
+def _current(store: Store, latest: dict[str, Any]) -> Path | None:
+    """A link of its own to the latest snapshot when it still holds everything a reader
+    asking now must see: no session began since it was taken, it is at most FRESH_S old,
+    and since then only running recordings of other processes appended to their journals
+    (their next values, which a reader sees a moment later anyway)."""
+    name = latest.get("snapshot")
+    if latest.get("began") != latest.get("held") or not isinstance(name, str):
+        return None
+    if abs(time.time() - float(latest.get("at", 0))) > FRESH_S:
+        return None
+    try:  # the catalog is still the file it copied (nothing wrote it, nothing replaced it)
+        if name != PREFIX + _identity(store.dir / DB_FILENAME):
+            return None
+    except FileNotFoundError:
+        return None
+    sizes, live = latest.get("sizes", {}), latest.get("live", {})
+    now = _journal_sizes(store)
+    if now.keys() != sizes.keys():
+        return None
+    host = socket.gethostname()
+    for file, size in now.items():
+        if size == sizes[file]:
+            continue
+        writer = live.get(file)
+        if writer is None or writer[0] != host or writer[1] == os.getpid():
+            return None
+        if processes.is_gone(int(writer[1]), writer[2]):
+            return None
+    return _linked(store.dir, name)
 
 
 def _served(store_dir: Path, asked: int) -> Path | None:
     """A link of its own to a snapshot whose ingestion began after `asked`, if one exists."""
-    _began, held, name = _ingestions(store_dir)
-    if held <= asked or not name.startswith(PREFIX) or "/" in name:
+    latest = _record(store_dir)
+    name = latest.get("snapshot")
+    if int(latest.get("held", 0)) <= asked or not isinstance(name, str):
+        return None
+    return _linked(store_dir, name)
+
+
+def _linked(store_dir: Path, name: str) -> Path | None:
+    if not name.startswith(PREFIX) or "/" in name:
         return None
     shared = store_dir / name
     private = _private_name(shared)
     try:
         os.link(shared, private)
-    except OSError:  # removed by its last reader meanwhile: wait on for the catalog
+    except OSError:  # removed by its last reader meanwhile: the catalog is read again
         return None
     return private
 
