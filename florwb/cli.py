@@ -134,7 +134,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         return _query(store, args)
 
 
-def _query(store, args: argparse.Namespace) -> int:
+def _query(store: Store, args: argparse.Namespace) -> int:
     from florwb_engine.store import user_sql
 
     with user_sql.user_result(store, args.sql) as result:

@@ -22,11 +22,14 @@ never lost or reordered), and a snapshot says there which ingestion it holds. A 
 notes the number when it asks; while it waits for the catalog, a snapshot whose ingestion
 began after that holds everything it asked for, so it links that one and never takes the
 catalog itself. However many readers wait, each waits at most for the ingestion under way
-and the next one.
+and the next one. A reader does not wait at all when the latest snapshot is under FRESH_S
+old, still read by someone, nothing opened the catalog since, and only running recordings
+of other processes appended to their journals (`_current`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -123,17 +126,16 @@ def _ingested_and_taken(store: Store) -> Path:
             _copy(catalog, None, private)
             return private
         began = int(_record(store.dir).get("began", 0))  # this session's: it holds the catalog
-        _write_record(
-            store.dir,
-            {
-                "began": began,
-                "held": began,
-                "snapshot": shared.name,
-                "at": at,
-                "sizes": sizes,
-                "live": _live_writers(con),
-            },
-        )
+        latest = {
+            "began": began,
+            "held": began,
+            "snapshot": shared.name,
+            "at": at,
+            "sizes": sizes,
+            "live": _live_writers(con),
+        }
+        with contextlib.suppress(OSError):  # a full disk: it serves its own reader only
+            _write_record(store.dir, latest)
     return private
 
 
@@ -142,7 +144,10 @@ def begin_ingestion(store_dir: Path) -> None:
     for writing, so no number is lost and none comes out of order."""
     record = _record(store_dir)
     record["began"] = int(record.get("began", 0)) + 1
-    _write_record(store_dir, record)
+    try:
+        _write_record(store_dir, record)
+    except OSError:  # a full disk: then no snapshot serves anyone but its own reader
+        (store_dir / INGESTS).unlink(missing_ok=True)
 
 
 def _record(store_dir: Path) -> dict[str, Any]:
@@ -155,8 +160,11 @@ def _record(store_dir: Path) -> dict[str, Any]:
 
 def _write_record(store_dir: Path, record: dict[str, Any]) -> None:
     temp = store_dir / f".{INGESTS}.{os.getpid()}-{threading.get_ident()}.tmp"
-    temp.write_text(json.dumps(record))
-    os.replace(temp, store_dir / INGESTS)
+    try:
+        temp.write_text(json.dumps(record))
+        os.replace(temp, store_dir / INGESTS)
+    finally:
+        temp.unlink(missing_ok=True)
 
 
 def _journal_sizes(store: Store) -> dict[str, int]:
