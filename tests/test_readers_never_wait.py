@@ -14,15 +14,16 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import florwb, recorded_project, run_py
+from conftest import florwb, recorded_project, run_py, write
 from test_store_busy import held
 
-from florwb_engine.store import Store, verdicts
+from florwb_engine.store import Store, snapshot, verdicts
 from florwb_engine.store.db import lock_waits_reported
 from florwb_engine.store.snapshot import INGESTS, PREFIX
 
@@ -229,3 +230,61 @@ def test_a_reader_is_never_served_by_an_ingestion_that_began_before_it_asked(
         reader.join(120)
     (runs,) = found  # the run that ended before it asked is there
     assert [r.status for r in runs] == ["finished", "finished"]
+
+
+# A recording that logs a step each time it reads a line, and ends at "stop".
+LIVE = """
+import sys
+import florwb as flor
+for step in flor.loop("step", range(1000)):
+    flor.log("loss", 1.0 / (1 + step))
+    print("logged", step, flush=True)
+    if sys.stdin.readline().strip() == "stop":
+        break
+flor.commit()
+"""
+
+
+def _until(condition, what: str) -> None:
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def _live_status(project: Path) -> str | None:
+    return next((r.status for r in Store(project).run_rows() if r.script == "live.py"), None)
+
+
+def test_a_reader_is_served_at_once_while_only_a_live_recording_appended(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(snapshot, "FRESH_S", 600.0)  # how old it may be is not tested here
+    write(project / "live.py", LIVE)
+    journals = project / ".florwb" / "journal"
+    before = set(journals.glob("*.journal"))
+    live = subprocess.Popen(
+        [sys.executable, "live.py"], cwd=project, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert live.stdin is not None and live.stdout is not None
+        assert live.stdout.readline() == b"logged 0\n"
+        _until(lambda: _live_status(project) == "running", "the live run in the catalog")
+        store = Store(project)
+        with store.pinned():  # someone reads the latest snapshot
+            (journal,) = set(journals.glob("*.journal")) - before
+            size = journal.stat().st_size
+            live.stdin.write(b"next\n")
+            live.stdin.flush()
+            assert live.stdout.readline() == b"logged 1\n"
+            _until(lambda: journal.stat().st_size > size, "the live run's next flush")
+            with held(project):  # the catalog is held: a reader that needs it would wait
+                assert _live_status(project) == "running"
+            live.stdin.write(b"stop\n")
+            live.stdin.flush()
+            assert live.wait(timeout=120) == 0
+            # its writer is gone: the snapshot no longer serves, the reader ingests the end
+            assert _live_status(project) == "finished"
+    finally:
+        live.kill()
+        live.wait(timeout=60)

@@ -4,7 +4,8 @@ DuckDB lets one process open a database file for writing. Every florwb process (
 worker, notebook) connects to the catalog only for the work at hand (ingesting, a bounded
 read) and closes again, and retries while another process holds the lock, so concurrent
 readers and ingesters take turns of milliseconds. Nothing holds the catalog while a result
-is paged or streamed: user SQL reads a snapshot (engine/store/snapshot.py).
+is read, paged or streamed: reads read a snapshot (engine/store/snapshot.py), and a reader
+waiting for the catalog may be served by another's snapshot instead (`served_by`).
 
 Within one process the threads share one DuckDB instance of the catalog; `exclusive_here`
 waits until none of them has a connection open (a snapshot is copied while nothing in this
