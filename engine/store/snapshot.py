@@ -71,6 +71,7 @@ FRESH_S = 1.0
 # A reader's link, its copy under way, DuckDB's spill folder beside it.
 _PRIVATE = re.compile(re.escape(PREFIX) + r"[0-9-]+\.(\d+)-\d+(?:\.copying|\.tmp)?$")
 _serial = itertools.count()
+_before = threading.local()  # the record as a session of this thread found it
 _serial_lock = threading.Lock()
 
 
@@ -125,6 +126,8 @@ def _ingested_and_taken(store: Store) -> Path:
         except OSError:  # a file system without hard links: a copy of its own
             _copy(catalog, None, private)
             return private
+        if _taken_unchanged(store.dir, shared.name[len(PREFIX) :]):
+            return private
         began = int(_record(store.dir).get("began", 0))  # this session's: it holds the catalog
         latest = {
             "began": began,
@@ -141,13 +144,45 @@ def _ingested_and_taken(store: Store) -> Path:
 
 def begin_ingestion(store_dir: Path) -> None:
     """Number the session about to ingest (and maybe write); only while the catalog is held
-    for writing, so no number is lost and none comes out of order."""
+    for writing, so no number is lost and none comes out of order. What the record held
+    before is kept for `_taken_unchanged`."""
+    try:
+        previous: bytes | None = (store_dir / INGESTS).read_bytes()
+    except FileNotFoundError:
+        previous = None
+    try:
+        catalog = _identity(store_dir / DB_FILENAME)
+    except FileNotFoundError:  # made by this session
+        catalog = None
+    _before.record = (store_dir, previous, catalog)
     record = _record(store_dir)
     record["began"] = int(record.get("began", 0)) + 1
     try:
         _write_record(store_dir, record)
     except OSError:  # a full disk: then no snapshot serves anyone but its own reader
         (store_dir / INGESTS).unlink(missing_ok=True)
+
+
+def _taken_unchanged(store_dir: Path, identity: str) -> bool:
+    """A snapshot session that changed nothing (the catalog is the file it was when the
+    session began) leaves the record as it found it: a read with nothing to ingest writes
+    nothing anywhere. Readers that noted its number meanwhile are not served by it (they
+    wait on, or read again themselves): never one too early. False when it changed
+    something."""
+    where, before, catalog = getattr(_before, "record", (None, None, None))
+    if where != store_dir or catalog != identity:
+        return False
+    with contextlib.suppress(OSError):
+        if before is None:
+            (store_dir / INGESTS).unlink(missing_ok=True)
+        else:
+            temp = store_dir / f".{INGESTS}.{os.getpid()}-{threading.get_ident()}.tmp"
+            try:
+                temp.write_bytes(before)
+                os.replace(temp, store_dir / INGESTS)
+            finally:
+                temp.unlink(missing_ok=True)
+    return True
 
 
 def _record(store_dir: Path) -> dict[str, Any]:
