@@ -110,35 +110,43 @@ def take(store: Store) -> Path:
 
 
 def _ingested_and_taken(store: Store) -> Path:
+    _before.taking = True
+    try:
+        with exclusive_here(store.dir), store.session() as con, repair.guarded(store.dir):
+            return _taken(store, con)
+    finally:
+        _before.taking = False
+
+
+def _taken(store: Store, con: duckdb.DuckDBPyConnection) -> Path:
+    """Inside the session: checkpoint, copy (or link), and say what the snapshot holds."""
     catalog = store.dir / DB_FILENAME
-    at, sizes = time.time(), _journal_sizes(store)  # what the ingestion below holds at least
-    with exclusive_here(store.dir), store.session() as con, repair.guarded(store.dir):
-        con.execute("CHECKPOINT")  # every committed row in the file, the WAL empty
-        shared = catalog.with_name(PREFIX + _identity(catalog))
-        private = _private_name(shared)
-        _remove_stale(store.dir, shared)
-        try:
-            if shared.stat().st_size != catalog.stat().st_size:  # a copy cut short
-                shared.unlink()
-            os.link(shared, private)
-        except FileNotFoundError:
-            _copy(catalog, shared, private)
-        except OSError:  # a file system without hard links: a copy of its own
-            _copy(catalog, None, private)
-            return private
-        if _taken_unchanged(store.dir, shared.name[len(PREFIX) :]):
-            return private
-        began = int(_record(store.dir).get("began", 0))  # this session's: it holds the catalog
-        latest = {
-            "began": began,
-            "held": began,
-            "snapshot": shared.name,
-            "at": at,
-            "sizes": sizes,
-            "live": _live_writers(con),
-        }
-        with contextlib.suppress(OSError):  # a full disk: it serves its own reader only
-            _write_record(store.dir, latest)
+    con.execute("CHECKPOINT")  # every committed row in the file, the WAL empty
+    shared = catalog.with_name(PREFIX + _identity(catalog))
+    private = _private_name(shared)
+    _remove_stale(store.dir, shared)
+    try:
+        if shared.stat().st_size != catalog.stat().st_size:  # a copy cut short
+            shared.unlink()
+        os.link(shared, private)
+    except FileNotFoundError:
+        _copy(catalog, shared, private)
+    except OSError:  # a file system without hard links: a copy of its own
+        _copy(catalog, None, private)
+        return private
+    if _taken_unchanged(store.dir, shared.name[len(PREFIX) :]):
+        return private
+    began = int(_record(store.dir).get("began", 0))  # this session's: it holds the catalog
+    latest = {
+        "began": began,
+        "held": began,
+        "snapshot": shared.name,
+        "at": _before.at,
+        "sizes": _before.sizes,
+        "live": _live_writers(con),
+    }
+    with contextlib.suppress(OSError):  # a full disk: it serves its own reader only
+        _write_record(store.dir, latest)
     return private
 
 
@@ -155,8 +163,12 @@ def begin_ingestion(store_dir: Path) -> None:
     except FileNotFoundError:  # made by this session
         catalog = None
     _before.record = (store_dir, previous, catalog)
+    # what the ingestion about to run holds at least, and when
+    _before.at, _before.sizes = time.time(), _journal_sizes(store_dir)
     record = _record(store_dir)
     record["began"] = int(record.get("began", 0)) + 1
+    if getattr(_before, "taking", False):  # a snapshot's session: it only ingests
+        record["taking"] = record["began"]
     try:
         _write_record(store_dir, record)
     except OSError:  # a full disk: then no snapshot serves anyone but its own reader
@@ -202,9 +214,9 @@ def _write_record(store_dir: Path, record: dict[str, Any]) -> None:
         temp.unlink(missing_ok=True)
 
 
-def _journal_sizes(store: Store) -> dict[str, int]:
+def _journal_sizes(store_dir: Path) -> dict[str, int]:
     sizes = {}
-    for path in projects.journal_dir(store.project).glob(f"*{journal.SUFFIX}"):
+    for path in projects.journal_dir(store_dir.parent).glob(f"*{journal.SUFFIX}"):
         try:
             sizes[path.name] = path.stat().st_size
         except FileNotFoundError:
@@ -228,11 +240,16 @@ def _live_writers(con: duckdb.DuckDBPyConnection) -> dict[str, list]:
 
 def _current(store: Store, latest: dict[str, Any]) -> Path | None:
     """A link of its own to the latest snapshot when it still holds everything a reader
-    asking now must see: no session began since it was taken, it is at most FRESH_S old,
-    and since then only running recordings of other processes appended to their journals
-    (their next values, which a reader sees a moment later anyway)."""
-    name = latest.get("snapshot")
-    if latest.get("began") != latest.get("held") or not isinstance(name, str):
+    asking now must see: nothing but another snapshot's ingestion began since it was taken
+    and the catalog file is the one it copied, it is at most FRESH_S old, and since then
+    only running recordings of other processes appended to their journals (their next
+    values, which a reader sees a moment later anyway)."""
+    name, began, held = latest.get("snapshot"), latest.get("began"), latest.get("held")
+    if not isinstance(name, str) or not isinstance(held, int):
+        return None
+    # no session since, or only another snapshot's ingestion under way (what it ingests is
+    # checked below like any journal): any other session may write what a reader must see
+    if began != held and not (began == held + 1 and latest.get("taking") == began):
         return None
     if abs(time.time() - float(latest.get("at", 0))) > FRESH_S:
         return None
@@ -242,7 +259,7 @@ def _current(store: Store, latest: dict[str, Any]) -> Path | None:
     except FileNotFoundError:
         return None
     sizes, live = latest.get("sizes", {}), latest.get("live", {})
-    now = _journal_sizes(store)
+    now = _journal_sizes(store.dir)
     if now.keys() != sizes.keys():
         return None
     host = socket.gethostname()
