@@ -23,8 +23,10 @@ notes the number when it asks; while it waits for the catalog, a snapshot whose 
 began after that holds everything it asked for, so it links that one and never takes the
 catalog itself. However many readers wait, each waits at most for the ingestion under way
 and the next one. A reader does not wait at all when the latest snapshot is under FRESH_S
-old, still read by someone, nothing opened the catalog since, and only running recordings
-of other processes appended to their journals (`_current`).
+old, still read by someone, nothing but another snapshot's ingestion opened the catalog
+since, and only running recordings of other processes appended to their journals
+(`_current`); a reader that waits takes the snapshot of the ingestion under way when it
+passes that test once published.
 """
 
 from __future__ import annotations
@@ -65,9 +67,10 @@ PREFIX = DB_FILENAME + ".read-"
 # JSON: sessions begun ("began"), the one the latest snapshot holds ("held"), that
 # snapshot's name, when its ingestion began, the journal sizes it holds, their live writers
 INGESTS = DB_FILENAME + ".ingests"
-# How old the latest snapshot may be and still serve a reader without any ingestion, when
-# only running recordings appended since: their values show at most this much later.
-FRESH_S = 1.0
+# How old (from when its ingestion began) the latest snapshot may be and still serve a
+# reader without an ingestion of its own, when only running recordings appended since:
+# their values show at most this much later.
+FRESH_S = 2.0
 # A reader's link, its copy under way, DuckDB's spill folder beside it.
 _PRIVATE = re.compile(re.escape(PREFIX) + r"[0-9-]+\.(\d+)-\d+(?:\.copying|\.tmp)?$")
 _serial = itertools.count()
@@ -101,8 +104,12 @@ def take(store: Store) -> Path:
     if current is not None:
         return current
     asked = int(latest.get("began", 0))
+
+    def served() -> Path | None:  # between tries for the catalog
+        return _served(store.dir, asked) or _current(store, _record(store.dir))
+
     try:
-        with served_by(lambda: _served(store.dir, asked)):
+        with served_by(served):
             return _ingested_and_taken(store)
     except Served as served:
         assert isinstance(served.value, Path)
