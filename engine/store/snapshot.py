@@ -105,11 +105,11 @@ def take(store: Store) -> Path:
         return current
     asked = int(latest.get("began", 0))
 
-    def served() -> Path | None:  # between tries for the catalog
+    def ready() -> Path | None:  # between tries for the catalog
         return _served(store.dir, asked) or _current(store, _record(store.dir))
 
     try:
-        with served_by(served):
+        with served_by(ready):
             return _ingested_and_taken(store)
     except Served as served:
         assert isinstance(served.value, Path)
