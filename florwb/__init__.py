@@ -66,14 +66,17 @@ def dataframe(*names: str, diverged: bool = False) -> Any:
     from florwb_engine.store.flordb_frame import flordb_columns, run_level_names
 
     store = _store()
-    if not names:
-        names = run_level_names(store)
+    with store.pinned():  # one snapshot for the frame and the queries that complete it
         if not names:
-            import pandas as pd
+            names = run_level_names(store)
+            if not names:
+                import pandas as pd
 
-            print("florwb: no value was logged outside a loop: nothing to show", file=sys.stderr)
-            return pd.DataFrame()
-    frame = flordb_columns(store, store.dataframe(*names, diverged=diverged), names)
+                print(
+                    "florwb: no value was logged outside a loop: nothing to show", file=sys.stderr
+                )
+                return pd.DataFrame()
+        frame = flordb_columns(store, store.dataframe(*names, diverged=diverged), names)
     withheld = frame.attrs.get("withheld")
     if withheld:
         import warnings

@@ -131,9 +131,14 @@ def _short(value) -> str:
 def cmd_query(args: argparse.Namespace) -> int:
     """Rows stream from DuckDB to the output: a table fetches only the rows it shows, CSV
     and JSON write chunk by chunk, so no result is held whole in memory."""
+    store = open_store(args)
+    with store.pinned():  # the notes below read the state the result came from
+        return _query(store, args)
+
+
+def _query(store: Store, args: argparse.Namespace) -> int:
     from florwb_engine.store import user_sql
 
-    store = open_store(args)
     with user_sql.user_result(store, args.sql) as result:
         say_ingest(store)
         if result is None:

@@ -196,7 +196,7 @@ def plan_replay(
     if not names:
         raise PlanError("name at least one log statement to replay")
     store = Store(project)
-    with store.session() as con:
+    with store.reading() as con:  # a snapshot: planning holds no catalog
         runs = select_runs(con, where)
         if run_ids is not None:
             wanted = set(run_ids)

@@ -2,8 +2,11 @@
 (runs, ad-hoc SQL, and the flordb-style dataframe).
 
 Every session first ingests pending journals, inside the same short connection, so results
-include runs that are still going or were just killed. The run listing is runs.py (shared
-with the workbench), the workbench's other reads are queries.py.
+include runs that are still going or were just killed. Reads that only read (`run_rows`,
+`names`, `dataframe`) do so from a snapshot (`reading`, engine/store/snapshot.py): the
+catalog is held while journals are ingested and the snapshot copied, never while a pivot
+runs. The run listing is runs.py (shared with the workbench), the workbench's other reads
+are queries.py.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from florwb_engine import project as projects
-from florwb_engine.store import repair, run_ranks, user_sql, verdicts
+from florwb_engine.store import repair, run_ranks, snapshot, user_sql, verdicts
 from florwb_engine.store.db import StoreError
 from florwb_engine.store.ingest import IngestReport, ingest_pending
 from florwb_engine.store.replays import clear_abandoned
@@ -53,6 +56,7 @@ class Store:
         self.last_ingest = IngestReport()
         self.leftovers: list[str] = []
         self._cleaned = False
+        self._pinned = threading.local()
 
     @contextmanager
     def session(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -65,6 +69,7 @@ class Store:
         """Schema, abandoned replays, journals; once per Store, leftovers of killed runs
         and replays (engine/store/repair.py)."""
         with _INGEST_LOCK:  # threads of one process share one DuckDB instance
+            snapshot.begin_ingestion(self.dir)
             ensure_schema(con)
             clear_abandoned(con, self.project)
             self.last_ingest = ingest_pending(con, projects.journal_dir(self.project))
@@ -73,6 +78,37 @@ class Store:
             if not self._cleaned:
                 self.leftovers = repair.remove_leftovers(self.dir, repair.running_replays(con))
                 self._cleaned = True
+
+    @contextmanager
+    def reading(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection to a snapshot of the catalog, every journal ingested: the
+        catalog itself is held only while that snapshot is taken, so a read however long
+        keeps no other reader (or ingestion) waiting."""
+        with snapshot.reading(self) as private, repair.guarded(self.dir):
+            con = snapshot.open_read_only(private, {})
+            try:
+                yield con
+            finally:
+                con.close()
+
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Every snapshot this thread takes inside the block is one snapshot: a read made of
+        several (a dataframe and the queries that complete it) sees one state of the
+        catalog and holds the catalog once."""
+        if self.pinned_snapshot() is not None:
+            yield
+            return
+        with snapshot.reading(self) as private:
+            self._pinned.path = private
+            try:
+                yield
+            finally:
+                self._pinned.path = None
+
+    def pinned_snapshot(self) -> Path | None:
+        """The snapshot `pinned` holds for this thread, or None."""
+        return getattr(self._pinned, "path", None)
 
     @repair.again_if_rebuilt
     def ingest(self) -> IngestReport:
@@ -88,7 +124,7 @@ class Store:
     @repair.again_if_rebuilt
     def run_rows(self) -> list[RunRow]:
         """Every run, oldest first, as the CLI and the workbench list them."""
-        with self.session() as con:
+        with self.reading() as con:
             return list_runs(con)
 
     def runs(self) -> list[dict]:
@@ -97,7 +133,7 @@ class Store:
 
     @repair.again_if_rebuilt
     def names(self) -> list[str]:
-        with self.session() as con:
+        with self.reading() as con:
             return _logged_names(con)
 
     @repair.again_if_rebuilt
@@ -112,7 +148,7 @@ class Store:
         naming the row's values that come from a diverged replay."""
         if not names:
             raise StoreError("dataframe needs at least one log name")
-        with self.session() as con:
+        with self.reading() as con:
             return _pivot(con, list(dict.fromkeys(names)), diverged)
 
 

@@ -213,7 +213,7 @@ def read_io(store: Any, run_id: str | None = None, grep: str | None = None):
     DataFrame; a bad `grep` pattern is a StoreError with DuckDB's one-line reason."""
     from florwb_engine.store.db import StoreError
 
-    with store.session() as con:
+    with store.reading() as con:
         try:
             return frame(con, run_id, grep)
         except duckdb.InvalidInputException as exc:

@@ -4,7 +4,8 @@ DuckDB lets one process open a database file for writing. Every florwb process (
 worker, notebook) connects to the catalog only for the work at hand (ingesting, a bounded
 read) and closes again, and retries while another process holds the lock, so concurrent
 readers and ingesters take turns of milliseconds. Nothing holds the catalog while a result
-is paged or streamed: user SQL reads a snapshot (engine/store/snapshot.py).
+is read, paged or streamed: reads read a snapshot (engine/store/snapshot.py), and a reader
+waiting for the catalog may be served by another's snapshot instead (`served_by`).
 
 Within one process the threads share one DuckDB instance of the catalog; `exclusive_here`
 waits until none of them has a connection open (a snapshot is copied while nothing in this
@@ -44,6 +45,11 @@ _lock_wait_listener: ContextVar[tuple[LockWaitListener, LockFreedListener | None
     ContextVar("florwb_lock_wait_listener", default=None)
 )
 LOCK_REPORT_EVERY_S = 0.5
+# While a connection waits on another process, `served_by` may find that what it waits for
+# was done by someone else meanwhile (a reader served by another reader's snapshot).
+_served_by: ContextVar[Callable[[], object | None] | None] = ContextVar(
+    "florwb_served_by", default=None
+)
 # The longest pause between two tries for the lock: holders keep it for milliseconds, so a
 # waiter that slept longer would wait on a file that is free.
 RETRY_DELAY_MAX_S = 0.05
@@ -62,6 +68,27 @@ def lock_waits_reported(
         yield
     finally:
         _lock_wait_listener.reset(token)
+
+
+class Served(Exception):  # noqa: N818 - not an error: the wait ended another way
+    """Raised out of a waiting connection when `served_by`'s check found what it waited for;
+    `value` is what the check returned."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__("served while waiting for the catalog")
+        self.value = value
+
+
+@contextmanager
+def served_by(check: Callable[[], object | None]) -> Iterator[None]:
+    """Connections opened inside this block call `check()` between their tries while another
+    process holds the catalog; the first value other than None ends the wait by raising
+    `Served(value)` (its waiting time told to the `freed` listener like any wait)."""
+    token = _served_by.set(check)
+    try:
+        yield
+    finally:
+        _served_by.reset(token)
 
 
 class _Gate:
@@ -202,6 +229,7 @@ def _connected(
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     listeners = _lock_wait_listener.get()
     listener, freed = listeners if listeners is not None else (None, None)
+    check = _served_by.get()
     waited = False
     began = time.monotonic()
     reported_at = began
@@ -220,6 +248,11 @@ def _connected(
                 raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
             holder = lock_holder(str(exc))
             waited = True
+            served = check() if check is not None else None
+            if served is not None:
+                if freed is not None:
+                    freed(time.monotonic() - began)
+                raise Served(served) from None
             if time.monotonic() > deadline:
                 raise StoreBusy(f"{path} stayed locked by {holder} for {timeout_s:.0f} s") from None
             if not said and time.monotonic() > noticed_at and "Conflicting lock" in str(exc):
@@ -234,6 +267,11 @@ def _connected(
             delay = min(delay * 2, RETRY_DELAY_MAX_S)
     if waited and freed is not None:
         freed(time.monotonic() - began)
+    if waited and check is not None:  # served by whoever held the file until now
+        served = check()
+        if served is not None:
+            con.close()
+            raise Served(served)
     try:
         no_progress_bar(con)
         yield con

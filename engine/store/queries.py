@@ -203,12 +203,13 @@ _OPENING = threading.Lock()
 
 @contextmanager
 def read_session(store: Store) -> Iterator[duckdb.DuckDBPyConnection]:
-    """`store.session()`, opened one thread at a time: on a catalog that does not exist yet,
-    two threads creating the schema at once hit DuckDB's write-write conflict. Queries
-    still run concurrently once the sessions are open. No progress bar (see below)."""
+    """`store.reading()` (a snapshot, so a slow read keeps nobody waiting), opened one
+    thread at a time: on a catalog that does not exist yet, two threads creating the schema
+    at once hit DuckDB's write-write conflict. Queries still run concurrently once the
+    connections are open. No progress bar (see below)."""
     with ExitStack() as stack:
         with _OPENING:
-            con = stack.enter_context(store.session())
+            con = stack.enter_context(store.reading())
         # DuckDB draws a progress bar on stdout for queries over 2 s: on a full-screen
         # terminal app that would scribble over the screen
         no_progress_bar(con)

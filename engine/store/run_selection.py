@@ -55,8 +55,8 @@ class SelectedRun:
 
 @again_if_rebuilt
 def store_runs_where(store: Store, where: str | None) -> list[SelectedRun]:
-    """`runs_where` in a session of its own (the workbench's run filter)."""
-    with store.session() as con:
+    """`runs_where` on a snapshot of its own (the workbench's run filter)."""
+    with store.reading() as con:
         return runs_where(con, where)
 
 
