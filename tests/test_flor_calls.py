@@ -8,7 +8,7 @@ import pytest
 from florwb_engine.flor_calls import imports_from_ast, top_level_imports
 from florwb_engine.instrument import instrument
 from florwb_engine.propagate import find_log_statements, propagate
-from florwb_engine.propagate.loops import flor_loops
+from florwb_engine.propagate.flor_loops import flor_loops
 from florwb_engine.replay.mode import replay_mode
 
 BODY = """

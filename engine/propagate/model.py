@@ -90,7 +90,7 @@ class Placement:
 
 @dataclass(frozen=True)
 class FlorLoop:
-    """One `for ... in flor.loop("<name>", ...)` of a source (see propagate/loops.py).
+    """One `for ... in flor.loop("<name>", ...)` of a source (see propagate/flor_loops.py).
 
     `path` names the flor.loops around it lexically and itself, outermost first; lines are
     1-based and inclusive. `binds` holds every name the loop assigns or deletes (its target
@@ -130,7 +130,7 @@ class PropagationResult:
         """The flor.loops of `code`, in source order: where the placed statements sit
         relative to them and what they read (replay planning's mode). Computed on first
         use: the statement matrix, which propagates many versions, never asks."""
-        from florwb_engine.propagate.loops import flor_loops
+        from florwb_engine.propagate.flor_loops import flor_loops
 
         return flor_loops(self.code)
 
