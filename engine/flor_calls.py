@@ -4,8 +4,10 @@ Users write `import florwb as flor`, `import florwb`, `import flordb as flor`, `
 (the 2021 package) or `from florwb import log`; a call is a log (or loop, or arg) call only
 through one of the names those imports bind. Propagation, the instrumenter and replay
 planning all recognise calls through this one module, so a script that one of them sees as
-logging, the others do too. Both parsers are served: libcst (byte-exact editing) and
-Python's `ast` (fast reading).
+logging, the others do too. Both parsers are served: libcst, which every analysis of
+a script uses (engine/analysis), and Python's `ast` for the two readers that stay on it
+for speed: propagation's line numbers of log calls (`ast_log_call_lines`, which spares
+libcst's position pass) and the own-save planner (replay/saved_state.py).
 """
 
 from __future__ import annotations

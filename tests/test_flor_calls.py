@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from florwb_engine.analysis.loop_state import loop_state
 from florwb_engine.flor_calls import imports_from_ast, top_level_imports
 from florwb_engine.instrument import instrument
 from florwb_engine.propagate import find_log_statements, propagate
-from florwb_engine.propagate.loops import flor_loops
 from florwb_engine.replay.mode import replay_mode
 
 BODY = """
@@ -41,15 +41,13 @@ def test_every_import_form_is_seen_alike_by_propagation_and_planning(header, loo
     result = propagate(new, old, ["loss"])
     (placement,) = result.placements
     assert placement.status == "inserted" and placement.loop_path == ("epoch",)
-    assert [(lp.name, lp.path) for lp in result.loops] == [
-        ("epoch", ("epoch",)),
-        ("step", ("epoch", "step")),
-    ]  # `other.loop(...)` is not a flor loop
-    epoch, step = result.loops
-    assert epoch.contains(step) and not step.contains(epoch)
-    assert (epoch.first_line, epoch.last_line) == (3, 7)
+    found = loop_state(result.code, "epoch")
+    assert found.found and found.lines == (3, 7)
+    # the step loop is its one inner loop (`other.loop(...)` is not a flor loop), with
+    # lines after it
+    assert [first for first, *_ in found.inner_leaves] == [4] and found.tail
     # the epoch body reads `loss`, which the step loop sets: skipping it would be wrong
-    assert replay_mode(result, {"loss": placement}, "epoch") == (
+    assert replay_mode({"loss": placement}, "epoch", found) == (
         "inner",
         "the epoch body reads loss after the inner loop sets it, so inner loops are re-executed",
     )
@@ -74,11 +72,13 @@ def test_another_librarys_loop_is_not_taken_for_the_main_loop():
     result = propagate(new, old, ["early"])
     (placement,) = result.placements
     assert placement.loop_path == () and placement.old_line == 4
-    assert [(lp.name, lp.first_line) for lp in result.loops] == [("epoch", 5)]
-    assert replay_mode(result, {"early": placement}, "epoch") == ("prefix", None)
+    found = loop_state(result.code, "epoch")
+    assert found.lines == (5, 6)
+    assert replay_mode({"early": placement}, "epoch", found) == ("prefix", None)
     late = new.replace("fw.log('early', 1)\n", "") + "fw.log('late', x)\n"
     result = propagate(late, old, ["late"])
-    mode, reason = replay_mode(result, {"late": result.placements[0]}, "epoch")
+    found = loop_state(result.code, "epoch")
+    mode, reason = replay_mode({"late": result.placements[0]}, "epoch", found)
     assert mode is None
     assert reason == (  # the whole reason (its second half used to be a dropped statement)
         "late runs after the main loop; only statements before or inside it can be replayed"
@@ -99,8 +99,40 @@ def test_statement_before_the_main_loop_is_prefix_and_in_its_body_outer():
     )
     result = propagate(new, old)
     placed = {p.name: p for p in result.placements}
-    assert replay_mode(result, {"lr": placed["lr"]}, "epoch") == ("prefix", None)
-    assert replay_mode(result, {"epoch_seen": placed["epoch_seen"]}, "epoch") == ("outer", None)
+    found = loop_state(result.code, "epoch")
+    assert replay_mode({"lr": placed["lr"]}, "epoch", found) == ("prefix", None)
+    assert replay_mode({"epoch_seen": placed["epoch_seen"]}, "epoch", found) == ("outer", None)
+
+
+def test_the_mode_names_only_what_a_skipped_inner_loop_leaves_for_the_code_after_it():
+    """The step loop sets `loss`, `inputs` and `targets`; the epoch body reads all three
+    after it, but binds `inputs` and `targets` again (the test loop) before reading them:
+    only `loss` makes the inner loops re-execute. The step loop sits in a plain loop over
+    phases, which the replay does not skip."""
+    new = (
+        "import florwb as flor\n"
+        "for epoch in flor.loop('epoch', range(2)):\n"
+        "    for phase in ('train', 'val'):\n"
+        "        for inputs, targets in flor.loop('step', loader):\n"
+        "            loss = f(inputs, targets)\n"
+        "        print(phase, loss)\n"
+        "    for inputs, targets in testloader:\n"
+        "        acc = g(inputs, targets)\n"
+        "    flor.log('acc', acc)\n"
+    )
+    old = new.replace("    flor.log('acc', acc)\n", "")
+    result = propagate(new, old, ["acc"])
+    (placement,) = result.placements
+    assert placement.loop_path == ("epoch",)
+    found = loop_state(result.code, "epoch")
+    assert replay_mode({"acc": placement}, "epoch", found) == (
+        "inner",
+        "the epoch body reads loss after the inner loop sets it, so inner loops are re-executed",
+    )
+    assert replay_mode({"acc": placement}, "epoch", found, frozenset({"loss"})) == (
+        "outer",
+        None,
+    )
 
 
 def test_instrumenter_uses_the_same_recogniser_for_the_scripts_import():
@@ -110,7 +142,7 @@ def test_instrumenter_uses_the_same_recogniser_for_the_scripts_import():
 
 
 def test_no_flor_import_means_no_flor_loops():
-    assert flor_loops("for e in flor.loop('e', range(2)):\n    pass\n") == ()
+    assert not loop_state("for e in flor.loop('e', range(2)):\n    pass\n", "e").found
 
 
 SAVE_IN_LOOP = """

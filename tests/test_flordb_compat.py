@@ -271,6 +271,18 @@ def test_request_handlers_are_told_from_iterations_the_script_reaches() -> None:
     assert [(u.iteration, u.function) for u in found] == [("'document'", "feedback")]
     reached = FEEDBACK.replace('app.routes["/feedback"](name, label)', "feedback(name, label)")
     assert unreachable_iterations(reached) == []
+    # handed on as a value, the script reaches it; a name only bound or used as a keyword
+    # (`feedback = ...` after the def, `serve(feedback=True)`) does not
+    handed = FEEDBACK.replace(
+        'app.routes["/feedback"](name, label)', "threading.Thread(target=feedback).start()"
+    )
+    assert unreachable_iterations(handed) == []
+    named = FEEDBACK.replace(
+        'app.routes["/feedback"](name, label)', "serve(feedback=True)\n        label: str = name"
+    )
+    assert [(u.first_line, u.last_line) for u in unreachable_iterations(named)] == [
+        (u.first_line, u.last_line) for u in found
+    ]
 
 
 ITERATIONS = """

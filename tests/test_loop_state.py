@@ -147,6 +147,67 @@ def test_only_flor_loops_leave_names_anywhere_under_the_main_loop():
     assert found.leaves == ("batch_idx", "total")
 
 
+def test_a_flor_loop_inside_a_plain_loop_is_an_inner_loop_and_leaves_only_what_is_read():
+    """The replay skips every flor.loop one flor.loop deep, also inside a plain `for` over
+    phases: what it sets and the code after it reads (`loss`) is left stale. A name the
+    body binds again before reading (`inputs` of the test loop) is not, although the step
+    loop sets it too."""
+    code = """
+        import florwb as flor
+        for epoch in flor.loop("epoch", range(2)):
+            for phase in ("train", "val"):
+                for inputs, targets in flor.loop("step", loader):
+                    loss = f(inputs, targets)
+                print(phase, loss)
+            for inputs, targets in testloader:
+                acc = g(inputs, targets)
+            flor.log("acc", acc)
+        """
+    found = _state(code, "epoch")
+    assert found.leaves == ("loss",)
+    # the recording memoizes all the loop assigns, found by its header's line
+    assert found.inner_leaves == ((4, 5, ("loss",), ("inputs", "loss", "targets")),)
+    assert found.lines == (2, 9) and found.tail
+
+
+def test_every_main_loop_of_the_name_has_its_inner_loops_analysed():
+    """A script training twice with loops of one name: what the second epoch loop's step
+    loop leaves counts too, and the first loop is the one whose lines are given."""
+    found = _state(
+        """
+        import florwb as flor
+        for epoch in flor.loop("epoch", range(2)):
+            for x in flor.loop("step", range(3)):
+                a = x
+            flor.log("a", a)
+        for epoch in flor.loop("epoch", range(2)):
+            for y in flor.loop("step", range(3)):
+                b = y
+        """,
+        "epoch",
+    )
+    assert found.leaves == ("a",)  # nothing reads b after its loop
+    assert [first for first, *_ in found.inner_leaves] == [3, 7]
+    assert found.lines == (2, 5) and found.tail
+
+
+def test_an_object_registered_by_subscript_holds_nothing_else_of_its_container():
+    """`flor.checkpointing(model=nets[0])` holds that one object: `nets[1]`, changed in
+    place by the loop, is not held, and the paths the analysis compares cannot tell the
+    two apart, so the container counts as changed."""
+    found = _state(
+        """
+        import florwb as flor
+        with flor.checkpointing(model=nets[0]):
+            for epoch in flor.loop("epoch", range(2)):
+                nets[1].step()
+        """,
+        "epoch",
+    )
+    assert found.registered == ()
+    assert found.mutated_objects == ("nets",)
+
+
 def test_a_trainer_method_changing_its_own_attributes_is_not_whole_state():
     found = _state(
         """

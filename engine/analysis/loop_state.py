@@ -16,9 +16,15 @@ would start at their pre-loop values. Three answers, for the checkpointed main `
   restoring from a checkpoint is right only when this is empty (whole state or none).
 - `leaves`: names an inner loop assigns that the rest of the outer body reads after it
   (`loss`, `running_loss`, `correct`): what skipping that inner loop would leave stale.
+  An inner loop is a flor.loop one flor.loop deep, as the replay counts them: in the
+  main loop's body (inside plain `for`/`while` loops and blocks too) or in a module-level
+  function it calls; every main loop of that name counts (a script may run two).
   `inner_leaves` says it per inner flor.loop, by the lines of its `for` header, with all
   the names that loop assigns: the recording memoizes those where the loop ends (its
   frame's line is in the header), since a statement added later may read any of them.
+
+It also says where the main loop sits (`lines`) and whether its body has code after its
+last nested flor.loop (`tail`): the replay mode and the checkpoint moment follow from them.
 
 Liveness follows the structure of the code: `if` branches join, handlers may start
 anywhere in their `try`, `break` goes to the loop's exit and `continue` to its head; inner
@@ -30,10 +36,12 @@ value, so where the code is unclear the analysis errs towards more carried names
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
+from libcst.metadata import CodeRange
 
 from florwb_engine.analysis.mutations import (
     Dotted,
@@ -43,7 +51,7 @@ from florwb_engine.analysis.mutations import (
     path_of,
 )
 from florwb_engine.analysis.names import free_names, target_names
-from florwb_engine.analysis.nodes import iter_children, walk
+from florwb_engine.analysis.nodes import Parsed, iter_children, parse, walk
 from florwb_engine.analysis.purity import OUTPUT_METHODS
 from florwb_engine.analysis.scopes import declared_globals, parameter_names, scope_nodes
 from florwb_engine.flor_calls import ANY_LOOP, FlorImports, imports_from_nodes, iterates_loop_cst
@@ -66,6 +74,9 @@ class LoopState:
     registered: tuple[str, ...] = field(default=())  # flor.checkpointing's objects
     # names an inner loop assigns that the main body reads before its first inner loop
     before_inner: tuple[str, ...] = ()
+    lines: tuple[int, int] = (0, 0)  # the main loop's first and last line
+    # a main loop of that name has lines after the last flor.loop nested in it
+    tail: bool = False
 
 
 @functools.lru_cache(maxsize=32)
@@ -75,35 +86,26 @@ def loop_state(source: str, main_loop: str | None, line: int | None = None) -> L
     says: found also where flor is imported in a way the code does not show). Kept per
     source: planning asks it of each run's code several times (memoized names, whole
     state), and runs of one version share their code."""
-    try:
-        module = cst.parse_module(source)
-    except (cst.ParserSyntaxError, ValueError):
+    parsed = parse(source)
+    if parsed is None:
         return LoopState()
-    return loop_state_of(module, main_loop, line)
-
-
-def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = None) -> LoopState:
-    """`loop_state` for a parsed module."""
+    module = parsed.module
     imports = imports_from_nodes(walk(module))
     if line is not None:
-        found = _loop_at(module, line)
+        found = _loop_at(parsed, line)
     else:
         found = _main_loop(module, imports, main_loop)
     if found is None:
         return LoopState()
     loop, function = found
-    registered = _registered(module, imports)
+    others = [] if line is not None else _other_main_loops(module, imports, main_loop, loop)
+    registered = registered_paths(module, imports)
     functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
     summaries = {name: _summary(fn) for name, fn in functions.items()}
     summaries = {name: s for name, s in summaries.items() if s[0] or s[1]}
     live = _Liveness(summaries)
     targets = target_names(loop.target)
-    head: set[str] = set()
-    for _ in range(6):  # the back edge: the body's live-in is live after the body
-        body_in = live.block(loop.body, head, _Ctx(set(), head))
-        if body_in <= head:
-            break
-        head |= body_in
+    head = _head(live, loop)
     defined = _scope_defs(loop.body)
     helper_defs: set[str] = set()
     for name in _called_names(loop.body):
@@ -122,10 +124,12 @@ def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = 
         declared = declared_globals(function)
         local = (_scope_defs(function.body) | parameter_names(function)) - declared
         global_names = frozenset(n for n in carried if n not in local)
+    mains = [(loop, head), *((other, _head(live, other)) for other in others)]
+    positions = parsed.positions
     per_loop = [
         (first, last, tuple(sorted(names - excluded)), tuple(sorted(assigned - excluded)))
         for first, last, names, assigned in _inner_leaves(
-            module, loop, functions, summaries, imports, head
+            positions, mains, functions, summaries, imports
         )
     ]
     leaves = {name for _, _, names, _ in per_loop for name in names}
@@ -143,6 +147,8 @@ def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = 
         inner_leaves=tuple(sorted(per_loop)),
         registered=tuple(sorted(".".join(p) for p in registered)),
         before_inner=tuple(sorted(before)),
+        lines=(positions[loop].start.line, positions[loop].end.line),
+        tail=any(_has_tail(positions, main, imports) for main, _ in mains),
     )
 
 
@@ -165,14 +171,52 @@ def _main_loop(
     return None
 
 
-def _loop_at(module: cst.Module, line: int) -> tuple[cst.For, cst.FunctionDef | None] | None:
-    """The innermost `for` whose header (from `for` to the colon) spans `line`."""
-    from libcst.metadata import MetadataWrapper, PositionProvider
+def _other_main_loops(
+    module: cst.Module, imports: FlorImports, name: str | None, main: cst.For
+) -> list[cst.For]:
+    """The other `for`s over `flor.loop(name)` not nested in one of that name: a script
+    that trains twice (`epoch` loops of a pretraining and a fine-tuning)."""
+    found: list[cst.For] = []
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.For and iterates_loop_cst(node, imports, name):
+            if node is not main:
+                found.append(node)
+            continue
+        stack.extend(child for child, _, _ in iter_children(node))
+    return found
 
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
+
+def _head(live: _Liveness, loop: cst.For) -> set[str]:
+    """What the loop's body reads before assigning it, the back edge followed: the names
+    live at the top of the body."""
+    head: set[str] = set()
+    for _ in range(6):  # the back edge: the body's live-in is live after the body
+        body_in = live.block(loop.body, head, _Ctx(set(), head))
+        if body_in <= head:
+            break
+        head |= body_in
+    return head
+
+
+def _has_tail(
+    positions: Mapping[cst.CSTNode, CodeRange], main: cst.For, imports: FlorImports
+) -> bool:
+    """Whether the main loop's body has lines after the last flor.loop nested in it."""
+    ends = [
+        positions[node].end.line
+        for node in walk(main.body)
+        if type(node) is cst.For and iterates_loop_cst(node, imports, ANY_LOOP)
+    ]
+    return bool(ends) and max(ends) < positions[main].end.line
+
+
+def _loop_at(parsed: Parsed, line: int) -> tuple[cst.For, cst.FunctionDef | None] | None:
+    """The innermost `for` whose header (from `for` to the colon) spans `line`."""
+    positions = parsed.positions
     best: tuple[int, cst.For, cst.FunctionDef | None] | None = None
-    stack: list[tuple[cst.CSTNode, cst.FunctionDef | None]] = [(module, None)]
+    stack: list[tuple[cst.CSTNode, cst.FunctionDef | None]] = [(parsed.module, None)]
     while stack:
         node, function = stack.pop()
         if isinstance(node, cst.For):
@@ -186,20 +230,24 @@ def _loop_at(module: cst.Module, line: int) -> tuple[cst.For, cst.FunctionDef | 
 
 
 def registered_paths(module: cst.Module, imports: FlorImports) -> frozenset[Dotted]:
-    """Paths of the objects given to `flor.checkpointing(...)`: their changes are held."""
-    return _registered(module, imports)
-
-
-def _registered(module: cst.Module, imports: FlorImports) -> frozenset[Dotted]:
+    """Paths of the objects given to `flor.checkpointing(...)`: their changes are held.
+    Only names and attribute chains (`net`, `self.opt`): a path cannot tell `nets[0]` from
+    `nets[1]`, so an object registered by subscript vouches for nothing around it."""
     found: set[Dotted] = set()
     for node in walk(module):
         if type(node) is cst.Call and imports.api_of(node.func) == "checkpointing":
             for arg in node.args:
-                if arg.keyword is not None:
+                if arg.keyword is not None and _plain_path(arg.value):
                     path = path_of(arg.value)
                     if path:
                         found.add(path)
     return frozenset(found)
+
+
+def _plain_path(node: cst.BaseExpression) -> bool:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
 
 
 def _scope_defs(node: cst.CSTNode) -> set[str]:
@@ -226,39 +274,42 @@ def _called_names(node: cst.CSTNode) -> set[str]:
 
 
 def _inner_leaves(
-    module: cst.Module,
-    loop: cst.For,
+    positions: Mapping[cst.CSTNode, CodeRange],
+    mains: list[tuple[cst.For, set[str]]],
     functions: dict[str, cst.FunctionDef],
     summaries: dict[str, tuple[set[str], set[str]]],
     imports: FlorImports,
-    head: set[str],
 ) -> list[tuple[int, int, set[str], set[str]]]:
     """Names an inner flor.loop assigns that the code after it reads (before the body or
-    the function holding it ends, a `return` included): in the main loop's body, and in
+    the function holding it ends, a `return` included): in each main loop's body, and in
     the module-level functions it calls (transitively; a pytorch-cifar `train()` whose step
     loop leaves `batch_idx` for its `return`). A replay that skips such a loop must put
-    them back. What is live after each loop is noted in one pass; the main loop's body
-    ends where its next iteration starts, so what that reads before assigning (`head`)
+    them back. What is live after each loop is noted in one pass; a main loop's body
+    ends where its next iteration starts, so what that reads before assigning (its head)
     counts too: `if epoch: print(loss)` at the top of the body reads the last iteration's
     loss. Per loop, with the lines its `for` header spans."""
-    found: list[tuple[cst.For, set[str], set[str]]] = []
-    scopes = [(loop.body, head), *((fn.body, set()) for fn in _called_functions(loop, functions))]
+    scopes: list[tuple[cst.CSTNode, set[str]]] = []
+    seen: set[str] = set()
+    for main, head in mains:
+        scopes.append((main.body, head))
+        for fn in _called_functions(main, functions):
+            if fn.name.value not in seen:
+                seen.add(fn.name.value)
+                scopes.append((fn.body, set()))
+    found: dict[int, tuple[cst.For, set[str]]] = {}
     for scope, at_end in scopes:
-        live = _Liveness(summaries, record=True)
+        live = _Liveness(summaries, imports=imports)
         live.block(scope, set(at_end), _Ctx(set(), set(at_end)))
         for inner, after in live.after_loops:
-            if type(inner) is cst.For and iterates_loop_cst(inner, imports, ANY_LOOP):
-                assigned = _scope_defs(inner)
-                found.append((inner, assigned & after, assigned))
-    if not found:
-        return []
-    from libcst.metadata import MetadataWrapper, PositionProvider
-
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    return [
-        (positions[inner].start.line, positions[inner.body].start.line, names, assigned)
-        for inner, names, assigned in found
-    ]
+            # a loop inside a plain loop is seen once per pass over that loop's body
+            _, before = found.setdefault(id(inner), (inner, set()))
+            before |= after
+    out = []
+    for inner, after in found.values():
+        assigned = _scope_defs(inner)
+        start = positions[inner].start.line
+        out.append((start, positions[inner.body].start.line, assigned & after, assigned))
+    return out
 
 
 def _before_first_inner(
@@ -349,7 +400,6 @@ def _mutated(
 class _Ctx:
     break_live: set[str]  # live where a `break` goes (the loop's exit)
     continue_live: set[str]  # live where a `continue` goes (the loop's head)
-    depth: int = 0  # loops between the main loop's body and here
 
 
 def _reads(node: cst.CSTNode | None) -> set[str]:
@@ -374,12 +424,18 @@ def _target_reads(target: cst.CSTNode) -> set[str]:
 
 class _Liveness:
     """Backward liveness over statements; `summaries` says what calling a module-level
-    function reads and assigns of the globals (`global best` in a helper)."""
+    function reads and assigns of the globals (`global best` in a helper). With `imports`,
+    what is live after each flor.loop not nested in another is noted (`after_loops`)."""
 
-    def __init__(self, summaries: dict[str, tuple[set[str], set[str]]], record: bool = False):
+    def __init__(
+        self,
+        summaries: dict[str, tuple[set[str], set[str]]],
+        imports: FlorImports | None = None,
+    ):
         self.summaries = summaries
-        self.record = record
-        self.after_loops: list[tuple[cst.CSTNode, set[str]]] = []
+        self.imports = imports
+        self.record = imports is not None
+        self.after_loops: list[tuple[cst.For, set[str]]] = []
 
     def block(self, suite: cst.CSTNode, after: set[str], ctx: _Ctx) -> set[str]:
         live = set(after)
@@ -444,9 +500,17 @@ class _Liveness:
         if tp is cst.If:
             return self._if(stmt, after, ctx)  # type: ignore[arg-type]
         if tp is cst.For or tp is cst.While:
-            if self.record and ctx.depth == 0:
-                self.after_loops.append((stmt, set(after)))
-            return self._loop(stmt, after, ctx)
+            if not self.record or tp is cst.While:
+                return self._loop(stmt, after, ctx)
+            assert self.imports is not None and isinstance(stmt, cst.For)
+            if not iterates_loop_cst(stmt, self.imports, ANY_LOOP):
+                return self._loop(stmt, after, ctx)  # a plain loop: flor.loops in it count
+            self.after_loops.append((stmt, set(after)))
+            self.record = False  # a flor.loop in this one is no inner loop of the main loop
+            try:
+                return self._loop(stmt, after, ctx)
+            finally:
+                self.record = True
         if tp is cst.Try or tp is cst.TryStar:
             return self._try(stmt, after, ctx)
         if tp is cst.With:
@@ -499,8 +563,7 @@ class _Liveness:
             targets = set()
             head_reads = _reads(stmt.test) | self._calls(stmt.test)  # type: ignore[attr-defined]
         head = exit_live | head_reads
-        inner_ctx = _Ctx(set(after), head, ctx.depth + 1)
-        record, self.record = self.record, False  # only the loops right in the main body
+        inner_ctx = _Ctx(set(after), head)
         for _ in range(6):
             inner_ctx.continue_live = head
             body_in = self.block(stmt.body, head, inner_ctx) - targets  # type: ignore[attr-defined]
@@ -508,7 +571,6 @@ class _Liveness:
             if grown == head:
                 break
             head = grown
-        self.record = record
         return head_reads | body_in
 
     def _try(self, stmt: cst.CSTNode, after: set[str], ctx: _Ctx) -> set[str]:

@@ -9,10 +9,12 @@ classes are ABC-based and `isinstance` against them is slow.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+import functools
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 TRIVIA_TYPES = (
     cst.BaseParenthesizableWhitespace,
@@ -142,3 +144,26 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         current = stack.pop()
         yield current
         stack.extend(child for child, _, _ in iter_children(current))
+
+
+class Parsed:
+    """A parsed source and, on first use, its nodes' positions (libcst's position pass
+    costs about twice the parse: only analyses that need lines pay for it)."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+
+    @functools.cached_property
+    def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+
+@functools.lru_cache(maxsize=32)
+def parse(source: str) -> Parsed | None:
+    """`source` parsed, or None where libcst cannot parse it. Kept per source: replay
+    planning asks several analyses of each run's placed code (its requests, loop state
+    and state reads), and runs of one version share their code."""
+    try:
+        return Parsed(cst.parse_module(source))
+    except (cst.ParserSyntaxError, ValueError):
+        return None

@@ -24,6 +24,7 @@ from florwb_engine.analysis.bindings import ASSIGN
 from florwb_engine.analysis.names import assigned_names
 from florwb_engine.instrument.result import Note
 from florwb_engine.instrument.scopes import Scopes
+from florwb_engine.instrument.script_index import Tree
 from florwb_engine.instrument.syntax import (
     call_name,
     dotted,
@@ -32,7 +33,6 @@ from florwb_engine.instrument.syntax import (
     method_name,
     string_literal,
 )
-from florwb_engine.instrument.tree import Tree
 
 
 @dataclass

@@ -11,9 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from florwb_engine.flor_calls import top_level_imports
-from florwb_engine.instrument.edits import Builder, Edit, Editor, insert_after
 from florwb_engine.instrument.hyperparams import HyperparameterFinder, Hyperparameters
-from florwb_engine.instrument.loops import Loop, LoopFinder, TrainingLoops
 from florwb_engine.instrument.losses import find_loss_logs
 from florwb_engine.instrument.result import (
     INSTRUMENTED,
@@ -24,9 +22,11 @@ from florwb_engine.instrument.result import (
     Note,
 )
 from florwb_engine.instrument.scopes import Scopes
+from florwb_engine.instrument.script_index import Tree
 from florwb_engine.instrument.state import StateFinder
 from florwb_engine.instrument.syntax import call_name
-from florwb_engine.instrument.tree import Tree
+from florwb_engine.instrument.training_loops import Loop, LoopFinder, TrainingLoops
+from florwb_engine.instrument.tree_edits import Builder, Edit, Editor, insert_after
 
 DEFAULT_ALIAS = "flor"
 

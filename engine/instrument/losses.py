@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from florwb_engine.instrument.result import Note
+from florwb_engine.instrument.script_index import Tree
 from florwb_engine.instrument.syntax import call_name, is_backward_call
-from florwb_engine.instrument.tree import Tree
 
 
 @dataclass

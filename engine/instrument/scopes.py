@@ -21,8 +21,8 @@ import libcst as cst
 from florwb_engine.analysis import scopes
 from florwb_engine.analysis.bindings import ASSIGN, PARAM, Binding, Scope, SurelyBound
 from florwb_engine.analysis.scopes import parameters
+from florwb_engine.instrument.script_index import Tree
 from florwb_engine.instrument.syntax import strip_passthrough
-from florwb_engine.instrument.tree import Tree
 
 _BLOCKS = (cst.Module, cst.IndentedBlock, cst.SimpleStatementSuite)
 

@@ -19,6 +19,7 @@ from florwb_engine.analysis.bindings import ASSIGN, PARAM, Binding, Scope
 from florwb_engine.analysis.names import assigned_names
 from florwb_engine.instrument.result import Note
 from florwb_engine.instrument.scopes import Origin, Scopes
+from florwb_engine.instrument.script_index import Tree
 from florwb_engine.instrument.syntax import (
     call_name,
     dotted,
@@ -26,7 +27,6 @@ from florwb_engine.instrument.syntax import (
     receiver_root,
     strip_passthrough,
 )
-from florwb_engine.instrument.tree import Tree
 
 MODEL, OPTIMIZER, SCHEDULER, SCALER = "model", "optimizer", "scheduler", "scaler"
 KINDS = (MODEL, OPTIMIZER, SCHEDULER, SCALER)

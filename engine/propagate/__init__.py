@@ -13,7 +13,6 @@ from florwb_engine.propagate.errors import PropagationError
 from florwb_engine.propagate.finder import find_log_statements
 from florwb_engine.propagate.matrix import statement_matrix
 from florwb_engine.propagate.model import (
-    FlorLoop,
     LogStatement,
     MatrixCell,
     Placement,
@@ -23,7 +22,6 @@ from florwb_engine.propagate.model import (
 from florwb_engine.propagate.propagation import propagate
 
 __all__ = [
-    "FlorLoop",
     "LogStatement",
     "MatrixCell",
     "Placement",

@@ -23,10 +23,10 @@ from florwb_engine.flor_calls import (
     log_call_parts,
 )
 from florwb_engine.propagate.errors import PropagationError
+from florwb_engine.propagate.match_tree import TNode, Tree
 from florwb_engine.propagate.model import STANDALONE, WRAPPED, LogStatement
 from florwb_engine.propagate.names import Bindings
 from florwb_engine.propagate.source import gc_paused, parse_source
-from florwb_engine.propagate.tree import TNode, Tree
 
 # The nodes whose `body` is a sequence of statements, i.e. what a statement sits in.
 Block = cst.Module | cst.IndentedBlock | cst.SimpleStatementSuite

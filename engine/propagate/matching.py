@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import cast
 
-from florwb_engine.propagate.tree import TNode, Tree, bag_dice
+from florwb_engine.propagate.match_tree import TNode, Tree, bag_dice
 
 MIN_HEIGHT = 2
 MIN_DICE = 0.4

@@ -7,7 +7,6 @@ workbench's log-statement diff, so they hold only built-in types and never libcs
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 STANDALONE = "standalone"
@@ -89,33 +88,6 @@ class Placement:
 
 
 @dataclass(frozen=True)
-class FlorLoop:
-    """One `for ... in flor.loop("<name>", ...)` of a source (see propagate/loops.py).
-
-    `path` names the flor.loops around it lexically and itself, outermost first; lines are
-    1-based and inclusive. `binds` holds every name the loop assigns or deletes (its target
-    and anything in its body, nested loops included); `reads` the names its body reads
-    outside the flor.loops nested in it.
-    """
-
-    name: str
-    path: tuple[str, ...]
-    first_line: int
-    last_line: int
-    binds: frozenset[str]
-    reads: frozenset[str]
-
-    def contains(self, other: FlorLoop) -> bool:
-        """Whether `other` is nested (at any depth) inside this loop."""
-        return (
-            other is not self
-            and len(other.path) > len(self.path)
-            and self.first_line <= other.first_line
-            and other.last_line <= self.last_line
-        )
-
-
-@dataclass(frozen=True)
 class PropagationResult:
     """The old source with the new statements placed in it, and one placement per statement.
 
@@ -124,15 +96,6 @@ class PropagationResult:
 
     code: str
     placements: tuple[Placement, ...]
-
-    @cached_property
-    def loops(self) -> tuple[FlorLoop, ...]:
-        """The flor.loops of `code`, in source order: where the placed statements sit
-        relative to them and what they read (replay planning's mode). Computed on first
-        use: the statement matrix, which propagates many versions, never asks."""
-        from florwb_engine.propagate.loops import flor_loops
-
-        return flor_loops(self.code)
 
     @property
     def inserted(self) -> tuple[Placement, ...]:

@@ -20,7 +20,7 @@ import libcst as cst
 
 from florwb_engine.analysis.bindings import SurelyBound
 from florwb_engine.analysis.names import BUILTIN_NAMES, COMPREHENSIONS
-from florwb_engine.propagate.tree import TNode, Tree
+from florwb_engine.propagate.match_tree import TNode, Tree
 
 
 class Scope:

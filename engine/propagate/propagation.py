@@ -47,15 +47,9 @@ from florwb_engine.analysis.names import BUILTIN_NAMES, self_attributes
 from florwb_engine.analysis.nodes import walk
 from florwb_engine.analysis.purity import pure_call
 from florwb_engine.flor_calls import FlorImports, log_call_parts
-from florwb_engine.propagate.edits import (
-    EditPlan,
-    apply_edits,
-    import_statement,
-    log_call,
-    replace_nodes,
-)
 from florwb_engine.propagate.errors import PropagationError
 from florwb_engine.propagate.finder import Analysis, LogSite, analysis_of, analyze
+from florwb_engine.propagate.match_tree import TNode, Tree, iter_children, subtree_hash
 from florwb_engine.propagate.matching import Matching
 from florwb_engine.propagate.model import (
     EXACT,
@@ -69,8 +63,14 @@ from florwb_engine.propagate.model import (
     PropagationResult,
 )
 from florwb_engine.propagate.names import Bindings, Scope
+from florwb_engine.propagate.placement_edits import (
+    EditPlan,
+    apply_edits,
+    import_statement,
+    log_call,
+    replace_nodes,
+)
 from florwb_engine.propagate.source import code_and_lines, gc_paused, render_edits
-from florwb_engine.propagate.tree import TNode, Tree, iter_children, subtree_hash
 
 _LOOPS = (cst.For, cst.While)
 _BLOCKS = (cst.Module, cst.IndentedBlock)

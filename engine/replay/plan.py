@@ -384,7 +384,7 @@ def _plan_run(
         return plan
     found = loop_state(result.code, facts.main_loop)
     memo = memoized(project, run.run_id, result.code, facts, found) if not strict else Memo()
-    mode, why = replay_mode(result, placed, facts.main_loop, memo.names, found)
+    mode, why = replay_mode(placed, facts.main_loop, found, memo.names)
     if mode is None:
         plan.reason = why
         return plan
@@ -400,7 +400,7 @@ def _plan_run(
         )
     if state.from_start:
         mode = INNER
-    moment = moment_decision(project, run.run_id, facts, result.loops, mode, memo.names, found)
+    moment = moment_decision(project, run.run_id, facts, found, mode, memo.names)
     mode = moment.mode
     plan.from_start = state.from_start or moment.from_start
     plan.notes.extend(state.notes)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from florwb_engine import versions
+from florwb_engine.analysis.loop_state import loop_state
 from florwb_engine.flor_calls import imports_from_ast, iterates_loop
 from florwb_engine.project import checkpoint_dir, store_dir
 
@@ -140,8 +141,9 @@ def plan_saved_state(
         return out
     if old is None:
         return out
+    code = old.decode("utf-8", errors="replace")
     try:
-        tree = ast.parse(old.decode("utf-8", errors="replace"))
+        tree = ast.parse(code)
     except SyntaxError as exc:
         out.notes.append(f"own torch.save checkpoints not used: {script} does not parse ({exc})")
         return out
@@ -166,7 +168,8 @@ def plan_saved_state(
     if not usable:
         return out
     held = {target[1] for m in usable.values() for target in m.targets}
-    out.unheld = unheld_updates(tree, main_loop, held | registered_objects(tree))
+    registered = set(loop_state(code, main_loop).registered)
+    out.unheld = unheld_updates(tree, main_loop, held | registered)
     if out.unheld:
         return out
     shift = -1 if next(iter(usable.values())).position == START else 0
@@ -550,18 +553,6 @@ def _renamed(expr: ast.expr, names: dict[str, str]) -> str:
     if root is not None and root in names:
         return names[root] + text[len(root) :]
     return text
-
-
-def registered_objects(tree: ast.Module) -> set[str]:
-    """The expressions given to `flor.checkpointing(...)`: their state is checkpointed."""
-    imports = imports_from_ast(tree)
-    return {
-        ast.unparse(k.value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and imports.api_of_ast(node.func) == "checkpointing"
-        for k in node.keywords
-        if k.arg and _reference(k.value)
-    }
 
 
 def unheld_updates(tree: ast.Module, main_loop: str, held: set[str]) -> dict[str, str]:

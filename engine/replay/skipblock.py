@@ -25,10 +25,8 @@ from pathlib import Path
 from florwb_engine.analysis.loop_state import LoopState
 from florwb_engine.contract.replay_spec import INNER, OUTER, ReplayMode
 from florwb_engine.project import store_dir
-from florwb_engine.propagate import FlorLoop
 from florwb_engine.record.checkpoint import taken_after_inner
 from florwb_engine.replay.facts import RunFacts
-from florwb_engine.replay.mode import reads_inner
 
 
 @dataclass
@@ -42,14 +40,14 @@ def moment_decision(
     project: Path,
     run_id: str,
     facts: RunFacts,
-    loops: tuple[FlorLoop, ...],
+    found: LoopState,
     mode: ReplayMode,
     memoized: frozenset[str] = frozenset(),
-    found: LoopState | None = None,
 ) -> MomentDecision:
-    """The mode (and whether to run from the start) that the run's checkpoints allow;
-    names in `memoized` are put back where a skipped inner loop would have left them
-    (`found`: the loop state of the code, mode.reads_inner)."""
+    """The mode (and whether to run from the start) that the run's checkpoints allow,
+    given the loop state of the placed code (`found`: whether the main loop's body goes on
+    after its inner loops, what they leave for it); names in `memoized` are put back where
+    a skipped inner loop would have left them."""
     decision = MomentDecision(mode)
     if mode not in (OUTER, INNER) or not facts.checkpoints:
         return decision
@@ -61,14 +59,14 @@ def moment_decision(
         decision.notes.append(f"checkpoint {name} cannot be read ({exc})")
         return decision
     if not after_inner:
-        if mode == OUTER and _has_tail(loops, facts.main_loop):
+        if mode == OUTER and found.tail:
             decision.mode = INNER
             decision.notes.append(
                 f"this run's checkpoints hold the state at the end of each {loop} iteration, "
                 "after the code that follows its inner loops: the inner loops are re-executed"
             )
         return decision
-    stale = reads_inner(loops, facts.main_loop, found) - memoized
+    stale = set(found.leaves) - memoized
     if mode == INNER and stale and min(facts.checkpoints) < max(facts.epoch_s, default=0):
         decision.from_start = True
         listed = ", ".join(sorted(stale)[:4])
@@ -77,14 +75,3 @@ def moment_decision(
             f"holds: the {loop} loop is re-executed from its first iteration, in one segment"
         )
     return decision
-
-
-def _has_tail(loops: tuple[FlorLoop, ...], main_loop: str | None) -> bool:
-    """Whether the main loop's body has lines after its last inner loop."""
-    for main in loops:
-        if main.name != main_loop:
-            continue
-        inner = [other.last_line for other in loops if main.contains(other)]
-        if inner and max(inner) < main.last_line:
-            return True
-    return False

@@ -34,7 +34,7 @@ from florwb_engine.analysis.mutations import (
     mutated_paths,
     read_paths,
 )
-from florwb_engine.analysis.nodes import iter_children, walk
+from florwb_engine.analysis.nodes import iter_children, parse, walk
 from florwb_engine.flor_calls import (
     FlorImports,
     imports_from_nodes,
@@ -72,10 +72,10 @@ def state_reads(code: str, placed: dict[str, Placement], main_loop: str | None) 
                 "called, stored, or called from different loops): where it runs is unknown"
             )
             return found
-    try:
-        module = cst.parse_module(code)
-    except (cst.ParserSyntaxError, ValueError):
+    parsed = parse(code)
+    if parsed is None:
         return found
+    module = parsed.module
     nodes = list(walk(module))
     imports = imports_from_nodes(nodes)
     values = _logged_values(module, nodes, imports, {p.old_line for p in placed.values()})

@@ -14,7 +14,7 @@ from typing import Any
 
 import libcst as cst
 
-from florwb_engine.propagate.tree import TNode, Tree, iter_children
+from florwb_engine.propagate.match_tree import TNode, Tree, iter_children
 
 WrapFn = Callable[[cst.BaseExpression], cst.BaseExpression]
 

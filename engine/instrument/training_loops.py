@@ -17,6 +17,7 @@ import libcst as cst
 from florwb_engine.analysis.bindings import Scope
 from florwb_engine.instrument.result import Note
 from florwb_engine.instrument.scopes import Scopes
+from florwb_engine.instrument.script_index import Function, Tree
 from florwb_engine.instrument.syntax import (
     block_statements,
     call_name,
@@ -24,7 +25,6 @@ from florwb_engine.instrument.syntax import (
     string_literal,
     sub_blocks,
 )
-from florwb_engine.instrument.tree import Function, Tree
 
 FOR, PROBLEM = "for", "problem"
 # Loop variables too generic to name a loop after: the batch itself or a bare index (so
