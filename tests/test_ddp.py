@@ -17,6 +17,7 @@ import torch
 from conftest import florwb, git, write
 
 from florwb.screens.run_detail import rank_lines
+from florwb_engine import journal_events as ev
 from florwb_engine.project import checkpoint_dir, journal_dir
 from florwb_engine.replay import ddp_launch, execute, plan_replay
 from florwb_engine.replay.cost import launch_start_s
@@ -447,14 +448,14 @@ def test_ranks_stopped_by_their_launcher_are_told_apart_from_the_one_that_failed
         con.execute("INSERT INTO runs (run_id, run_key, status) VALUES (?, ?, 'running')"
                     " ON CONFLICT DO NOTHING", [run_id, ord(run_id)])  # fmt: skip
         info = {"rank": rank, "world_size": 3, "local_rank": rank, "launcher": "torchrun"}
-        run_ranks.on_start(con, run_id, {"rank": info, "pid": 1}, t0)
+        run_ranks.on_start(con, run_id, ev.Start(run_id=run_id, rank=info, pid=1), t0)
 
-    stopped = {"status": "killed", "signal": "SIGTERM", "message": "stopped by SIGTERM"}
+    stopped = ev.End(status="killed", signal="SIGTERM", message="stopped by SIGTERM")
     for rank in range(3):
         start("a", rank)
     run_ranks.on_end(con, "a", 0, stopped, t0 + timedelta(seconds=5))
-    run_ranks.on_end(con, "a", 2, {"status": "failed", "exception": "RuntimeError",
-                                  "message": "peer gone"}, t0 + timedelta(seconds=4))  # fmt: skip
+    failed = ev.End(status="failed", exception="RuntimeError", message="peer gone")
+    run_ranks.on_end(con, "a", 2, failed, t0 + timedelta(seconds=4))
     run_ranks.mark_killed(con, "a", 1, t0 + timedelta(seconds=3))  # its journal's last write
     for rank in range(2):
         start("b", rank)
