@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from florwb_engine import processes
+from florwb_engine import processes, settings
 from florwb_engine import project as projects
 from florwb_engine.journal import (
     SUFFIX,
@@ -50,8 +50,8 @@ _NAMING = frozenset({"start", "version", "version_error", "arg"})
 
 FLUSH_INTERVAL_S = 0.05
 RETRY_INTERVAL_S = 0.5  # between tries to write a journal that failed (disk full...)
-FINAL_RETRY_S = float(os.environ.get("FLORWB_FINAL_RETRY_S", "3"))
-BUFFER_LIMIT = int(float(os.environ.get("FLORWB_BUFFER_MB", "256")) * (1 << 20))
+FINAL_RETRY_S = settings.read(settings.FINAL_RETRY_S)
+BUFFER_LIMIT = int(settings.read(settings.BUFFER_MB) * (1 << 20))
 
 LOGS: list = []  # name, value, ctx_id, name, value, ctx_id, ...
 TIMINGS: list = []  # ctx_id, wait_s, iter_s, ...

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from florwb_engine import settings
 from florwb_engine.record.atomic import write_atomic
 
 FILE = "start-rng.json"
@@ -43,7 +44,7 @@ def note_import() -> None:
     """At `import florwb`: remember the RNG states (recording), or, in a replay worker
     started as a fresh interpreter, put back the run's (see restore_before_script)."""
     global _at_import
-    spec = os.environ.get("FLORWB_REPLAY")
+    spec = settings.read(settings.REPLAY)
     if spec:
         restore_before_script(spec)
     else:

@@ -377,6 +377,7 @@ def _console(detail: RunDetail) -> list:
 
 class RunDetailScreen(Screen[None]):
     BINDINGS = keys.bindings("run")
+    KEY_SCOPES = ("run",)
     DEFAULT_CSS = """
     RunDetailScreen #detail-scroll { padding: 0 1; }
     RunDetailScreen #metric-find { display: none; }
