@@ -11,23 +11,32 @@ from __future__ import annotations
 import functools
 import hashlib
 import html
+import os
 import re
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from rich.cells import cell_len
 from textual.app import App
+from textual.message import Message
 from textual.pilot import Pilot
 
 from florwb.app import WorkbenchApp
 from florwb.demo.build import build_demo
+from florwb.ui.messages import HistoryLoaded, PaneReady
 from florwb_engine.store import Store
 
+M = TypeVar("M", bound=Message)
 SIZE = (80, 24)
 ROOT = Path(__file__).resolve().parents[1]
+# The workbench reads the user's keymap file (florwb.ui.keys.keymap_path) when it starts:
+# the tests read none, whatever the machine's user has bound (a test that wants one sets
+# XDG_CONFIG_HOME itself).
+os.environ["XDG_CONFIG_HOME"] = str(Path(tempfile.gettempdir()) / "florwb-test-no-config")
 # What records the demo: a change here means the cached demo must be rebuilt.
 RECORDING_CODE = (
     "florwb/demo/*.py",
@@ -174,6 +183,26 @@ def write_held_run(project: Path, value: str) -> Path:
     script = project / "slow.py"
     script.write_text(HELD_RUN.replace("VALUE", value))
     return script
+
+
+class Seen:
+    """A `run_test(message_hook=...)`: every message the app's nodes were sent, so a test
+    waits on and asserts the message that says a thing happened instead of reading the
+    screen (an SVG export, ~25 ms of the app's loop a look)."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    def __call__(self, message: Message) -> None:
+        self.messages.append(message)
+
+    def of(self, kind: type[M]) -> list[M]:
+        return [m for m in self.messages if isinstance(m, kind)]
+
+    def ready(self) -> bool:
+        """The history is loaded and both lazily mounted panes said they are ready (an app
+        closed before that races their mounting)."""
+        return bool(self.of(HistoryLoaded)) and len(self.of(PaneReady)) >= 2
 
 
 def make_app(project: Path, **kwargs) -> WorkbenchApp:
