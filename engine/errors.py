@@ -29,7 +29,9 @@ class FlorwbError(Exception):
     title: str = ""  # "" : the workbench names what it was doing instead
     exit_code: int = 1
 
-    def __init__(self, *args: object, title: str | None = None, exit_code: int | None = None):
+    def __init__(
+        self, *args: object, title: str | None = None, exit_code: int | None = None
+    ) -> None:
         super().__init__(*args)
         if title is not None:
             self.title = title
@@ -42,17 +44,13 @@ class FlorwbError(Exception):
         return text.splitlines()[0] if text else type(self).__name__
 
 
-def is_expected(exc: BaseException) -> bool:
-    return isinstance(exc, FlorwbError)
-
-
 def log_path(project: Path) -> Path:
     from florwb_engine.project import store_dir  # the project module reads the settings
 
     return store_dir(Path(project)) / "logs" / LOG_NAME
 
 
-def log_exception(project: Path, doing: str, exc: BaseException) -> Path:
+def log_exception(project: Path, what: str, exc: BaseException) -> Path:
     """Append `exc` with its traceback to the project's error log and return the log's
     path. The log is bounded: past LOG_MAX_BYTES it becomes `errors.log.1` (replacing the
     older one) and a new log starts. Raises OSError when it cannot be written (the caller
@@ -67,7 +65,7 @@ def log_exception(project: Path, doing: str, exc: BaseException) -> Path:
         pass
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     with path.open("a", encoding="utf-8") as out:
-        out.write(f"--- {stamp} pid {os.getpid()} while {doing}\n")
+        out.write(f"--- {stamp} pid {os.getpid()}: {what}\n")
         out.write(format_traceback(exc))
         out.write("\n")
     return path

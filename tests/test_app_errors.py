@@ -51,7 +51,7 @@ async def test_an_unexpected_worker_failure_keeps_its_traceback(demo: Path):
         log = demo / ".florwb" / "logs" / "errors.log"
         assert screen.logged == "also in .florwb/logs/errors.log"
         text = log.read_text()
-        assert "while Error while testing a failure" in text
+        assert ": Error while testing a failure\n" in text
         for part in ("in _nested_cause", "ZeroDivisionError: the real cause", "in _fails"):
             assert part in text and part in (screen.details or ""), part
         assert not screen.details_shown

@@ -79,7 +79,7 @@ def test_the_error_log_keeps_tracebacks_and_stays_bounded(tmp_path: Path, monkey
         path = errors.log_exception(tmp_path, "loading the history", exc)
     assert path == tmp_path / ".florwb" / "logs" / "errors.log"
     text = path.read_text()
-    assert "while loading the history" in text
+    assert ": loading the history\n" in text
     assert "Traceback (most recent call last)" in text and "in deep" in text
     assert "KeyError: 'the cause'" in text and "RuntimeError: it broke" in text
 
