@@ -27,7 +27,8 @@ from textual.pilot import Pilot
 
 from florwb.app import WorkbenchApp
 from florwb.demo.build import build_demo
-from florwb.ui.messages import HistoryLoaded, PaneReady
+from florwb.screens.replay_plan import ReplayPlanScreen
+from florwb.ui.messages import HistoryLoaded, PaneReady, ReplaysLoaded
 from florwb_engine.store import Store
 
 M = TypeVar("M", bound=Message)
@@ -186,9 +187,10 @@ def write_held_run(project: Path, value: str) -> Path:
 
 
 class Seen:
-    """A `run_test(message_hook=...)`: every message the app's nodes were sent, so a test
-    waits on and asserts the message that says a thing happened instead of reading the
-    screen (an SVG export, ~25 ms of the app's loop a look)."""
+    """A `run_test(message_hook=...)`: every message dispatched to a node of the app (a
+    bubbling one once per node, right before that node handles it; one that a newer one
+    replaced, never), so a test waits on and asserts the message that says a thing
+    happened instead of reading the screen (an SVG export, ~25 ms of the app's loop)."""
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
@@ -202,7 +204,8 @@ class Seen:
     def ready(self) -> bool:
         """The history is loaded and both lazily mounted panes said they are ready (an app
         closed before that races their mounting)."""
-        return bool(self.of(HistoryLoaded)) and len(self.of(PaneReady)) >= 2
+        panes = {id(m.pane) for m in self.of(PaneReady)}
+        return bool(self.of(HistoryLoaded)) and len(panes) >= 2
 
 
 def make_app(project: Path, **kwargs) -> WorkbenchApp:
@@ -211,5 +214,46 @@ def make_app(project: Path, **kwargs) -> WorkbenchApp:
 
 
 async def loaded(pilot: Pilot) -> str:
-    """Wait for the first complete frame: the history is listed."""
+    """Wait for the first complete frame: the history is listed. Waits on the app's state
+    while the history loads (no screen export meanwhile), then looks at the screen."""
+    app = pilot.app
+    await wait_until(pilot, lambda: getattr(app, "history", None) is not None, what="history")
     return await wait_for(pilot, lambda t: "version " in t and "▾" in t, what="the history")
+
+
+async def pending_known(pilot: Pilot, name: str, timeout: float = 30.0) -> None:
+    """Wait until the app knows `name` as a statement no run recorded yet (PendingChanged
+    handled: the banner and the `r` key use it)."""
+    app = pilot.app
+    assert isinstance(app, WorkbenchApp)
+    await wait_until(
+        pilot,
+        lambda: any(name in p.new for p in app.pending),
+        timeout=timeout,
+        what=f"{name} pending",
+    )
+
+
+async def replays_read(pilot: Pilot, seen: Seen, n: int) -> None:
+    """The Replay tab read back `n` past replays (ReplaysLoaded), for it to list them."""
+    await wait_until(
+        pilot,
+        lambda: any(len(m.replays) == n for m in seen.of(ReplaysLoaded)),
+        timeout=60,
+        what=f"{n} past replays read",
+    )
+
+
+async def plan_ready(pilot: Pilot, timeout: float = 60.0) -> str:
+    """Wait until the replay plan screen on top has its plan (or says why there is none),
+    then return the screen's text."""
+    app = pilot.app
+
+    def planned() -> bool:
+        screen = app.screen
+        return isinstance(screen, ReplayPlanScreen) and (
+            screen.plan is not None or bool(screen.plan_error)
+        )
+
+    await wait_until(pilot, planned, timeout=timeout, what="the plan")
+    return await wait_for(pilot, lambda t: "estimate" in t or "Cannot replay" in t, what="plan")

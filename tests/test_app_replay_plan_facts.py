@@ -14,11 +14,20 @@ from typing import Any
 
 import pytest
 from conftest import florwb, recorded_project, run_py
-from conftest_app import copy_demo, loaded, make_app, wait_for, wait_until, write_held_run
+from conftest_app import (
+    Seen,
+    copy_demo,
+    loaded,
+    make_app,
+    wait_for,
+    wait_until,
+    write_held_run,
+)
 
 from florwb.screens.replay_detail import ReplayDetailScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.ui import format as fmt
+from florwb.ui.messages import StatementTableLoaded
 from florwb_engine import replay as replay_package
 from florwb_engine.record.ranks import TORCHRUN
 from florwb_engine.replay import plan_replay
@@ -75,10 +84,12 @@ async def test_enter_while_planning_starts_once_planned_and_one_duration_everywh
 async def test_the_statements_tab_keeps_its_cursor_when_the_table_is_rebuilt(
     demo: Path,
 ) -> None:
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
         await pilot.press("2")
+        tables = seen.of  # the pane handles a StatementTableLoaded as it is dispatched
+        await wait_until(pilot, lambda: tables(StatementTableLoaded), what="the table built")
         await wait_for(pilot, lambda t: "weight_norm" in t and "→" in t, what="the matrix")
         matrix = app.query_one("#matrix")
         await pilot.press("j", "j", "h")
@@ -87,13 +98,16 @@ async def test_the_statements_tab_keeps_its_cursor_when_the_table_is_rebuilt(
         await pilot.press("1")
         run_py(demo, "train.py")  # a new run: the history and the statement table change
         await wait_until(pilot, lambda: len(app.history.runs) == 5, timeout=60, what="new run")
+        built = len(tables(StatementTableLoaded))
         await pilot.press("2")
         await wait_until(
             pilot,
-            lambda: app.query_one("#statements-pane").stale is False,
+            lambda: len(tables(StatementTableLoaded)) > built,
             what="the table rebuilt",
         )
-        await pilot.pause(0.3)
+        first, last = tables(StatementTableLoaded)[0], tables(StatementTableLoaded)[-1]
+        runs = [sum(m.table.runs_per_version.values()) for m in (first, last)]
+        assert runs == [4, 5]  # rebuilt with the new run
         assert matrix.cursor_coordinate == before
 
 
