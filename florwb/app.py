@@ -209,20 +209,25 @@ class WorkbenchApp(App[int]):
     def show_error(
         self, title: str, text: str, *, details: str | None = None, logged: str | None = None
     ) -> None:
-        top = self.screen
-        if isinstance(top, ErrorScreen) and (top.title_text, top.message) == (title, text):
+        if self._error_shown(title, text):
             return  # a poll failing again: one modal says it
         self.push_screen(ErrorScreen(title, text, self.key_hints, details=details, logged=logged))
+
+    def _error_shown(self, title: str, text: str) -> bool:
+        top = self.screen
+        return isinstance(top, ErrorScreen) and (top.title_text, top.message) == (title, text)
 
     def show_unexpected(self, title: str, error: BaseException) -> None:
         """A failure florwb did not expect: its traceback goes to the error log first (the
         modal says where, or why it could not be written), then the modal shows its line."""
+        text = fmt.one_line(error)
+        if self._error_shown(title, text):
+            return  # a poll failing again: logged when it was first shown
         try:
             path = log_exception(self.project, title, error)
             logged = f"also in {path.relative_to(self.project)}"
         except OSError as exc:
             logged = f"not logged: {exc.strerror or exc}"
-        text = fmt.one_line(error)
         self.show_error(title, text, details=format_traceback(error), logged=logged)
 
     @on(StoreWaiting)
