@@ -19,11 +19,13 @@ from conftest_app import (
     copy_demo,
     loaded,
     make_app,
+    pending_known,
     wait_for,
     wait_until,
     write_held_run,
 )
 
+from florwb.panes.replay import ReplayPane
 from florwb.screens.replay_detail import ReplayDetailScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.ui import format as fmt
@@ -58,7 +60,7 @@ async def test_enter_while_planning_starts_once_planned_and_one_duration_everywh
     app = make_app(demo)
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pending_known(pilot, "weight_norm")
         await pilot.press("g", "j", "space")
         await pilot.press("r")
         await wait_until(pilot, lambda: isinstance(app.screen, ReplayPlanScreen), what="plan")
@@ -72,6 +74,8 @@ async def test_enter_while_planning_starts_once_planned_and_one_duration_everywh
         assert screen.plan.estimate_s == pytest.approx(screen.planned.estimate_s)
         await wait_until(pilot, lambda: app.screen is not screen, timeout=30, what="started")
         await wait_until(pilot, lambda: not app.replay_running, timeout=180, what="replayed")
+        pane = app.query_one("#replay-pane", ReplayPane)
+        await wait_until(pilot, lambda: pane.result is not None, what="the result shown")
         text = await wait_for(pilot, lambda t: "finished in" in t, what="the replay's end")
         (replay,) = load_replays(app.store)
         took = fmt.duration((replay.ended - replay.started).total_seconds())
