@@ -261,6 +261,13 @@ FORKSERVER_IDLE_S = Var(
     "a number of seconds",
     "how long the warm replay worker server waits for the next replay; 0 turns it off",
 )
+SSH = Var(
+    "FLORWB_SSH",
+    "ssh",
+    _text,
+    "a command",
+    "the ssh command `florwb pull HOST:PATH` runs, with its options (`ssh -i KEY`)",
+)
 REPLAY: Var[str | None] = Var(
     "FLORWB_REPLAY",
     None,
