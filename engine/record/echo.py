@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from florwb_engine.record.values import PRIMITIVES, Staged
+from florwb_engine.record.values import PENDING, PRIMITIVES, Staged
 
 ENV = "FLORWB_ECHO"
 
@@ -69,19 +69,14 @@ class Echo:
 
 
 def _ready(value: object) -> bool:
-    """A GPU value whose copy is not done yet is left out of the line: waiting for it here
+    """A GPU value the flusher has not read yet is left out of the line: reading it here
     would stall the training thread on the device."""
-    if type(value) is not Staged:
-        return True
-    try:
-        return bool(value.ready.query())
-    except Exception:  # noqa: BLE001 - a failed device: the flusher says so, not the echo
-        return False
+    return type(value) is not Staged or value.value is not PENDING
 
 
 def _short(value: object) -> str:
     if type(value) is Staged:
-        value = value.host.item()  # its copy is done (_ready): a read of host memory
+        value = value.value  # read by the flusher already (_ready)
     if isinstance(value, float):
         return f"{value:.4g}"
     text = str(value)
