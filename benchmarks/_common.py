@@ -72,7 +72,9 @@ def backend_env(backend: str, **extra: str) -> dict[str, str]:
     if backend == "flordb":
         env["PYTHONPATH"] = str(FLORDB_PATH)
     elif backend == "florwb":
-        env["PYTHONPATH"] = str(REPO)  # this checkout's florwb, whatever the cwd
+        # this checkout's florwb, whatever the cwd; then the caller's path, which holds
+        # florwb's dependencies and florwb_engine where no .venv has them (a GPU machine)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env.update(extra)
     return env
 

@@ -13,6 +13,10 @@ and skipped. Sizes come from BENCH_EPOCHS / BENCH_STEPS / BENCH_HIDDEN / BENCH_B
   record_fsync_s_florwb      median time a florwb run spends in fsync (journal at commit,
                              each checkpoint file and its folder), measured on its files
   record_fsync_share_florwb  that time / florwb's wall median
+
+With --device cuda the names get `_cuda` after `record_` (record_cuda_wall_s_florwb...), and
+`plain_item` runs plain with the script calling `loss.item()` every step, as a flordb script
+must (record_cuda_wall_florwb_over_plain_item: florwb logging the tensor against that).
 """
 
 import argparse
@@ -41,11 +45,23 @@ TRAIN_SCRIPT = BENCH_DIR / "train_mlp.py"
 FSYNCS: list[float] = []  # seconds of the fsyncs a florwb run makes, measured after it
 
 
+DEVICE = "cpu"  # --device: train_mlp.py's BENCH_DEVICE
+
+
+PLAIN_ITEM = "plain_item"  # with --device cuda: plain, the script calling loss.item()
+
+
 def run_once(backend: str) -> tuple[float, float]:
     """(wall seconds, in-script train seconds) of one train_mlp.py process."""
     with temp_git_repo(TRAIN_SCRIPT) as repo:
         timing_file = repo.parent / "timing.json"
-        env = backend_env(backend, BENCH_TIMING_FILE=str(timing_file))
+        extra = {"BENCH_ITEM": "1"} if backend == PLAIN_ITEM else {}
+        env = backend_env(
+            "plain" if backend == PLAIN_ITEM else backend,
+            BENCH_TIMING_FILE=str(timing_file),
+            BENCH_DEVICE=DEVICE,
+            **extra,
+        )
         wall = run_timed([str(PYTHON), TRAIN_SCRIPT.name], cwd=repo, env=env)
         train = json.loads(timing_file.read_text())["train_s"]
         if backend == "florwb":
@@ -78,13 +94,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--backends", default="plain,florwb,flordb")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="cuda: train on the GPU, florwb logging the loss as a CUDA tensor",
+    )
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
 
     backends = usable_backends(args.backends)
+    if DEVICE == "cuda" and "plain" in backends:  # the .item() a flordb script has to make
+        backends.insert(backends.index("plain") + 1, PLAIN_ITEM)
     sizes = {
         k: os.environ[k] for k in ("BENCH_EPOCHS", "BENCH_STEPS", "BENCH_HIDDEN") if k in os.environ
     }
     note(f"train_mlp.py sizes: {sizes or 'defaults'}; {args.rounds} rounds; stdout to /dev/null")
+    note(
+        f"device {args.device}"
+        + (": florwb logs the CUDA loss, flordb its .item()" if args.device == "cuda" else "")
+    )
 
     for backend in list(backends):  # warm-up: file caches, and finding broken backends
         try:
@@ -106,21 +136,25 @@ def main() -> None:
             line.append(f"{backend} {wall:.2f}s")
         note(f"round {r + 1}/{args.rounds}: " + ", ".join(line))
 
+    tag = "record_cuda" if DEVICE == "cuda" else "record"
     wall_med = {b: median(walls[b]) for b in backends}
     train_med = {b: median(trains[b]) for b in backends}
     for b in backends:
-        result(f"record_wall_s_{b}", wall_med[b], "s")
-        result(f"record_train_s_{b}", train_med[b], "s")
+        result(f"{tag}_wall_s_{b}", wall_med[b], "s")
+        result(f"{tag}_train_s_{b}", train_med[b], "s")
     if "plain" in backends:
         for b in backends:
             if b != "plain":
-                result(f"record_overhead_{b}", wall_med[b] / wall_med["plain"], "x")
-                result(f"record_loop_overhead_{b}", train_med[b] / train_med["plain"], "x")
+                result(f"{tag}_overhead_{b}", wall_med[b] / wall_med["plain"], "x")
+                result(f"{tag}_loop_overhead_{b}", train_med[b] / train_med["plain"], "x")
     if FSYNCS:  # durability (fsync of journal and checkpoints), part of the wall time above
-        result("record_fsync_s_florwb", median(FSYNCS), "s")
-        result("record_fsync_share_florwb", median(FSYNCS) / wall_med["florwb"], "x")
+        result(f"{tag}_fsync_s_florwb", median(FSYNCS), "s")
+        result(f"{tag}_fsync_share_florwb", median(FSYNCS) / wall_med["florwb"], "x")
+    if PLAIN_ITEM in backends and "florwb" in backends:
+        ratio = wall_med["florwb"] / wall_med[PLAIN_ITEM]
+        result(f"{tag}_wall_florwb_over_plain_item", ratio, "x")
     if "florwb" in backends and "flordb" in backends:
-        result("record_wall_flordb_over_florwb", wall_med["flordb"] / wall_med["florwb"], "x")
+        result(f"{tag}_wall_flordb_over_florwb", wall_med["flordb"] / wall_med["florwb"], "x")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,11 @@ BENCH_PRINT=1 prints a line every step, as many scripts do (bench_capture.py).
 When BENCH_TIMING_FILE is set, the script writes its own timings there as JSON: flor_import_s
 (importing the backend), train_s (first flor call through flor.commit()) and train_cpu_s
 (the CPU seconds of all the process's threads over the same span).
-CPU only, one thread, fixed seeds, no downloads.
+BENCH_DEVICE=cuda puts the model and data on the GPU and logs the step's loss as the CUDA
+tensor it is (florwb reads it off the training thread; plain logs nothing), except under
+flordb, which gets `loss.item()` as a flordb script must write it, and with BENCH_ITEM=1
+(plain then costs what that `.item()` costs without any recording). Otherwise CPU only.
+One thread, fixed seeds, no downloads.
 """
 
 import contextlib
@@ -87,16 +91,23 @@ def main():
     batch_size = flor.arg("batch_size", int(os.environ.get("BENCH_BATCH", "64")))
     seed = flor.arg("seed", 0)
 
+    device = os.environ.get("BENCH_DEVICE", "cpu")
+    item = os.environ.get("BENCH_FLOR") == "flordb" or os.environ.get("BENCH_ITEM") == "1"
+    log_tensor = device != "cpu" and not item
+
     random.seed(seed)
     torch.manual_seed(seed)
     batches, x_val, y_val = make_data(steps, batch_size, seed)
+    if device != "cpu":
+        batches = [(x.to(device), y.to(device)) for x, y in batches]
+        x_val, y_val = x_val.to(device), y_val.to(device)
     net = nn.Sequential(
         nn.Linear(IN_FEATURES, hidden),
         nn.ReLU(),
         nn.Linear(hidden, hidden),
         nn.ReLU(),
         nn.Linear(hidden, CLASSES),
-    )
+    ).to(device)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
     print_steps = os.environ.get("BENCH_PRINT") == "1"
@@ -110,7 +121,7 @@ def main():
                 loss = loss_fn(net(x), y)
                 loss.backward()
                 opt.step()
-                flor.log("loss", loss.item())
+                flor.log("loss", loss.detach() if log_tensor else loss.item())
                 if print_steps:
                     print(f"epoch {epoch} step {step} loss {loss.item():.4f}")
             net.eval()

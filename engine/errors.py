@@ -44,19 +44,18 @@ class FlorwbError(Exception):
         return text.splitlines()[0] if text else type(self).__name__
 
 
-def log_path(project: Path) -> Path:
-    from florwb_engine.project import store_dir  # the project module reads the settings
+def log_path(store: Path) -> Path:
+    """The error log in a project's `.florwb/` folder (`project.store_dir`)."""
+    return Path(store) / "logs" / LOG_NAME
 
-    return store_dir(Path(project)) / "logs" / LOG_NAME
 
-
-def log_exception(project: Path, what: str, exc: BaseException) -> Path:
-    """Append `exc` with its traceback to the project's error log and return the log's
-    path. The log is bounded: past LOG_MAX_BYTES it becomes `errors.log.1` (replacing the
-    older one) and a new log starts. Raises OSError when it cannot be written (the caller
-    says so beside the error it shows: the traceback is then on screen only), also where
-    the project has no `.florwb/` folder: readers create none."""
-    path = log_path(project)
+def log_exception(store: Path, what: str, exc: BaseException) -> Path:
+    """Append `exc` with its traceback to the error log in `store` (a project's `.florwb/`
+    folder) and return the log's path. The log is bounded: past LOG_MAX_BYTES it becomes
+    `errors.log.1` (replacing the older one) and a new log starts. Raises OSError when it
+    cannot be written (the caller says so beside the error it shows: the traceback is then
+    on screen only), also where the project has no `.florwb/` folder: readers create none."""
+    path = log_path(store)
     path.parent.mkdir(exist_ok=True)  # FileNotFoundError without .florwb/
     try:
         if path.stat().st_size > LOG_MAX_BYTES:

@@ -22,6 +22,7 @@ ingestion derives them from the entry. ctx_id 0 means outside any loop.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import marshal
 import os
 import struct
@@ -156,6 +157,10 @@ class JournalWriter:
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # Held while the process lives: a reader that cannot tell from the journal which
+        # process writes it (its start chunk is lost) asks the lock instead (writer_alive).
+        with contextlib.suppress(OSError):  # a file system without locks: nothing to ask
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         self._good = os.fstat(fd).st_size
         if self._good:  # appending to a journal someone wrote before: continue its numbering
             scan = read_chunks(self.path, 0)
@@ -174,9 +179,10 @@ class JournalWriter:
             return False
 
     def restart(self) -> None:
-        """Let go of a deleted journal: the next append creates a new one at `path`."""
+        """Let go of a deleted journal: the next append creates a new one at `path`. Its
+        chunks go on with this journal's numbering, so a catalog that read the deleted one
+        sees the new file as a new one (`head_of`) and skips none of its chunks."""
         self.close()
-        self.seq = 0
         self._good = 0
 
     def append(self, payload: tuple) -> None:
@@ -209,6 +215,41 @@ class JournalWriter:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def writer_alive(path: Path) -> bool:
+    """Whether a process on this host still has `path` open to write it (the writer holds a
+    shared lock on it while it lives); False once it is gone, or the file is."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # no locks here: nothing says a writer is alive
+        return False
+    finally:
+        os.close(fd)  # also lets go of the lock this took
+    return False
+
+
+def head_of(path: Path) -> tuple[int, int] | None:
+    """(sequence number, header checksum) of the journal's first chunk, when its header is
+    whole: the checksum covers the chunk's body checksum, so a journal deleted and written
+    anew at the same path has another head. None for a journal without a readable one."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEADER_SIZE)
+    except OSError:
+        return None
+    if len(head) < HEADER_SIZE or head[:4] != MAGIC:
+        return None
+    (crc,) = _FRAME_CRC.unpack_from(head, _FRAME.size)
+    if zlib.crc32(head[: _FRAME.size]) != crc:
+        return None
+    return _FRAME.unpack_from(head)[2], crc
 
 
 @dataclass

@@ -39,7 +39,6 @@ from florwb.panes.history import LOADING_HISTORY, HistoryPane
 from florwb.panes.query import QueryPane
 from florwb.panes.replay import ReplayPane
 from florwb.panes.statements import StatementsPane
-from florwb.screens.chart import ChartScreen
 from florwb.screens.confirm import ConfirmScreen
 from florwb.screens.error import ErrorScreen
 from florwb.screens.help import HelpScreen
@@ -69,6 +68,7 @@ from florwb.ui.palette import palette_entries
 from florwb.widgets.history_list import HistoryList
 from florwb.widgets.pending_banner import PendingBanner
 from florwb_engine.errors import FlorwbError, format_traceback, log_exception
+from florwb_engine.project import store_dir
 from florwb_engine.store import Store
 from florwb_engine.store.queries import History, LiveRun
 from florwb_engine.watch import PendingStatements
@@ -110,6 +110,7 @@ class WorkbenchApp(App[int]):
         self._holder_shown = False  # the title says who holds the catalog
         self._live: list[LiveRun] = []
         self._first_frame = False
+        self._charts: set[Any] = set()  # the chart screens opened (ChartScreen)
         self._quit_when_replay_ends = False  # `q`, `y`: the replay is being cancelled
         # The components and panes, built here with what they need; compose places them.
         self._monitor = LiveMonitor(
@@ -224,7 +225,7 @@ class WorkbenchApp(App[int]):
         if self._error_shown(title, text):
             return  # a poll failing again: logged when it was first shown
         try:
-            path = log_exception(self.project, title, error)
+            path = log_exception(store_dir(self.project), title, error)
             logged = f"also in {path.relative_to(self.project)}"
         except OSError as exc:
             logged = f"not logged: {exc.strerror or exc}"
@@ -267,9 +268,14 @@ class WorkbenchApp(App[int]):
             return
         self._history = history
         self._history_pane.show(history)
+        running = {r.run_id for r in history.runs if r.status == "running"}
+        if any(run.run_id not in running for run in self._live):
+            # a run that ended keeps no progress label until the next live read
+            self._show_live([run for run in self._live if run.run_id in running])
         self._holder_shown = False
         self.sub_title = self._summary_title()
-        if not message.runs_only:  # runs recording change no version or statement
+        # runs recording, or values read after the list, change no version or statement
+        if not (message.runs_only or message.values_only):
             self._statements.set_history(history)
             self._query.suggest_metric(history.metric)
             self._refresh_statements()
@@ -289,28 +295,33 @@ class WorkbenchApp(App[int]):
 
     @on(ChartRequested)
     def _chart_requested(self, message: ChartRequested) -> None:
+        from florwb.screens.chart import ChartScreen  # numpy and plotext: when first charted
+
         m = message
-        self.push_screen(
-            ChartScreen(self.store, m.run_ids, m.labels, m.metric, m.title, version=m.version)
-        )
+        chart = ChartScreen(self.store, m.run_ids, m.labels, m.metric, m.title, version=m.version)
+        self._charts.add(chart)
+        self.push_screen(chart)
 
     def _chart_data_changed(self) -> None:
         """An open chart fills in live: it re-reads (throttled) when the store changed."""
-        for screen in self.screen_stack:
-            if isinstance(screen, ChartScreen):
-                screen.data_changed()
+        for chart in self._charts.intersection(self.screen_stack):
+            chart.data_changed()
+        self._charts.intersection_update(self.screen_stack)
 
     @on(LiveUpdated)
     def _live_updated(self, message: LiveUpdated) -> None:
-        self._live = message.live
+        self._show_live(message.live)
+
+    def _show_live(self, live: list[LiveRun]) -> None:
+        self._live = live
         labels = {}
-        for run in message.live:
+        for run in live:
             total = run.total if run.total is not None else "?"
             labels[run.run_id] = f"{run.done}/{total} {run.loop or ''}".strip()
         if self._history_pane.is_attached:
             self._history_pane.set_live(labels)
         if self._replay.is_attached:
-            self._replay.show_live(message.live)
+            self._replay.show_live(live)
 
     @on(PendingChanged)
     def _pending_changed(self, message: PendingChanged) -> None:

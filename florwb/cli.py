@@ -50,6 +50,7 @@ def say_ingest(store) -> None:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from florwb_engine.store.issues import summary, values_lost
+    from florwb_engine.store.runs import args_that_differ
 
     store = open_store(args)
     runs = store.run_rows()
@@ -59,7 +60,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     rows = []
-    first = _differing_args(runs)
+    first = args_that_differ((r.script, r.args) for r in runs)
     for r in runs:
         stall = r.data_wait_share
         lost = values_lost(r.issues)
@@ -68,6 +69,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 r.run_id,
                 r.start_time.isoformat(sep=" ")[:19] if r.start_time else "",
                 r.status
+                + (f" rank {r.failed_rank} first" if r.failed_rank is not None else "")
                 + (f" ({r.exception})" if r.exception else "")
                 + (f", {lost} lost" if lost else "")
                 + (" !" if r.issues else ""),
@@ -196,26 +198,36 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def _differing_args(runs) -> list[str]:
-    """Arg names whose value is not the same in every listed run (or that some runs lack):
-    what tells runs of a sweep apart, so the table shows them before the rest."""
-    names = sorted({name for r in runs for name in r.args})
-    differ = []
-    for name in names:
-        seen = {repr(r.args.get(name, _MISSING)) for r in runs}
-        if len(seen) > 1:
-            differ.append(name)
-    return differ
-
-
-_MISSING = object()
-
-
 def _args_text(values: dict, first: list[str] | None = None) -> str:
     """`name=value` pairs: the names in `first` (in that order) before the others."""
     order = [n for n in first or [] if n in values]
     order += [n for n in values if n not in order]
     return " ".join(f"{k}={_short(values[k])}" for k in order)
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    """Merge another copy's rank journals (a multi-node launch's other nodes) into this
+    project's runs; again changes nothing. Exit 1 when a journal conflicts."""
+    from florwb_engine.store.journal_pull import pull
+
+    store = open_store(args)
+    report = pull(store.project, args.source)  # PullError: said in one line by `main`
+    runs = {r.run_id: r for r in store.run_rows()}  # ingests what was pulled
+    say_ingest(store)
+    for run_id, ranks in sorted(report.runs.items()):
+        run = runs.get(run_id)
+        world = f" of {run.world_size}" if run else ""
+        status = f": {run.status}" if run else ""
+        print(f"run {run_id}: ranks {', '.join(map(str, sorted(ranks)))}{world}{status}")
+    print(
+        f"pulled {len(report.added)} new and {len(report.grown)} grown journals, "
+        f"{report.files} checkpoint files; {len(report.unchanged)} unchanged"
+    )
+    for note in report.notes:
+        print(f"florwb: {note}", file=sys.stderr)
+    for name in report.conflicts:
+        print(f"florwb: {name} differs from this copy's; not pulled", file=sys.stderr)
+    return 1 if report.conflicts else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -245,6 +257,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="include values of diverged replays, named in a `diverged` column",
     )
     p.set_defaults(func=cmd_dataframe)
+
+    p = sub.add_parser(
+        "pull", help="merge the rank journals of another copy of the project (HOST:PATH or PATH)"
+    )
+    p.add_argument("source", metavar="HOST:PATH|PATH")
+    p.set_defaults(func=cmd_pull)
 
     p = sub.add_parser("doctor", help="check the store; rebuild a damaged catalog from journals")
     p.set_defaults(func=cmd_doctor)

@@ -155,7 +155,34 @@ def _records(frame: Any, columns: list[str]) -> list[dict[str, Any]]:
 
 
 def write_frame(frame: Any, fmt: str, out: TextIO = sys.stdout) -> None:
-    write_chunks([frame], fmt, out)
+    write_chunks([_nan_apart(frame, fmt)], fmt, out)
+
+
+def _nan_apart(frame: Any, fmt: str) -> Any:
+    """A logged NaN spelled out and a missing value left empty (null in JSON) in the float
+    columns, where pandas holds both as NaN: the dataframe's `attrs["logged_nan"]` says
+    which NaN cells were logged (engine/store/catalog.py)."""
+    import numpy as np
+    import pandas as pd
+
+    logged_nan = frame.attrs.get("logged_nan")
+    if logged_nan is None:  # not a dataframe of logged values: NaN is what it holds
+        return frame
+    floats = [
+        c for c in frame.columns if pd.api.types.is_float_dtype(frame[c]) and frame[c].isna().any()
+    ]
+    if not floats:
+        return frame
+    frame = frame.copy()
+    for name in floats:
+        values = frame[name].to_numpy(dtype=float)
+        nan = np.isnan(values)
+        logged = frame.index.isin(list(logged_nan.get(name, ()))) & nan
+        cells = values.astype(object)
+        cells[nan & ~logged] = None
+        cells[logged] = "NaN" if fmt == "json" else "nan"
+        frame[name] = cells
+    return frame
 
 
 def write_chunks(chunks: Iterable[Any], fmt: str, out: TextIO = sys.stdout) -> None:

@@ -21,6 +21,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 SCRIPT_WITH_NEW_STATEMENT = '            flor.log("loss", loss.item())'
+# A run whose values no replay can reproduce (an unseeded generator): replayed with a new
+# statement, its replay diverges, and the workbench says so instead of "replayed".
+NOISY_RUN = """
+import random
+import florwb as flor
+
+noise = random.Random()
+for epoch in flor.loop("epoch", range(4)):
+    flor.log("noise", noise.random())
+flor.commit()
+"""
+NOISY_STATEMENT = '    flor.log("noise", noise.random())'
 SLOW_RUN = """
 import time
 import florwb as flor
@@ -156,6 +168,8 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         finally:
             proc.wait(timeout=120)
 
+        await _diverged_shots(pilot, app, project, shot)
+
         await pilot.press("4")
         query = app.query_one("#query-pane", QueryPane)
         status = app.query_one("#query-status")
@@ -210,6 +224,44 @@ async def capture(project: Path, out: Path, size: tuple[int, int]) -> list[Path]
         await pilot.pause(0.5)
         await shot("18-theme-light")
     return saved
+
+
+async def _diverged_shots(pilot, app, project: Path, shot: Callable) -> None:
+    """A replay that diverged: marked so in the history, and in the run detail its
+    verdict and the first value that differed (its values withheld)."""
+    from florwb.widgets.history_list import HistoryList
+
+    script = project / "noisy.py"
+    script.write_text(NOISY_RUN)
+    subprocess.run([sys.executable, "noisy.py"], cwd=project, check=True, timeout=120)
+    script.write_text(
+        NOISY_RUN.replace(NOISY_STATEMENT, NOISY_STATEMENT + '\n    flor.log("half", epoch / 2)')
+    )
+    subprocess.run(
+        [sys.executable, "-m", "florwb.cli", "replay", "half", "--where", "script = 'noisy.py'"]
+        + ["--yes"],
+        cwd=project,
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    await pilot.press("1", "ctrl+r")
+    listing = app.query_one("#history-list", HistoryList)
+
+    def diverged() -> bool:
+        return any(r.run and r.run.verdict == "diverged" for r in listing.rows)
+
+    await _until(pilot, diverged)
+    rows = listing.rows
+    listing.cursor = next(i for i, r in enumerate(rows) if r.run and r.run.verdict == "diverged")
+    await pilot.pause(0.5)
+    await shot("28-history-diverged")
+    await pilot.press("enter")
+    await _until(pilot, lambda: getattr(app.screen, "detail", None) is not None)
+    app.screen.query_one("#detail-rest").scroll_visible(top=True, animate=False)
+    await pilot.pause(0.5)
+    await shot("29-run-detail-diverged")
+    await pilot.press("escape")
 
 
 async def _chart_shots(pilot, app, shot: Callable) -> None:

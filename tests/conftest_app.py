@@ -30,6 +30,7 @@ from florwb.demo.build import build_demo
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.ui.messages import HistoryLoaded, PaneReady, ReplaysLoaded
 from florwb_engine.store import Store
+from florwb_engine.store.queries import History
 
 M = TypeVar("M", bound=Message)
 SIZE = (80, 24)
@@ -214,11 +215,20 @@ def make_app(project: Path, **kwargs) -> WorkbenchApp:
 
 
 async def loaded(pilot: Pilot) -> str:
-    """Wait for the first complete frame: the history is listed. Waits on the app's state
-    while the history loads (no screen export meanwhile), then looks at the screen."""
+    """Wait for the history: listed (the first frame), then its metric's values read.
+    Waits on the app's state while the history loads (no screen export meanwhile), then
+    looks at the screen."""
     app = pilot.app
     await wait_until(pilot, lambda: getattr(app, "history", None) is not None, what="history")
-    return await wait_for(pilot, lambda t: "version " in t and "▾" in t, what="the history")
+    await wait_for(pilot, lambda t: "version " in t and "▾" in t, what="the history")
+    await wait_until(pilot, lambda: values_read(pilot.app), what="the history's values")
+    return screen_text(pilot.app)
+
+
+def values_read(app: App) -> bool:
+    """The history shown has its metric's values (the first one is listed before them)."""
+    history = app.history if isinstance(app, WorkbenchApp) else None
+    return isinstance(history, History) and not history.values_pending
 
 
 async def pending_known(pilot: Pilot, name: str, timeout: float = 30.0) -> None:

@@ -1,4 +1,4 @@
-"""The history's filter line reads its text by one rule (florwb_engine.replay.facts
+"""The history's filter line reads its text by one rule (florwb_engine.store.run_selection
 .is_condition): the pane that runs a `--where` condition and the summary that explains an
 empty result agree on what is a condition, also for SQL words without an operator sign."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest_app import copy_demo, loaded, make_app, run_lines, wait_for
 
-from florwb_engine.replay.facts import is_condition
+from florwb_engine.store.run_selection import is_condition
 
 
 def test_words_and_conditions():

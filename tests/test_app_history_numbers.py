@@ -7,10 +7,19 @@ from pathlib import Path
 import pytest
 from conftest_app import copy_demo, loaded, make_app, run_lines, wait_for
 
+from florwb.panes.history import HistoryPane
 from florwb.ui import format as fmt
 from florwb.ui.format import short_run
-from florwb.widgets.sparkline import sparkline
+from florwb.widgets.history_list import HistoryList
+from florwb.widgets.sparkline import BLOCKS, sparkline
 from florwb_engine.store import Store
+from florwb_engine.store.history_values import (
+    load_history_values,
+    load_series_values,
+    with_values,
+)
+
+BARS = set(BLOCKS)
 
 
 @pytest.fixture
@@ -100,3 +109,37 @@ async def test_a_version_is_first_seen_when_its_first_run_started(demo: Path):
             first = min(r.start_time for r in history.runs if r.version == version)
             header = next(line for line in text.splitlines() if fmt.short_version(version) in line)
             assert f"first seen {fmt.clock(first)}" in header
+
+
+async def test_the_history_is_listed_before_its_values_and_says_they_are_coming(demo: Path):
+    """The first frame lists the runs without scanning the log rows; what the scan brings
+    (sparklines, last, min, max) is said to be coming, not shown as missing, and is the
+    same as what one whole read gives."""
+    store = Store(demo)
+    listed = load_history_values(store, values=False)
+    whole = load_history_values(store)
+    assert listed.values_pending and not whole.values_pending
+    assert listed.metric == whole.metric is not None
+    assert listed.series == listed.last == listed.low == listed.high == {}
+    assert [r.run_id for r in listed.runs] == [r.run_id for r in whole.runs]
+    read = with_values(listed, load_series_values(store, listed.metric))
+    assert (read.series, read.last, read.low, read.high) == (
+        whole.series,
+        whole.last,
+        whole.low,
+        whole.high,
+    )
+    app = make_app(demo, poll_s=0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        pane = app.query_one(HistoryPane)
+        pane.show(listed)
+        text = await wait_for(pilot, lambda t: "reading its values…" in t, what="the note")
+        assert not any(set(line) & BARS for line in run_lines(text))  # no sparkline yet
+        pane.show(read)
+        text = await wait_for(pilot, lambda t: "reading its values…" not in t, what="values")
+        run_id = app.query_one(HistoryList).current.run.run_id
+        assert f"last {fmt.number(whole.last[run_id])}" in text
+        assert any(set(line) & BARS for line in run_lines(text))
+        (line,) = [line for line in run_lines(text) if short_run(run_id) in line]
+        assert fmt.number(whole.last[run_id], 4) in line  # the final column fits its values

@@ -8,7 +8,7 @@ from pathlib import Path
 from conftest_app import copy_demo, loaded, make_app, wait_for
 
 from florwb.ui.format import short_run
-from florwb.widgets.run_columns import Columns
+from florwb.ui.run_columns import Columns
 from florwb_engine.store import Store
 
 

@@ -31,11 +31,11 @@ from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.ui import format as fmt
 from florwb.ui.messages import StatementTableLoaded
 from florwb_engine import replay as replay_package
+from florwb_engine.contract.replay_spec import OUTER
 from florwb_engine.record.ranks import TORCHRUN
 from florwb_engine.replay import plan_replay
 from florwb_engine.replay.cost import TORCH_IMPORT_S, launch_start_s, run_work
 from florwb_engine.replay.facts import RunFacts
-from florwb_engine.replay.spec import OUTER
 from florwb_engine.store import Store
 from florwb_engine.store.queries import load_replays
 

@@ -176,3 +176,26 @@ async def test_a_run_that_printed_nothing_says_so(tmp_path: Path):
         assert "Console (0 lines)" in text and "nothing printed" in text
         assert "git     not a git checkout" in text
         assert "load_into" not in text  # no checkpoint, no command
+
+
+def test_the_metric_table_never_cuts_a_number_silently():
+    """However narrow the screen, a value is shown whole or clipped with …, never cut at
+    the edge (which would read as another number); the sparkline gives way first."""
+    from rich.console import Console
+
+    from florwb.screens.run_detail import MetricRows
+
+    values = ("123456.7", "-0.000123", "2.5e+06")
+    row = ("train/loss_ema", "recorded", "1,000", *values, "▁▂▃▄▅▆▇█▁▂▃▄")
+    for width in range(40, 121):
+        console = Console(width=width, record=True, color_system=None)
+        console.print(MetricRows([row]))
+        line = console.export_text().splitlines()[1]
+        assert len(line.rstrip()) <= width
+        for value in values:
+            whole = f" {value} " in f"{line} "
+            clipped = any(f" {value[:n]}…" in line for n in range(len(value)))
+            assert whole or clipped, (width, value, line)
+        if not all(f" {v} " in f"{line} " for v in values):  # the sparkline gave way first
+            spark = [cell for cell in line.split() if "▁" in cell]
+            assert not spark or len(spark[0]) <= MetricRows.MIN_SERIES, (width, line)

@@ -62,6 +62,24 @@ def sweep(tmp_path_factory):
     return root
 
 
+def test_args_that_tell_runs_apart_are_per_script():
+    """One rule for `florwb runs`, the History tab and the chart's legend: an arg differs
+    when runs of one script disagree on it. Runs of two scripts are told apart by their
+    script: eval.py's constant `batch`, which train.py's runs lack, is not a differing arg
+    (the CLI once compared across all runs and put it first), nor is train.py's `seed`."""
+    from florwb_engine.store.runs import args_that_differ
+
+    runs = [
+        ("train.py", {"lr": 0.1, "seed": 1}),
+        ("train.py", {"lr": 0.01, "seed": 1}),
+        ("eval.py", {"batch": 32}),
+        ("eval.py", {"batch": 32}),
+    ]
+    assert args_that_differ(runs) == ["lr"]
+    # within one script, an arg some runs lack differs
+    assert args_that_differ([*runs, ("eval.py", {})]) == ["batch", "lr"]
+
+
 def test_runs_shows_the_differing_arg_first_and_counts_replayed_values(sweep):
     for columns in ("80", "250"):
         out = florwb(sweep, "runs", env={"COLUMNS": columns}).stdout

@@ -8,17 +8,22 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
+import duckdb
 import pytest
 import torch
 from conftest import florwb, git, write
 
+from florwb.screens.run_detail import rank_lines
 from florwb_engine.project import checkpoint_dir, journal_dir
 from florwb_engine.replay import ddp_launch, execute, plan_replay
+from florwb_engine.replay.cost import launch_start_s
 from florwb_engine.replay.ddp_launch import Launch
-from florwb_engine.store import Store
+from florwb_engine.store import Store, run_ranks
 from florwb_engine.store.queries import load_run_detail
+from florwb_engine.store.schema import ensure_schema
 
 # Each rank draws its own data from its own seed, so a replay matches only when every rank
 # gets its own RNG states back; DDP keeps the replicas' weights identical.
@@ -99,7 +104,9 @@ def test_a_torchrun_launch_is_one_run_with_a_rank_on_every_value(recorded):
     (run,) = [r for r in store.run_rows() if r.run_id == run_id]
     assert run.world_size == 2
     assert run.status == "finished"
-    assert run.launcher == {"launcher": "torchrun", "nnodes": 1, "argv": ["--max-restarts", "0"]}
+    launcher = dict(run.launcher or {})
+    assert launcher.pop("start_s") > 0  # measured by the ranks (record/ranks.py)
+    assert launcher == {"launcher": "torchrun", "nnodes": 1, "argv": ["--max-restarts", "0"]}
     assert run.args == {"epochs": 3}
     names = sorted(p.name for p in journal_dir(project).iterdir())
     assert names == [f"{run_id}.rank0.journal", f"{run_id}.rank1.journal"]
@@ -191,12 +198,19 @@ def test_replays_fill_every_rank_and_equal_a_forward_run(recorded):
         )
     )
     store = Store(project)
+    (run,) = [r for r in store.run_rows() if r.run_id == run_id]
+    # the launcher's start to the slowest rank's first flor call, as the ranks measured it
+    measured = (run.launcher or {}).get("start_s")
+    assert measured is not None and measured > 0
     replayed = {}
     for name, mode in (("wsum", "outer"), ("gsq", "inner")):
         plan = plan_replay(project, [name], run_ids=[run_id], workers=1)
         (run_plan,) = plan.ready()
         assert run_plan.mode == mode
         assert run_plan.launch is not None and run_plan.launch["nproc"] == 2
+        # every segment starts the launch afresh: the measured start is in the estimate
+        assert launch_start_s(run_plan.launch) == measured
+        assert plan.estimate_raw_s >= measured * len(run_plan.segments)
         assert any("launched as 2 processes" in note for note in run_plan.notes)
         result = execute(plan)
         assert result.status == "finished", result.runs
@@ -232,7 +246,7 @@ for epoch in flor.loop("epoch", range(3)):
 """
 
 
-def test_a_killed_rank_marks_the_run_killed_and_keeps_every_ranks_values(tmp_path):
+def test_a_killed_rank_is_named_first_and_every_ranks_values_are_kept(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     write(project / "train.py", KILLED)
@@ -242,10 +256,24 @@ def test_a_killed_rank_marks_the_run_killed_and_keeps_every_ranks_values(tmp_pat
     (run,) = store.run_rows()
     assert run.status == "killed"
     assert run.world_size == 2
-    # torchrun may stop rank 0 by SIGKILL too once rank 1 died: then both are named.
-    assert run.message in ("rank 1 was killed", "ranks 0, 1 were killed")
-    ranks = store.query("SELECT rank, status FROM run_ranks ORDER BY rank")
-    assert ranks.status[1] == "killed"
+    # Rank 0 then fails on its lost peer, or torchrun stops it (SIGTERM): either way it
+    # ended after rank 1's journal was last written, and is not the one named.
+    assert run.failed_rank == 1
+    assert run.message is not None and run.message.startswith("rank 1 was killed first; ")
+    detail = load_run_detail(store, run.run_id)
+    ranks = {r.rank: r for r in detail.ranks}
+    assert ranks[1].status == "killed" and ranks[1].failed_first
+    assert ranks[0].status in ("failed", "stopped") and not ranks[0].failed_first
+    assert ranks[1].end_time is not None and ranks[0].end_time is not None
+    assert ranks[1].end_time <= ranks[0].end_time
+    # each rank's own context: its own process's CPU figures, not one row for the run
+    assert set(store.query("SELECT rank FROM run_context")["rank"]) == {0, 1}
+    assert ranks[0].context is not None and ranks[1].context is not None
+    listed = florwb(project, "runs")
+    assert "killed rank 1 first" in listed.stdout
+    shown = [line.plain for line in rank_lines(detail.ranks)]  # the run detail's lines
+    assert shown[1].startswith("rank 1  killed first · last wrote ")
+    assert shown[0].startswith("rank 0  ") and " first" not in shown[0]
     kept = store.query("SELECT rank, value FROM logs WHERE name = 'rank_epoch' ORDER BY ALL")
     assert [10.0, 11.0] == kept[kept["rank"] == 1].value.tolist()
     assert 0.0 in kept[kept["rank"] == 0].value.tolist()
@@ -406,3 +434,35 @@ def test_a_run_is_finished_only_once_every_rank_finished(tmp_path):
         assert launcher.wait(timeout=120) == 0
     (run,) = store.run_rows()
     assert run.status == "finished" and run.end_time is not None
+
+
+def test_ranks_stopped_by_their_launcher_are_told_apart_from_the_one_that_failed():
+    """torchrun stops the other ranks (SIGTERM) once one dies: the stopped ranks' ends say
+    so (record/runtime.py), and the run names the rank whose failure came first."""
+    con = duckdb.connect()
+    ensure_schema(con)
+    t0 = datetime(2026, 1, 1, 12, 0, 0)
+
+    def start(run_id: str, rank: int) -> None:
+        con.execute("INSERT INTO runs (run_id, run_key, status) VALUES (?, ?, 'running')"
+                    " ON CONFLICT DO NOTHING", [run_id, ord(run_id)])  # fmt: skip
+        info = {"rank": rank, "world_size": 3, "local_rank": rank, "launcher": "torchrun"}
+        run_ranks.on_start(con, run_id, {"rank": info, "pid": 1}, t0)
+
+    stopped = {"status": "killed", "signal": "SIGTERM", "message": "stopped by SIGTERM"}
+    for rank in range(3):
+        start("a", rank)
+    run_ranks.on_end(con, "a", 0, stopped, t0 + timedelta(seconds=5))
+    run_ranks.on_end(con, "a", 2, {"status": "failed", "exception": "RuntimeError",
+                                  "message": "peer gone"}, t0 + timedelta(seconds=4))  # fmt: skip
+    run_ranks.mark_killed(con, "a", 1, t0 + timedelta(seconds=3))  # its journal's last write
+    for rank in range(2):
+        start("b", rank)
+        run_ranks.on_end(con, "b", rank, stopped, t0 + timedelta(seconds=rank))
+    runs = dict(con.execute("SELECT run_id, status || ': ' || message FROM runs").fetchall())
+    assert (
+        runs["a"] == "killed: rank 1 was killed first; then rank 2; rank 0 stopped by the launcher"
+    )
+    assert runs["b"] == "killed: ranks 0, 1 stopped by SIGTERM"  # stopped from outside
+    assert run_ranks.first_failures(con) == {"a": 1}
+    assert [r.status for r in run_ranks.rank_rows(con, "a")] == ["stopped", "killed", "failed"]

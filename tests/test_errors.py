@@ -63,9 +63,10 @@ def test_cli_failures_are_one_line_with_their_exit_status(
 
 
 def test_the_error_log_keeps_tracebacks_and_stays_bounded(tmp_path: Path, monkeypatch):
+    store = tmp_path / ".florwb"
     with pytest.raises(FileNotFoundError):  # readers create no .florwb/ folder
-        errors.log_exception(tmp_path, "loading", RuntimeError("x"))
-    (tmp_path / ".florwb").mkdir()
+        errors.log_exception(store, "loading", RuntimeError("x"))
+    store.mkdir()
 
     def deep() -> None:
         raise KeyError("the cause")
@@ -76,7 +77,7 @@ def test_the_error_log_keeps_tracebacks_and_stays_bounded(tmp_path: Path, monkey
         except KeyError as inner:
             raise RuntimeError("it broke") from inner
     except RuntimeError as exc:
-        path = errors.log_exception(tmp_path, "loading the history", exc)
+        path = errors.log_exception(store, "loading the history", exc)
     assert path == tmp_path / ".florwb" / "logs" / "errors.log"
     text = path.read_text()
     assert ": loading the history\n" in text
@@ -84,7 +85,7 @@ def test_the_error_log_keeps_tracebacks_and_stays_bounded(tmp_path: Path, monkey
     assert "KeyError: 'the cause'" in text and "RuntimeError: it broke" in text
 
     monkeypatch.setattr(errors, "LOG_MAX_BYTES", len(text) - 1)
-    errors.log_exception(tmp_path, "the second", RuntimeError("again"))
+    errors.log_exception(store, "the second", RuntimeError("again"))
     older = path.with_name("errors.log.1")
     assert older.read_text() == text
     assert "the second" in path.read_text() and "loading the history" not in path.read_text()

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import florwb, recorded_project, write
 
-from florwb_engine.replay.errors import PlanError
-from florwb_engine.replay.facts import runs_where
 from florwb_engine.store.catalog import Store
+from florwb_engine.store.run_selection import WhereError, runs_where
 
 SCRIPT = """
 import florwb as flor
@@ -49,7 +48,7 @@ def test_conditions_cannot_reach_outside(project, tmp_path):
     secret = write(tmp_path / "secret.csv", "a\n1\n")
     store = Store(project)
     for condition in hostile(secret):
-        with store.session() as con, pytest.raises(PlanError) as caught:
+        with store.session() as con, pytest.raises(WhereError) as caught:
             runs_where(con, condition)
         assert "disabled by configuration" in str(caught.value), (condition, caught.value)
 
@@ -61,7 +60,7 @@ def test_plain_conditions_still_select(project):
         assert runs_where(con, "lr > 1") == []
         assert len(runs_where(con, "runs.lr = 0.1")) == 1
         assert len(runs_where(con, None)) == 1
-        with pytest.raises(PlanError, match="nosuch"):
+        with pytest.raises(WhereError, match="nosuch"):
             runs_where(con, "nosuch > 1")
 
 

@@ -15,6 +15,8 @@ import sys
 
 from conftest import florwb, recorded_project
 
+from florwb_engine.store.ingest import split_values
+
 SCRIPT = """
 import florwb as flor
 huge = flor.arg("huge", 10**5000)
@@ -67,3 +69,11 @@ def test_ints_a_float_would_round_keep_every_digit(tmp_path):
     assert [int(row["tokens"]) for row in frame] == [2**53 + 1, 2**53 + 2, 2**53 + 3]
     assert [row["mixed"] for row in frame] == ["1", str(2**62 + 1), str(-(2**70))]
     assert [row["step"] for row in frame] == [0, 1, 2]  # small ints stay ints
+
+
+def test_an_int_a_float_rounds_to_2_53_keeps_its_digits_alone_in_its_batch():
+    """2**53 + 1 as a float is 2**53 exactly, not past it: a batch whose only big int rounds
+    there must still take the digit-keeping pass."""
+    for batch in ([2**53 + 1], [2**53 + 1, 0.5], [-(2**53 + 1), 3]):
+        _number, text, _codes = split_values(batch)
+        assert text is not None and text[0] == str(batch[0])

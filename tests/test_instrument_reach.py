@@ -190,6 +190,49 @@ def test_a_model_bound_in_only_one_branch_is_not_registered() -> None:
     assert any("no model bound before the epoch loop" in n for n in _not_done(result))
 
 
+IF_ELIF_EXIT = """
+import sys
+if args.model == "Transformer":
+    model = model.TransformerModel(10, 8)
+elif args.model in ("LSTM", "GRU"):
+    model = model.RNNModel(args.model, 10, 8)
+else:
+    sys.exit(f"unknown model {args.model}")
+"""
+
+TRY_FALLBACK = """
+try:
+    model = model.TransformerModel(10, 8)
+except ImportError:
+    model = model.RNNModel(args.model, 10, 8)
+"""
+
+FOR_ONLY = """
+for width in (10,):
+    model = model.TransformerModel(width, 8)
+"""
+
+
+def test_a_model_bound_wherever_the_script_goes_on_is_registered() -> None:
+    """The rules propagation uses (analysis/bindings.py): a branch that ends in
+    `sys.exit()` never reaches the loop, and a `try` whose handler binds the model too
+    binds it for sure; the instrumenter once counted only `raise` and no `try` at all."""
+    for choice in (IF_ELIF_EXIT, TRY_FALLBACK):
+        result = instrument(WORD_LM.format(choice=choice))
+        assert result.status == INSTRUMENTED, result.report("main.py")
+        assert result.checkpointed == {"model": "model", "optimizer": "optimizer"}
+        assert "with flor.checkpointing(model=model, optimizer=optimizer):" in result.code
+
+
+def test_a_model_bound_only_in_a_loop_body_is_not_registered() -> None:
+    """Where the instrumenter and propagation choose apart: a loop may run zero times, and
+    what the instrumenter writes runs in the user's training, so a name a loop body binds
+    does not count after it (propagation, whose placements run in replays, assumes it ran)."""
+    result = instrument(WORD_LM.format(choice=FOR_ONLY))
+    assert result.status == PARTIAL
+    assert "flor.checkpointing(" not in result.code
+
+
 def test_an_optimizer_hyperparameter_is_never_taken_for_the_model() -> None:
     """`SGD(model.parameters(), lr=args.lr)` with `model` unknown: `args` is not a model."""
     result = instrument(WORD_LM.format(choice=IF_ONLY).replace("lr=0.1", "lr=args.lr"))

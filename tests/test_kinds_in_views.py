@@ -1,9 +1,9 @@
-"""Every kind of run in every view: one project holding a finished run with NaN, infinities,
--0.0 and huge ints, a failed run, a killed run, a run still recording, a torchrun run, a
-notebook run, a run that saves only its own torch.save checkpoints, a run with 10,000 names
-and a replayed run; each opened in each reader of the CLI (runs, dataframe, query,
-checkpoints, io) and of the workbench (history, run detail, chart, compare, statements,
-replay plan, query).
+"""Every kind of run in every view: one project holding a plain single-process run, a run
+with NaN, infinities, -0.0 and ints past 2**63, a failed run, a killed run, a run still
+recording, a torchrun run, an mp.spawn run, a notebook run, a run that saves only its own
+torch.save checkpoints, a run with 10,000 names, a replay verified and a replay diverged;
+each opened in each reader of the CLI (runs, dataframe, query, checkpoints, io) and of the
+workbench (history, run detail, chart, compare, statements, replay plan, query).
 
 Features built side by side meet here: a new kind of run or a new view joins the matrix.
 Each view test walks every kind in one app or one CLI call and names every kind that
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import florwb, git, run_py, write
+from conftest import florwb, git, write
 from conftest_app import loaded, make_app, wait_for
 from jupyter_client.manager import start_new_kernel
 from textual.screen import Screen
@@ -32,6 +32,7 @@ from florwb.screens.run_compare import RunCompareScreen
 from florwb.screens.run_detail import RunDetailScreen
 from florwb.ui.format import short_run
 from florwb_engine.project import journal_dir
+from florwb_engine.replay.ddp_launch import free_port
 from florwb_engine.store import Store
 
 TRAIN = """
@@ -115,6 +116,34 @@ with flor.checkpointing(model=net, optimizer=opt):
 dist.destroy_process_group()
 """
 
+SPAWN = """
+import os
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import florwb as flor
+
+
+def train(rank, world_size):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    torch.manual_seed(0)
+    net = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 1))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with flor.checkpointing(model=net, optimizer=opt):
+        for epoch in flor.loop("epoch", range(2)):
+            loss = (net(torch.randn(4, 3)) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            flor.log("loss", loss.item())
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    mp.spawn(train, args=(2,), nprocs=2)
+"""
+
 NOTEBOOK_CELLS = [
     "import florwb as flor",
     'for epoch in flor.loop("epoch", range(2)):\n    flor.log("loss", 0.5 * epoch)',
@@ -124,11 +153,13 @@ NOTEBOOK_CELLS = [
 HINDSIGHT = '        flor.log("wnorm", net.weight.norm().item())\n'
 
 KINDS = (
+    "single",
     "odd",
     "fail",
     "killed",
     "running",
     "torchrun",
+    "spawn",
     "notebook",
     "own_save",
     "names",
@@ -170,6 +201,8 @@ def _by_kind(project: Path) -> dict[str, str]:
             found["own_save"] = run["run_id"]
         elif script == "ddp.py":
             found["torchrun"] = run["run_id"]
+        elif script == "spawn.py":
+            found["spawn"] = run["run_id"]
     args = Store(project).query("SELECT run_id, text FROM args WHERE name = 'kind'")
     for run_id, kind in zip(args["run_id"], args["text"], strict=True):
         found[kind.strip('"') if kind else "plain"] = run_id
@@ -178,41 +211,59 @@ def _by_kind(project: Path) -> dict[str, str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def matrix(tmp_path_factory) -> Iterator[tuple[Path, dict[str, str]]]:
-    root = tmp_path_factory.mktemp("kinds") / "project"
-    root.mkdir()
-    git(root, "init", "-q", "-b", "main")
-    write(root / "train.py", TRAIN)
-    write(root / "own_save.py", OWN_SAVE)
-    write(root / "ddp.py", DDP)
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "scripts")
-    env = {"FLORWB_CKPT_BUDGET": "1000"}  # a checkpoint every epoch
-    held = subprocess.Popen(
-        [sys.executable, "train.py", "--kwargs", "kind=running"],
+# exit status of each recording: the failed run raises, the killed one is SIGKILLed
+EXPECTED_EXIT = {"fail": 1, "killed": -signal.SIGKILL}
+
+
+def _record(root: Path, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, *argv],
         cwd=root,
         env={**os.environ, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """One project built once for the module; the recordings run side by side (each is
+    its own process and journal, as runs started in several terminals are), the notebook
+    meanwhile, then the one replay that makes the verified and the diverged run."""
+    root = tmp_path_factory.mktemp("kinds") / "project"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    write(root / "train.py", TRAIN)
+    write(root / "own_save.py", OWN_SAVE)
+    write(root / "ddp.py", DDP)
+    write(root / "spawn.py", SPAWN)
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "scripts")
+    env = {"FLORWB_CKPT_BUDGET": "1000", "OMP_NUM_THREADS": "1"}  # a checkpoint every epoch
+    held = _record(root, ["train.py", "--kwargs", "kind=running"], env)
     try:
-        for kind in ("plain", "odd", "names", "noisy"):
-            run_py(root, "train.py", "--kwargs", f"kind={kind}", env=env)
-        failed = run_py(root, "train.py", "--kwargs", "kind=fail", check=False, env=env)
-        assert failed.returncode == 1
-        killed = run_py(root, "train.py", "--kwargs", "kind=killed", check=False, env=env)
-        assert killed.returncode == -signal.SIGKILL
-        run_py(root, "own_save.py")
-        subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "ddp.py"],
-            cwd=root,
-            check=True,
-            capture_output=True,
-            timeout=180,
+        recordings = {
+            kind: _record(root, ["train.py", "--kwargs", f"kind={kind}"], env)
+            for kind in ("plain", "single", "odd", "names", "noisy", "fail", "killed")
+        }
+        recordings["own_save"] = _record(root, ["own_save.py"], env)
+        recordings["torchrun"] = _record(
+            root,
+            [
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node=2",
+                f"--master_port={free_port()}",
+                "ddp.py",
+            ],
+            env,
         )
+        recordings["spawn"] = _record(root, ["spawn.py"], {**env, "MASTER_PORT": str(free_port())})
         _notebook_run(root)
+        for kind, proc in recordings.items():
+            _out, err = proc.communicate(timeout=300)
+            assert proc.returncode == EXPECTED_EXIT.get(kind, 0), f"{kind}: {err[-2000:]}"
         # today's script: one hindsight statement, replayed into the plain run
         text = (root / "train.py").read_text()
         (root / "train.py").write_text(
@@ -378,6 +429,21 @@ async def test_history_shows_every_kind(matrix):
     assert "diverged" in line and "replayed" not in line, line
 
 
+def _detail_as_it_should_be(kind: str, _run_id: str, _screen, text: str) -> str | None:
+    """Its loss shown; a replayed run's verdict said: a diverged replay never reads as
+    verified, and a value it logged is never checked off (✓)."""
+    if "loss" not in text and kind != "names":
+        return "no loss shown"
+    if kind == "replayed" and "verified" not in text:
+        return "the replay's verdict (verified) is not shown"
+    if kind == "diverged":
+        if "diverged" not in text or "verified" in text:
+            return "the diverged replay is not shown as diverged"
+        if any("wnorm" in line and "✓" in line for line in text.splitlines()):
+            return "a withheld value is checked off"
+    return None
+
+
 async def test_run_detail_opens_for_every_kind(matrix):
     project, runs = matrix
     app = make_app(project)
@@ -389,7 +455,7 @@ async def test_run_detail_opens_for_every_kind(matrix):
             runs,
             lambda _kind, run_id: RunDetailScreen(app.store, run_id),
             lambda t, _s: "Metrics" in t and "Args" in t,
-            lambda kind, _r, _s, t: None if "loss" in t or kind == "names" else "no loss shown",
+            _detail_as_it_should_be,
         )
     assert not _failures(results), _failures(results)
 
@@ -438,6 +504,7 @@ async def test_statements_tab_shows_every_script(matrix):
         await loaded(pilot)
         for kind, script in (
             ("torchrun", "ddp.py"),
+            ("spawn", "spawn.py"),
             ("own_save", "own_save.py"),
             ("odd", "train.py"),
         ):

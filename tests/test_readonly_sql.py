@@ -1,8 +1,9 @@
 """User SQL cannot write: not the catalog, not a file, not DuckDB's home, whatever the statement.
 
 Every statement goes through the three read-only surfaces (`florwb query`, `flor.query`, the
-Query tab's query_page/count_rows) against a real recorded project; after each, the store
-file's bytes, its row counts and the listing of every folder involved must be unchanged.
+Query tab's `ResultStream`: started, a page fetched, counted, as the tab does) against a real
+recorded project; after each, the store file's bytes, its row counts and the listing of every
+folder involved must be unchanged.
 """
 
 from __future__ import annotations
@@ -152,7 +153,6 @@ def _surfaces(project: Path, sql: str) -> list[str]:
     import florwb as flor
     from florwb.cli import main
     from florwb_engine.store import Store, StoreError
-    from florwb_engine.store.queries import count_rows, query_page
 
     outcomes = []
     out, err = io.StringIO(), io.StringIO()
@@ -163,8 +163,8 @@ def _surfaces(project: Path, sql: str) -> list[str]:
     outcomes.append(f"cli={code}")
     for call in (
         lambda: flor.query(sql),
-        lambda: query_page(Store(project), sql),
-        lambda: count_rows(Store(project), sql),
+        lambda: _query_tab(Store(project), sql),
+        lambda: _query_tab(Store(project), sql, count_first=True),
     ):
         try:
             call()
@@ -173,6 +173,27 @@ def _surfaces(project: Path, sql: str) -> list[str]:
             assert isinstance(exc, StoreError), (sql, repr(exc))  # or its UserSqlError
             outcomes.append("refused")
     return outcomes
+
+
+def _query_tab(store, sql: str, count_first: bool = False) -> tuple[list[tuple], int | None]:
+    """What the Query tab does with `sql` (florwb/panes/query.py): a `ResultStream` started,
+    its first page fetched, then counted on the open result and the next page fetched; or,
+    `count_first`, counted before it starts (a connection of its own), then paged."""
+    from florwb_engine.store.queries import PAGE_ROWS
+    from florwb_engine.store.result_stream import ResultStream
+
+    stream = ResultStream(store, sql)
+    try:
+        total = stream.count() if count_first else None
+        stream.start()
+        rows = stream.fetch(PAGE_ROWS) if stream.returns_rows else []
+        if not count_first:
+            total = stream.count()
+        if stream.returns_rows:
+            rows += stream.fetch(PAGE_ROWS)
+        return rows, total
+    finally:
+        stream.close()
 
 
 def test_user_sql_cannot_write_anything(recorded):
@@ -238,13 +259,13 @@ def test_reads_still_work_on_the_read_only_connection(recorded):
     project, _home = recorded
     import florwb as flor
     from florwb_engine.store import Store
-    from florwb_engine.store.queries import count_rows, query_page
 
     frame = flor.query("SELECT count(*) AS n FROM logs WHERE name = 'loss'")
     assert int(frame["n"][0]) == 12
-    page = query_page(Store(project), "SELECT 1 AS a; SELECT 42 AS b")
-    assert page.columns == ["b"] and page.rows == [(42,)] and page.total == 1
-    assert count_rows(Store(project), "SELECT * FROM logs") == 15
+    assert _query_tab(Store(project), "SELECT 1 AS a; SELECT 42 AS b") == ([(42,)], 1)
+    rows, total = _query_tab(Store(project), "SELECT * FROM logs")
+    assert len(rows) == 15 and total == 15
+    assert _query_tab(Store(project), "SELECT * FROM logs", count_first=True)[1] == 15
     text = florwb(project, "query", "PRAGMA version").stdout
     assert "library_version" in text
 
@@ -288,13 +309,15 @@ def test_huge_results_stream_in_bounded_memory(recorded):
     # the Query tab's page and the notebook API under the same memory cap
     page = _limited(
         "from florwb_engine.store import Store\n"
-        "from florwb_engine.store.queries import query_page\n"
-        f"p = query_page(Store('.'), {huge!r}, 1000)\n"
-        "print(len(p.rows), p.total, p.truncated)\n",
+        "from florwb_engine.store.result_stream import ResultStream\n"
+        f"s = ResultStream(Store('.'), {huge!r})\n"
+        "rows = s.fetch(1000)\n"
+        "print(len(rows), s.exhausted, s.fetch(1000)[-1][0])\n"
+        "s.close()\n",
         project,
     )
     assert page.returncode == 0, page.stderr
-    assert page.stdout.split() == ["1000", "None", "True"]
+    assert page.stdout.split() == ["1000", "False", "1999"]
 
 
 def test_small_results_say_their_size(recorded):
@@ -315,7 +338,6 @@ def test_read_only_and_write_sessions_of_one_process_take_turns(recorded):
     import threading
 
     from florwb_engine.store import Store
-    from florwb_engine.store.queries import query_page
 
     project, _home = recorded
     holding, release = threading.Event(), threading.Event()
@@ -327,7 +349,7 @@ def test_read_only_and_write_sessions_of_one_process_take_turns(recorded):
             release.wait(timeout=60)
 
     def reader():
-        results.append(query_page(Store(project), "SELECT count(*) FROM runs").rows)
+        results.append(_query_tab(Store(project), "SELECT count(*) FROM runs")[0])
 
     w = threading.Thread(target=writer)
     w.start()

@@ -124,6 +124,22 @@ def test_a_store_of_the_previous_schema_gains_the_table(tmp_path):
     assert contexts[0] is None and contexts[1]["device_kind"] == "cpu"
 
 
+def test_a_store_of_one_context_row_per_run_keeps_it_as_rank_0(tmp_path):
+    root = _project(tmp_path)
+    run_py(root, "without_torch.py")
+    (run,) = Store(root).runs()
+    con = duckdb.connect(str(root / ".florwb" / "florwb.duckdb"))
+    con.execute("CREATE TABLE old AS SELECT * EXCLUDE (rank) FROM run_context")
+    con.execute("DROP TABLE run_context")
+    con.execute("ALTER TABLE old RENAME TO run_context")  # one row per run, no rank
+    con.execute("UPDATE meta SET value = '10' WHERE key = 'schema_version'")
+    con.close()
+    (again,) = Store(root).runs()  # migrated in place: its row is rank 0's
+    assert again["context"] == run["context"]
+    ranks = Store(root).query("SELECT run_id, rank FROM run_context")
+    assert ranks.values.tolist() == [[run["run_id"], 0]]
+
+
 def test_rapl_counters_read_packages_only_and_survive_a_wrap(tmp_path):
     def zone(name: str, label: str, energy: int) -> None:
         write(tmp_path / name / "name", label + "\n")

@@ -30,7 +30,6 @@ value, so where the code is unclear the analysis errs towards more carried names
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,8 +43,9 @@ from florwb_engine.analysis.mutations import (
     path_of,
 )
 from florwb_engine.analysis.names import free_names, target_names
-from florwb_engine.analysis.nodes import NESTED_SCOPES, iter_children, walk
+from florwb_engine.analysis.nodes import iter_children, walk
 from florwb_engine.analysis.purity import OUTPUT_METHODS
+from florwb_engine.analysis.scopes import declared_globals, parameter_names, scope_nodes
 from florwb_engine.flor_calls import ANY_LOOP, FlorImports, imports_from_nodes, iterates_loop_cst
 
 
@@ -119,8 +119,8 @@ def loop_state_of(module: cst.Module, main_loop: str | None, line: int | None = 
     carried = (head & (defined | helper_defs)) - excluded
     global_names: frozenset[str] = frozenset()
     if function is not None:
-        declared = _declared_globals(function)
-        local = (_scope_defs(function.body) | _params(function)) - declared
+        declared = declared_globals(function)
+        local = (_scope_defs(function.body) | parameter_names(function)) - declared
         global_names = frozenset(n for n in carried if n not in local)
     per_loop = [
         (first, last, tuple(sorted(names - excluded)), tuple(sorted(assigned - excluded)))
@@ -202,21 +202,10 @@ def _registered(module: cst.Module, imports: FlorImports) -> frozenset[Dotted]:
     return frozenset(found)
 
 
-def _scope_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Nodes of one scope: not into nested defs, classes, lambdas or comprehensions."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        if current is not node and isinstance(current, NESTED_SCOPES):
-            continue
-        stack.extend(child for child, _, _ in iter_children(current))
-
-
 def _scope_defs(node: cst.CSTNode) -> set[str]:
     """Plain names `node` binds in its own scope (nested defs and comprehensions aside)."""
     found: set[str] = set()
-    for sub in _scope_nodes(node):
+    for sub in scope_nodes(node):
         tp = type(sub)
         if tp in (cst.AssignTarget, cst.AugAssign, cst.For, cst.NamedExpr):
             found |= target_names(sub.target)  # type: ignore[attr-defined]
@@ -227,29 +216,11 @@ def _scope_defs(node: cst.CSTNode) -> set[str]:
     return found
 
 
-def _declared_globals(function: cst.FunctionDef) -> set[str]:
-    return {
-        item.name.value
-        for sub in _scope_nodes(function.body)
-        if isinstance(sub, cst.Global)
-        for item in sub.names
-    }
-
-
-def _params(function: cst.FunctionDef) -> set[str]:
-    p = function.params
-    names = {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)}
-    for star in (p.star_arg, p.star_kwarg):
-        if isinstance(star, cst.Param):
-            names.add(star.name.value)
-    return names
-
-
 def _called_names(node: cst.CSTNode) -> set[str]:
     """Names of plain functions called (`evaluate(acc)`), in this scope."""
     return {
         sub.func.value
-        for sub in _scope_nodes(node)
+        for sub in scope_nodes(node)
         if type(sub) is cst.Call and type(sub.func) is cst.Name
     }
 
@@ -343,7 +314,7 @@ def _called_functions(
 def _summary(function: cst.FunctionDef) -> tuple[set[str], set[str]]:
     """(globals the function reads before assigning them, globals it assigns): what a call
     of it means for the caller's loop state."""
-    declared = _declared_globals(function)
+    declared = declared_globals(function)
     if not declared:
         return set(), set()
     live = _Liveness({}).block(function.body, set(), _Ctx(set(), set()))
@@ -361,7 +332,7 @@ def _mutated(
     bound = bound_names(loop)
     found = {p for p in mutated_paths(loop.body, registered, OUTPUT_METHODS) if p[0] not in bound}
     for fn in _called_functions(loop, functions):
-        local = (_scope_defs(fn.body) | _params(fn)) - _declared_globals(fn)
+        local = (_scope_defs(fn.body) | parameter_names(fn)) - declared_globals(fn)
         found |= {
             p for p in mutated_paths(fn.body, registered, OUTPUT_METHODS) if p[0] not in local
         }
@@ -487,7 +458,7 @@ class _Liveness:
                     bound |= target_names(item.asname.name)
             return items | (self.block(stmt.body, after, ctx) - bound)  # type: ignore[attr-defined]
         if isinstance(stmt, cst.FunctionDef):
-            reads = _reads(stmt.body) - _scope_defs(stmt.body) - _params(stmt)
+            reads = _reads(stmt.body) - _scope_defs(stmt.body) - parameter_names(stmt)
             for decorator in stmt.decorators:
                 reads |= _reads(decorator.decorator)
             return (after - {stmt.name.value}) | reads

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from florwb_engine.analysis.bindings import ASSIGN
 from florwb_engine.analysis.names import assigned_names
 from florwb_engine.instrument.result import Note
-from florwb_engine.instrument.scopes import ASSIGN, Scopes
+from florwb_engine.instrument.scopes import Scopes
 from florwb_engine.instrument.syntax import (
     call_name,
     dotted,

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from florwb_engine.analysis.bindings import Scope
 from florwb_engine.instrument.result import Note
-from florwb_engine.instrument.scopes import Scope, Scopes
+from florwb_engine.instrument.scopes import Scopes
 from florwb_engine.instrument.syntax import (
     block_statements,
     call_name,

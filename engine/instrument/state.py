@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from florwb_engine.analysis.bindings import ASSIGN, PARAM, Binding, Scope
 from florwb_engine.analysis.names import assigned_names
 from florwb_engine.instrument.result import Note
-from florwb_engine.instrument.scopes import ASSIGN, PARAM, Binding, Origin, Scope, Scopes
+from florwb_engine.instrument.scopes import Origin, Scopes
 from florwb_engine.instrument.syntax import (
     call_name,
     dotted,

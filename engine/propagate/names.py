@@ -3,8 +3,8 @@
 A statement may only go where everything it reads already exists; an insertion that reads
 an undefined name would crash the replay or, worse, read a different variable. The analysis
 follows Python's scoping (function locals, closures, globals, builtins; comprehension and
-lambda scopes do not leak) and follows the flow of the scope (flow.py): at an insertion
-point a local name counts as defined only if it is bound on every path that reaches it. A
+lambda scopes do not leak) and follows the flow of the scope (analysis/bindings.py): at an
+insertion point a local name counts as defined only if it is bound on every path to it. A
 name bound in only one branch of an `if` (or only in a `try` body, not its handlers) may
 be unbound there and does not count; bindings in a loop body count after the loop (loops
 are assumed to run); a binding only *later* in the same function, even inside an enclosing
@@ -18,15 +18,25 @@ from typing import Any
 
 import libcst as cst
 
+from florwb_engine.analysis.bindings import SurelyBound
 from florwb_engine.analysis.names import BUILTIN_NAMES, COMPREHENSIONS
-from florwb_engine.propagate.flow import DefiniteNames
 from florwb_engine.propagate.tree import TNode, Tree
 
 
 class Scope:
     """One Python scope of the old version: where each name is bound (preorder positions)."""
 
-    __slots__ = ("kind", "parent", "bindings", "globals", "star", "root", "_by_pos", "_definite")
+    __slots__ = (
+        "kind",
+        "parent",
+        "bindings",
+        "globals",
+        "star",
+        "root",
+        "_by_pos",
+        "_definite",
+        "_surely",
+    )
 
     def __init__(self, kind: str, parent: Scope | None, root: TNode | None = None) -> None:
         self.kind = kind
@@ -36,7 +46,8 @@ class Scope:
         self.globals: set[str] = set()
         self.star = False
         self._by_pos: tuple[list[int], list[str]] | None = None
-        self._definite: DefiniteNames | None = None
+        self._definite: dict[tuple[int, int], frozenset[str]] = {}
+        self._surely: SurelyBound | None = None
 
     def bind(self, name: str, pos: int) -> None:
         self.bindings.setdefault(name, []).append(pos)
@@ -60,9 +71,22 @@ class Scope:
             return True
         if any(not root.contains_idx(p) for p in positions):
             return True  # a parameter
-        if self._definite is None:
-            self._definite = DefiniteNames(root, self.names_in)
-        return name in self._definite.at(block, index)
+        key = (block.idx, index)
+        surely = self._definite.get(key)
+        if surely is None:
+            chain = [block.node]
+            for above in block.ancestors():
+                if above.idx < root.idx:
+                    break
+                chain.append(above.node)
+            chain.reverse()
+            if self._surely is None:
+                owner = root.parent.node if root.parent is not None else root.node
+                assert isinstance(owner, (cst.Module, cst.FunctionDef, cst.ClassDef))
+                self._surely = SurelyBound(owner, loops_run=True)
+            bound = self._surely.before(chain, index)
+            surely = self._definite[key] = frozenset(bound)
+        return name in surely
 
 
 class Bindings:

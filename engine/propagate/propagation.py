@@ -24,8 +24,8 @@ versions), "similar" (matched by similarity) or "positional".
 A placement is refused, with a reason, when its block has no match, the match is
 ambiguous, the place found lies in a different loop or function than in the new version,
 the place can never run (after a statement, or an if/else or try, whose every branch
-returns, raises, breaks or continues: see flow.py), the statement reads a name the old
-version does not define on every path to that point (renamed variables are rewritten when
+returns, raises, breaks or continues: analysis/bindings.py), the statement reads a name the
+old version does not define on every path to that point (renamed variables are rewritten when
 the matching shows the rename), or its nearest anchor moved above earlier statements that
 may change what it reads (analysis/mutations.py). The output is checked with Python's parser;
 nothing that does not parse is ever returned.
@@ -41,6 +41,7 @@ from typing import cast
 
 import libcst as cst
 
+from florwb_engine.analysis.bindings import ends_flow
 from florwb_engine.analysis.mutations import changes_any, may_change
 from florwb_engine.analysis.names import BUILTIN_NAMES, self_attributes
 from florwb_engine.analysis.nodes import walk
@@ -55,7 +56,6 @@ from florwb_engine.propagate.edits import (
 )
 from florwb_engine.propagate.errors import PropagationError
 from florwb_engine.propagate.finder import Analysis, LogSite, analysis_of, analyze
-from florwb_engine.propagate.flow import ends_flow
 from florwb_engine.propagate.matching import Matching
 from florwb_engine.propagate.model import (
     EXACT,
@@ -387,7 +387,7 @@ class _Propagation:
         target_block, index = target.block, target.index
         index = _skip_docstring(target_block, index)
         for earlier in target_block.children[:index]:
-            if ends_flow(earlier):
+            if ends_flow(earlier.node):
                 raise _Unplaced(
                     f"the matching place in the old version comes after "
                     f"`{self.old.describe(earlier.node)}`, so it would never run"
@@ -1061,7 +1061,7 @@ def _unreachable_from(block: TNode) -> TNode | None:
         parent = node.parent
         if isinstance(parent.node, _BLOCKS) and node.key is not None:
             for earlier in parent.children[: node.key]:
-                if ends_flow(earlier):
+                if ends_flow(earlier.node):
                     return earlier
         node = parent
     return None

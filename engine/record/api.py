@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK
+from florwb_engine.journal_events import Arg, Loop
 from florwb_engine.record import args as cli_args
 from florwb_engine.record import echo, lineage, loop_state, notebook, ranks, runtime, save_mirror
 from florwb_engine.record.values import PRIMITIVES, attr_of, encode, name_text
@@ -113,7 +114,7 @@ def log(name: str, value: T) -> T:
     if type(value) in PRIMITIVES:
         _LOGS_EXTEND((name, value, _CTX))
     else:
-        _LOGS_EXTEND((name, encode(value), _CTX))
+        _LOGS_EXTEND((name, encode(value, defer=True), _CTX))
     return value
 
 
@@ -145,9 +146,7 @@ def loop(name: str, iterable: Iterable[T]) -> Iterator[T]:
         total: int | None = len(iterable)  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - no length, or a __len__ that raises (NotImplementedError)
         total = None
-    runtime.EVENTS.append(
-        {"kind": "loop", "entry": entry, "names": names, "outer": prefix, "total": total}
-    )
+    runtime.EVENTS.append(Loop(entry, names, prefix, total).to_dict())
     ckpt = run.checkpointer
     replayer = run.replayer
     time_extend: Callable[[tuple], None] = _TIME_EXTEND
@@ -247,9 +246,7 @@ def iteration(name: str, idx: int | None, value: Any = None) -> Iterator[None]:
     index = _iteration_index(names, idx)
     entry = next(_entry_ids)
     _ENTRIES[entry] = (names, prefix)
-    runtime.EVENTS.append(
-        {"kind": "loop", "entry": entry, "names": names, "outer": prefix, "total": None}
-    )
+    runtime.EVENTS.append(Loop(entry, names, prefix).to_dict())
     ctx = (entry << ENTRY_SHIFT) + index
     _CTX = ctx
     if value is not None and str(value) != str(idx):
@@ -296,7 +293,7 @@ def arg(name: str, default: Any = None) -> Any:
     text = name_text(name)
     if run is not None and text is not None:
         run.args[text] = value
-        runtime.EVENTS.append({"kind": "arg", "name": text, "value": encode(value)})
+        runtime.EVENTS.append(Arg(text, encode(value)).to_dict())
     return value
 
 

@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from florwb_engine import settings as env
+from florwb_engine.journal_events import Console
 from florwb_engine.record import notebook
 from florwb_engine.record.values import REPLACED
 
@@ -286,13 +287,7 @@ def drain(events: list, final: bool = False) -> None:
         return
     for record in lines:
         record[5] = False  # sent: later repeats are increments
-    events.append(
-        {
-            "kind": "console",
-            "lines": [tuple(r[:5]) for r in lines],
-            "more": sorted(more.items()),
-        }
-    )
+    events.append(Console([tuple(r[:5]) for r in lines], sorted(more.items())).to_dict())
 
 
 def _as_text(value: object) -> str:

@@ -40,9 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine import settings
+from florwb_engine.atomic import sync_folder, temp_path
+from florwb_engine.journal_events import Checkpoint
 from florwb_engine.record import loop_state
-from florwb_engine.record.atomic import sync_folder, temp_path
-from florwb_engine.record.values import attr_of
+from florwb_engine.record.values import Device, attr_of
 
 DEFAULT_BUDGET = settings.read(settings.CKPT_BUDGET)
 _ASSUMED_BYTES_PER_S = 1e9  # first-checkpoint estimate, before anything was measured
@@ -93,17 +94,35 @@ class Policy:
                 self.recent = [*self.recent[-2:], cost_s]
 
 
-def copy_to_host(obj: Any) -> Any:
-    """Deep copy with every tensor on the CPU: later training steps must not change it."""
+def copy_to_host(obj: Any, devices: dict | None = None) -> Any:
+    """Deep copy with every tensor on the CPU: later training steps must not change it.
+
+    With `devices`, a tensor on a GPU is copied without waiting: into pinned host memory,
+    queued on its device's current stream, so the training thread goes on queueing work
+    (later in-place updates run after the copy on that stream) while the copy proceeds.
+    `devices` maps each such device to an event recorded before its first copy; the
+    copies may be read only once `copies_done`'s events for them have completed."""
     if attr_of(obj, "detach") is not None and attr_of(obj, "to") is not None:
+        if devices is not None and Device.is_device(obj):
+            if obj.device not in devices:
+                devices[obj.device] = Device.event_on(obj.device, timing=True)
+            return obj.detach().to("cpu", non_blocking=True, copy=True)
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
-        return type(obj)((k, copy_to_host(v)) for k, v in obj.items())
+        return type(obj)((k, copy_to_host(v, devices)) for k, v in obj.items())
     if isinstance(obj, list):
-        return [copy_to_host(v) for v in obj]
+        return [copy_to_host(v, devices) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(copy_to_host(v) for v in obj)
+        return tuple(copy_to_host(v, devices) for v in obj)
     return copy.deepcopy(obj)
+
+
+def copies_done(devices: dict) -> list[tuple[Any, Any]]:
+    """(before, after) events around the copies `copy_to_host(..., devices)` queued, one
+    pair per device on its current stream. The writer waits on the second (not the
+    training thread) and counts the time between them as the checkpoint's: the copies
+    hold up the training's own work on that stream for as long."""
+    return [(before, Device.event_on(device, timing=True)) for device, before in devices.items()]
 
 
 def capture_rng() -> dict:
@@ -150,12 +169,14 @@ def restore_rng(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def state_of(objects: dict[str, Any]) -> dict:
+def state_of(objects: dict[str, Any], devices: dict | None = None) -> dict:
+    """The registered objects' states, RNG states and gradients, copied to host memory (GPU
+    tensors without waiting when `devices` collects them: see copy_to_host)."""
     states = {}
     for name, obj in objects.items():
         getter = attr_of(obj, "state_dict")
-        states[name] = copy_to_host(getter() if callable(getter) else obj)
-    return {"objects": states, "rng": capture_rng(), GRADS: grads_of(objects)}
+        states[name] = copy_to_host(getter() if callable(getter) else obj, devices)
+    return {"objects": states, "rng": capture_rng(), GRADS: grads_of(objects, devices)}
 
 
 # The key of the moment a checkpoint's state was copied: after how many of its iteration's
@@ -173,7 +194,7 @@ AFTER_INNER = "after_inner"
 GRADS = "grads"
 
 
-def grads_of(objects: dict[str, Any]) -> dict:
+def grads_of(objects: dict[str, Any], devices: dict | None = None) -> dict:
     """{object: {parameter name: gradient}} for registered modules; parameters without a
     gradient are left out (restored as None)."""
     grads: dict[str, dict] = {}
@@ -181,7 +202,9 @@ def grads_of(objects: dict[str, Any]) -> dict:
         named = attr_of(obj, "named_parameters")
         if not callable(named):
             continue
-        grads[name] = {pname: copy_to_host(p.grad) for pname, p in named() if p.grad is not None}
+        grads[name] = {
+            pname: copy_to_host(p.grad, devices) for pname, p in named() if p.grad is not None
+        }
     return grads
 
 
@@ -355,7 +378,7 @@ class Checkpointer:
         self._inner_ended = 0
         self._decided: bool | None = None
         self._decided_s = 0.0
-        self._pending: tuple[dict, float] | None = None
+        self._pending: tuple[dict, float, list] | None = None  # state, copy s, copies_done
 
     def estimate_s(self) -> float:
         if not self._state_bytes:
@@ -443,12 +466,14 @@ class Checkpointer:
         before = self._pending[0] if self._pending is not None else {}
         left = dict(before.get(loop_state.LEFT, {}))
         unmemoized = dict(before.get(loop_state.UNMEMOIZED, {}))
+        devices: dict = {}
+        loop_state.QUEUED.clear()
         if self.rng_only is not None:
             state: dict = {"objects": {}, "rng": capture_rng()}
             state.update(loop_state.capture())  # this rank's own loop-carried names
         else:
             try:
-                state = state_of(self.objects)
+                state = state_of(self.objects, devices)
             except Exception as exc:  # noqa: BLE001 - a registered object that cannot be copied
                 self._pending = None  # no checkpoint of this iteration rather than a part
                 self.failed += 1
@@ -463,20 +488,25 @@ class Checkpointer:
         state[loop_state.LEFT] = left
         state[loop_state.UNMEMOIZED] = unmemoized
         state[AFTER_INNER] = after_inner
+        for device, before in loop_state.QUEUED.items():  # the loop-carried names' copies
+            devices.setdefault(device, before)
+        loop_state.QUEUED.clear()
+        earlier = self._pending[2] if self._pending is not None else []
         spent = self._pending[1] if self._pending is not None else 0.0
-        self._pending = (state, spent + time.perf_counter() - start)
+        done = [*earlier, *copies_done(devices)]  # kept names of earlier inner loops too
+        self._pending = (state, spent + time.perf_counter() - start, done)
 
     def _write_pending(self, loop: str, iteration: int, ctx_id: int) -> None:
         pending, self._pending = self._pending, None
         self._iteration = None
         if pending is None:
             return
-        state, snapshot_s = pending
+        state, snapshot_s, copied = pending
         folder = self.rng_only if self.rng_only is not None else self.folder
         path = checkpoint_path(folder, loop, iteration)
         start = time.perf_counter()
         self.start()
-        self._queue.put((state, path, loop, iteration, ctx_id, snapshot_s))
+        self._queue.put((state, path, loop, iteration, ctx_id, snapshot_s, copied))
         # Waiting for a free writer slot is paid by training too; the writer adds the
         # snapshot and its own write time once the file is on disk.
         self.policy.paid(time.perf_counter() - start, checkpoints=0)
@@ -500,10 +530,13 @@ class Checkpointer:
             if item is None:
                 self._queue.task_done()
                 return
-            state, path, loop, iteration, ctx_id, snapshot_s = item
-            t0 = time.perf_counter()
+            state, path, loop, iteration, ctx_id, snapshot_s, copied = item
             tmp = temp_path(path)
             try:
+                for before, after in copied:  # the GPU copies queued at the snapshot
+                    after.synchronize()
+                    snapshot_s += before.elapsed_time(after) / 1000  # ms: the GPU's copy time
+                t0 = time.perf_counter()
                 buffer = io.BytesIO()  # one write of the whole file is faster than torch's many
                 torch.save(state, buffer)
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -522,18 +555,17 @@ class Checkpointer:
                 if self.rng_only is not None:  # not a checkpoint of the run's state
                     continue
                 self._on_written(
-                    {
-                        "kind": "checkpoint",
-                        "loop": loop,
-                        "iteration": iteration,
-                        "ctx_id": ctx_id,
-                        "path": path.name,
-                        AFTER_INNER: state.get(AFTER_INNER, 0),
-                        "bytes": path.stat().st_size,
-                        "snapshot_s": snapshot_s,
-                        "write_s": write_s,
-                        "time": time.time(),
-                    }
+                    Checkpoint(
+                        loop=loop,
+                        iteration=iteration,
+                        ctx_id=ctx_id,
+                        path=path.name,
+                        after_inner=state.get(AFTER_INNER, 0),
+                        bytes=path.stat().st_size,
+                        snapshot_s=snapshot_s,
+                        write_s=write_s,
+                        time=time.time(),
+                    ).to_dict()
                 )
             except Exception as exc:  # a full disk must not kill the training run
                 with contextlib.suppress(OSError):  # a read-only folder: there is no tmp

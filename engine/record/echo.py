@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from florwb_engine import settings
-from florwb_engine.record.values import PRIMITIVES
+from florwb_engine.record.values import PENDING, PRIMITIVES, Staged
 
 ENV = settings.ECHO.name
 
@@ -40,7 +40,7 @@ class Echo:
         """Stands in for the log buffer's extend: the same append, plus the last value."""
         self._extend(record)
         name, value = record[0], record[1]
-        if type(value) in PRIMITIVES and type(name) is str:
+        if (type(value) in PRIMITIVES or type(value) is Staged) and type(name) is str:
             self.last[name] = value
 
     def iteration_ended(self, loop: str, index: int, total: int | None) -> None:
@@ -50,12 +50,23 @@ class Echo:
             return
         self._printed = now
         where = f"{loop} {index + 1}" + (f"/{total}" if total is not None else "")
-        values = " · ".join(f"{name} {_short(value)}" for name, value in self.last.items())
+        values = " · ".join(
+            f"{name} {_short(value)}" for name, value in self.last.items() if _ready(value)
+        )
         self.last.clear()
-        print(f"florwb: {where} · {values}", file=sys.stderr, flush=True)
+        if values:  # none when every value is a GPU copy still under way
+            print(f"florwb: {where} · {values}", file=sys.stderr, flush=True)
+
+
+def _ready(value: object) -> bool:
+    """A GPU value the flusher has not read yet is left out of the line: reading it here
+    would stall the training thread on the device."""
+    return type(value) is not Staged or value.value is not PENDING
 
 
 def _short(value: object) -> str:
+    if type(value) is Staged:
+        value = value.value  # read by the flusher already (_ready)
     if isinstance(value, float):
         return f"{value:.4g}"
     text = str(value)

@@ -33,8 +33,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from florwb_engine.journal_events import Files
+
 MAX_PATHS = 10_000
-EVENT = "files"
 READ, WRITTEN = "read", "written"
 OWN_THREADS = "florwb-"  # the recorder's threads (snapshot, flusher, checkpoint writer)
 
@@ -164,4 +165,4 @@ def drain(events: list) -> None:
     with state.lock:
         new, state.new = state.new, []
         dropped, state.dropped = state.dropped, 0
-    events.append({"kind": EVENT, "paths": new, "dropped": dropped})
+    events.append(Files(new, dropped).to_dict())

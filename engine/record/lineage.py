@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine import project as projects
+from florwb_engine.journal_events import Lineage
 from florwb_engine.record import pull, runtime
 
 KIND_CHECKPOINTING = "checkpointing"
@@ -179,17 +180,16 @@ def load_checkpoint(
     state = read(row, map_location, weights_only)
     if run is not None:
         runtime.EVENTS.append(
-            {
-                "kind": "lineage",
-                "call": call,
-                "name": name,
-                "parent": run_id,
-                "checkpoint": row["name"],
-                "checkpoint_kind": row["kind"],
-                "loop": row["loop"],
-                "iteration": row["iteration"],
-                "path": _relative(project, Path(row["path"])),
-            }
+            Lineage(
+                call=call,
+                name=name,
+                parent=run_id,
+                checkpoint=row["name"],
+                checkpoint_kind=row["kind"],
+                loop=row["loop"],
+                iteration=row["iteration"],
+                path=_relative(project, Path(row["path"])),
+            ).to_dict()
         )
     return state
 

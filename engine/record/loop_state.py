@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine import settings
-from florwb_engine.record.values import attr_of
+from florwb_engine.journal_events import Issues
+from florwb_engine.record.values import Device, attr_of
 
 CARRIED = "carried"  # checkpoint key: {name: encoded value}
 UNCARRIED = "uncarried"  # checkpoint key: {name: why it is not in `carried`}
@@ -234,10 +235,7 @@ def capture(on_event: Any = None) -> dict:
     if new and on_event is not None:
         keeper.reported.update(new)
         on_event(
-            {
-                "kind": "issues",
-                "counts": [["loop state not saved", f"{n} ({uncarried[n]})", 1] for n in new],
-            }
+            Issues([["loop state not saved", f"{n} ({uncarried[n]})", 1] for n in new]).to_dict()
         )
     found = {CARRIED: carried, UNCARRIED: uncarried}
     if frame is not None:
@@ -397,6 +395,12 @@ _LOCALS: dict[types.CodeType, frozenset[str]] = {}
 # -- values -----------------------------------------------------------------------------------
 
 
+# The GPUs whose tensors _encode copied without waiting since the checkpoint being taken
+# began, each with an event recorded before its first copy: the checkpoint marks the end
+# of those copies (checkpoint.copies_done) and is written once they are done.
+QUEUED: dict = {}
+
+
 def _encode(value: Any, depth: int = 0) -> tuple[Any, int]:
     """(a weights-only-loadable copy of `value`, its size in bytes) or Unsaveable."""
     if depth > 20:
@@ -407,7 +411,14 @@ def _encode(value: Any, depth: int = 0) -> tuple[Any, int]:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         on_cpu = value.device.type == "cpu"
-        copy = value.detach().clone() if on_cpu else value.detach().to("cpu", copy=True)
+        if on_cpu:
+            copy = value.detach().clone()
+        elif Device.is_device(value):  # queued, not waited for: the writer waits (QUEUED)
+            if value.device not in QUEUED:
+                QUEUED[value.device] = Device.event_on(value.device, timing=True)
+            copy = value.detach().to("cpu", non_blocking=True, copy=True)
+        else:
+            copy = value.detach().to("cpu", copy=True)
         size = copy.numel() * copy.element_size()
         if on_cpu and not value.requires_grad and tp is torch.Tensor:
             return copy, size

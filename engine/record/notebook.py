@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from florwb_engine.journal_events import Version, VersionError
+
 NOTEBOOK_SUFFIX = ".ipynb"
 DEFAULT_NAME = "notebook.ipynb"
 
@@ -82,17 +84,16 @@ def version_event(project: Path, store: Path, script: str) -> dict:
     snap = versions.snapshot(project, store)
     name = Path(script).name + ".py"
     version = with_file(store, project, snap.version, name, cells_text(executed_cells()))
-    return {
-        "kind": "version",
-        "version": version,
-        "n_files": snap.n_files + 1,
-        "n_bytes": snap.n_bytes,
-        "skipped": [(s.path, s.size, s.reason) for s in snap.skipped],
-        "git_head": snap.git_head,
-        "git_branch": snap.git_branch,
-        "git_dirty": True if snap.in_git else None,
-        "notebook_code": name,
-    }
+    return Version(
+        version=version,
+        n_files=snap.n_files + 1,
+        n_bytes=snap.n_bytes,
+        skipped=[(s.path, s.size, s.reason) for s in snap.skipped],
+        git_head=snap.git_head,
+        git_branch=snap.git_branch,
+        git_dirty=True if snap.in_git else None,
+        notebook_code=name,
+    ).to_dict()
 
 
 def final_events(run: Any) -> list[dict]:
@@ -103,4 +104,4 @@ def final_events(run: Any) -> list[dict]:
     try:
         return [version_event(run.project, run.store, run.script)]
     except Exception as exc:  # the run's values are kept without its cells
-        return [{"kind": "version_error", "error": f"notebook cells not stored: {exc}"}]
+        return [VersionError(f"notebook cells not stored: {exc}").to_dict()]

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine import project as projects
+from florwb_engine.contract.checkpoint_files import MANIFEST_SUFFIX
 from florwb_engine.errors import FlorwbError
 from florwb_engine.record.checkpoint import safe_loop_name
-from florwb_engine.record.save_mirror import MANIFEST_SUFFIX
 
 _FILE = re.compile(r"^(?P<loop>.+)-(?P<iteration>\d+)\.pt$")
 _MANIFEST = re.compile(r"^(?P<loop>.+)-(?P<iteration>\d+)" + re.escape(MANIFEST_SUFFIX) + "$")

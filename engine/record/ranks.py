@@ -3,9 +3,11 @@
 `torchrun` / `python -m torch.distributed.run` start every worker with RANK, WORLD_SIZE,
 LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_WORLD_SIZE and TORCHELASTIC_RUN_ID in its environment;
 `torch.multiprocessing.spawn` calls `fn(i, *args)` from its `_wrap` function in each child.
-Nothing here talks to the other ranks: every rank derives the same run id from what the
-launch shares (the rendezvous id, or the launching process on this host: its pid and kernel
-start time), so all ranks of one launch write into one run without any coordination.
+On one node nothing here talks to the other ranks: every rank derives the same run id from
+what the launch shares (the rendezvous id, or the launching process on this host: its pid
+and kernel start time), so all ranks of one launch write into one run without any
+coordination. Ranks on several nodes share no launching process and may share no fresh
+rendezvous id, so they agree on a run id in torchrun's agent store (`_agreed_run_id`).
 
 Each rank writes its own journal (`<run>.rank<r>.journal`); rank 0 writes the checkpoints
 (DDP keeps the replicas identical, so one copy of the state is enough) and every rank keeps
@@ -66,6 +68,9 @@ class Rank:
     launch_id: str  # the same in every rank of one launch
     nnodes: int = 1
     launcher_argv: list[str] = field(default_factory=list)  # the launcher's own options
+    # seconds from the launching process's start to this rank's first flor call: what a
+    # replay pays again to start the launch (replay/cost.py), measured, not modelled
+    launch_s: float | None = field(default_factory=lambda: launch_seconds())
 
     def to_event(self) -> dict:
         return asdict(self)
@@ -86,11 +91,44 @@ def detect() -> Rank | None:
         return None
     run_id = env.get("TORCHELASTIC_RUN_ID", "")
     restart = env.get("TORCHELASTIC_RESTART_COUNT", "0")
-    if run_id and run_id != "none":
+    if nnodes > 1 and (agreed := _agreed_run_id(restart)) is not None:
+        shared = f"agreed:{agreed}"
+    elif run_id and run_id != "none":
         shared = f"rdzv:{run_id}:{restart}"
+    elif nnodes > 1:  # no agent store to agree in: what every node's ranks see alike
+        shared = f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}:{restart}"
     else:  # static rendezvous: the agent that started us, on this host
         shared = f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}:{restart}:{_parent_key()}"
     return Rank(rank, world, local, TORCHRUN, shared, nnodes, _launcher_options())
+
+
+def _agreed_run_id(restart: str) -> str | None:
+    """The run id the ranks of a multi-node launch agree on in torchrun's agent store.
+
+    Ranks on different hosts share no launching process, and a rendezvous id or master
+    port repeats from launch to launch; so every rank proposes a fresh id and the store's
+    compare-and-set keeps the first, which all of them read back. None without an agent
+    store (TORCHELASTIC_USE_AGENT_STORE) or when it cannot be reached: then the ranks fall
+    back to what the launch shares."""
+    env = os.environ
+    if env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true":
+        return None
+    try:
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        store = dist.TCPStore(
+            env["MASTER_ADDR"],
+            int(env["MASTER_PORT"]),
+            is_master=False,
+            timeout=timedelta(seconds=30),
+        )
+        proposed = time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(3).hex()
+        agreed = store.compare_set(f"florwb/run_id/{restart}", "", proposed)
+        return bytes(agreed).decode() or None
+    except Exception:  # noqa: BLE001 - recording never stops training: fall back
+        return None
 
 
 def _spawned() -> Rank | None:
@@ -107,6 +145,12 @@ def _spawned() -> Rank | None:
             return Rank(i, world_size(), i, SPAWN, f"spawn:{_parent_key()}")
         frame = frame.f_back  # type: ignore[assignment]
     return None
+
+
+def launch_seconds() -> float | None:
+    """Seconds since the launching process (torchrun's agent, mp.spawn's parent) started."""
+    started = processes.start_time(os.getppid())
+    return None if started is None else round(max(time.time() - started, 0.0), 3)
 
 
 def world_size() -> int | None:
@@ -126,6 +170,8 @@ def _parent_key() -> str:
 def run_id(rank: Rank) -> str:
     """The run id every rank of the launch derives alike: the launching process's start
     time (on one host) and a hash of what the launch shares."""
+    if rank.launch_id.startswith("agreed:"):
+        return rank.launch_id.removeprefix("agreed:")
     digest = hashlib.sha1(rank.launch_id.encode()).hexdigest()[:6]
     started = processes.start_time(os.getppid()) if rank.nnodes == 1 else None
     if started is None:

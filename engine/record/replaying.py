@@ -24,6 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from florwb_engine.contract.replay_spec import OUTER, PREFIX, ReplaySpec
 from florwb_engine.record import loop_state, ranks
 from florwb_engine.record.checkpoint import (
     AFTER_INNER,
@@ -33,7 +34,6 @@ from florwb_engine.record.checkpoint import (
     restore_rng,
 )
 from florwb_engine.record.restore_saves import restore_own_saves
-from florwb_engine.replay.spec import OUTER, PREFIX, ReplaySpec
 
 KEEP_BYTES = 256 << 20
 PROGRESS_EVERY_S = 0.1

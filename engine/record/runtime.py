@@ -24,8 +24,11 @@ import threading
 import time
 from pathlib import Path
 
+from florwb_engine import journal_events as ev
 from florwb_engine import processes, settings
 from florwb_engine import project as projects
+from florwb_engine.contract.replay_spec import ENV as REPLAY_ENV
+from florwb_engine.contract.replay_spec import ReplaySpec
 from florwb_engine.journal import (
     SUFFIX,
     JournalWriter,
@@ -39,14 +42,12 @@ from florwb_engine.record.checkpoint import DEFAULT_BUDGET, Checkpointer
 from florwb_engine.record.context import RunContext
 from florwb_engine.record.replaying import Replayer
 from florwb_engine.record.system import SystemSampler
-from florwb_engine.record.values import REPLACED, encode, name_text
-from florwb_engine.replay.spec import ENV as REPLAY_ENV
-from florwb_engine.replay.spec import ReplaySpec
+from florwb_engine.record.values import REPLACED, encode, name_text, read_staged
 
 RECORDED = "record"
 # The events that say which run a journal holds and how it was started: a journal made
 # anew after the first was deleted starts with them again.
-_NAMING = frozenset({"start", "version", "version_error", "arg"})
+_NAMING = frozenset({ev.Start.kind, ev.Version.kind, ev.VersionError.kind, ev.Arg.kind})
 
 FLUSH_INTERVAL_S = 0.05
 RETRY_INTERVAL_S = 0.5  # between tries to write a journal that failed (disk full...)
@@ -108,6 +109,7 @@ class Run:
         self.args: dict[str, object] = {}
         self.exception: BaseException | None = None
         self.finished = False
+        self.ended = False  # its end event is written (finish, or a stopping signal)
         self._flush_lock = threading.Lock()
         self._buffer = PendingChunks(BUFFER_LIMIT)
         self._values_packed = 0  # values handed to the journal so far
@@ -154,21 +156,20 @@ class Run:
         # back (NTP, a VM resumed) and an end stamped before the start read as negative.
         self._started_monotonic = time.monotonic()
         EVENTS.append(
-            {
-                "kind": "start",
-                "source": self.source,
-                "run_id": self.run_id,
-                "script": self.script,
-                "argv": list(cli_args.ORIGINAL_ARGV),
-                "cwd": _relative(Path(os.getcwd()), self.project),  # replays map it
-                "host": socket.gethostname(),
-                "pid": pid,
-                "pid_ticks": processes.start_ticks(pid),
-                "python": sys.version.split()[0],
-                "time": time.time(),
-                "context": self.context.at_start(),
-                **({"rank": self.rank.to_event()} if self.rank else {}),
-            }
+            ev.Start(
+                source=self.source,
+                run_id=self.run_id,
+                script=self.script,
+                argv=list(cli_args.ORIGINAL_ARGV),
+                cwd=_relative(Path(os.getcwd()), self.project),  # replays map it
+                host=socket.gethostname(),
+                pid=pid,
+                pid_ticks=processes.start_ticks(pid),
+                python=sys.version.split()[0],
+                time=time.time(),
+                context=self.context.at_start(),
+                rank=self.rank.to_event() if self.rank else None,
+            ).to_dict()
         )
         self.try_flush()  # visible to readers at once, even if the process dies next
 
@@ -180,20 +181,19 @@ class Run:
             if snap.in_git:
                 versions.ensure_excluded(self.project)
         except Exception as exc:  # recording must go on without a code version
-            EVENTS.append({"kind": "version_error", "error": str(exc)})
+            EVENTS.append(ev.VersionError(str(exc)).to_dict())
             return
         EVENTS.append(
-            {
-                "kind": "version",
-                "version": snap.version,
-                "n_files": snap.n_files,
-                "n_bytes": snap.n_bytes,
-                "skipped": [(s.path, s.size, s.reason) for s in snap.skipped],
-                "inputs": _inputs(self.project, snap.skipped),
-                "git_head": snap.git_head,
-                "git_branch": snap.git_branch,
-                "git_dirty": snap.git_dirty,
-            }
+            ev.Version(
+                version=snap.version,
+                n_files=snap.n_files,
+                n_bytes=snap.n_bytes,
+                skipped=[(s.path, s.size, s.reason) for s in snap.skipped],
+                inputs=_inputs(self.project, snap.skipped),
+                git_head=snap.git_head,
+                git_branch=snap.git_branch,
+                git_dirty=snap.git_dirty,
+            ).to_dict()
         )
         _report_skipped_once(self.store, snap.skipped)
 
@@ -207,6 +207,7 @@ class Run:
             # Pack straight from the buffers, then drop what was packed: the training thread
             # only appends, so the first n items stay put meanwhile.
             n_logs, n_timings, n_events = len(LOGS), len(TIMINGS), len(EVENTS)
+            read_staged(LOGS, 1, n_logs, 3)  # device scalars copied at flor.log: read them here
             if n_logs or n_timings or n_events:
                 try:
                     payload = self._pack(n_logs, n_timings, n_events)
@@ -219,7 +220,7 @@ class Run:
                 self._values_packed += n_logs // 3
             issues = REPLACED.take_new() + self._buffer.take_lost()
             if issues:
-                self._buffer.add((None, None, [{"kind": "issues", "counts": issues}]), 0)
+                self._buffer.add((None, None, [ev.Issues(issues).to_dict()]), 0)
                 self._say_replaced_once(issues)
             if self.journal.gone():
                 self._journal_deleted()
@@ -242,12 +243,13 @@ class Run:
         lost = self._values_packed - self._buffer.pending_values
         print(
             f"florwb: run {self.run_id}'s journal was deleted while it recorded "
-            f"({self.journal.path}): {lost} values written before are lost; "
+            f"({self.journal.path}): {lost} values written before are lost unless a florwb "
+            "reader read them already; "
             "recording goes on in a new journal",
             file=sys.stderr,
         )
         self.journal.restart()
-        issue = {"kind": "issues", "counts": [["lost", "journal deleted during the run", lost]]}
+        issue = ev.Issues([["lost", ev.JOURNAL_DELETED, lost]]).to_dict()
         loops = sorted(self._open_loops.values(), key=lambda e: e.get("entry", 0))
         self._buffer.add_first((None, None, [*self._naming_events, *loops, issue]))
 
@@ -256,7 +258,7 @@ class Run:
         for e in events:
             if e.get("kind") in _NAMING:
                 self._naming_events.append(e)
-            elif e.get("kind") == "loop":  # the latest entry of each loop is the open one
+            elif e.get("kind") == ev.Loop.kind:  # the latest entry of each loop is the open one
                 self._open_loops[repr(e.get("names"))] = e
         timings = pack_timings(TIMINGS, n_timings)
         logs = None
@@ -338,21 +340,33 @@ class Run:
             file_access.drain(EVENTS)
             file_access.uninstall()
         EVENTS.append(
-            {
-                "kind": "end",
-                "status": status,
-                "exception": None if exc is None else type(exc).__name__,
-                "message": None if exc is None else str(exc)[:500],
-                "time": time.time(),
-                "elapsed_s": time.monotonic() - self._started_monotonic,
-                "context": self.context.at_end_or_error(),
-                **ranks.end_fields(self.rank),
-            }
+            ev.End(
+                status=status,
+                exception=None if exc is None else type(exc).__name__,
+                message=None if exc is None else str(exc)[:500],
+                time=time.time(),
+                elapsed_s=time.monotonic() - self._started_monotonic,
+                context=self.context.at_end_or_error(),
+                world_size=ranks.end_fields(self.rank).get("world_size"),
+            ).to_dict()
         )
+        self.ended = True
         self._stop.set()
         self._flusher.join()
         self._last_flush()
         self.journal.close()
+
+    def stop_event(self, signame: str) -> dict:
+        """The end of a process stopped by a signal it does not survive: no end-of-run
+        readings (the process has moments left), only when and by what."""
+        return ev.End(
+            status="killed",
+            signal=signame,
+            message=f"stopped by {signame}",
+            time=time.time(),
+            elapsed_s=time.monotonic() - self._started_monotonic,
+            world_size=ranks.end_fields(self.rank).get("world_size"),
+        ).to_dict()
 
     def _last_flush(self) -> None:
         """Write everything left, retrying a little while a full disk frees up; then say
@@ -600,6 +614,13 @@ def _flush_on_sigterm() -> None:
 
 def _on_sigterm(signum: int, _frame: object) -> None:
     run = _current
+    ends_here = signal.getsignal(signum) is _on_sigterm
+    if run is not None and ends_here and not run.ended:
+        # The process stops now: its end says it was stopped from outside (a launcher
+        # stopping the other ranks once one died), so the rank that failed is told apart.
+        # Also while it was finishing: finish() does not resume to write its own end.
+        run.finished = run.ended = True
+        EVENTS.append(run.stop_event(signal.Signals(signum).name))
     # The handler runs in the main thread, which may itself be inside a flush (holding its
     # lock): then that flush is left as it is rather than waited for forever.
     if run is not None and run._flush_lock.acquire(timeout=1.0):
@@ -611,7 +632,7 @@ def _on_sigterm(signum: int, _frame: object) -> None:
                 f"florwb: values logged since the last flush were lost at SIGTERM ({exc!r})",
                 file=sys.stderr,
             )
-    if signal.getsignal(signum) is not _on_sigterm:
+    if not ends_here:
         return  # a framework's handler calls this one in its chain: it decides what stops
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)

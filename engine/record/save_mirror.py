@@ -36,13 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine import settings
+from florwb_engine.atomic import sync_folder, write_atomic
+from florwb_engine.contract.checkpoint_files import MANIFEST_SUFFIX
 from florwb_engine.journal import ITERATION_MASK
+from florwb_engine.journal_events import Checkpoint
 from florwb_engine.record import file_access
-from florwb_engine.record.atomic import sync_folder, write_atomic
 from florwb_engine.record.checkpoint import capture_rng, safe_loop_name
 from florwb_engine.record.values import REPLACED, attr_of
 
-MANIFEST_SUFFIX = ".saves.json"
 ISSUE = "mirror"
 
 _BYTES_PER_S = 500e6  # first estimate of a copy's speed, before one was measured
@@ -51,10 +52,6 @@ _SAFE_LEAVES = (int, float, str, bool, type(None), bytes, complex)
 
 def manifest_name(loop: str, iteration: int) -> str:
     return f"{safe_loop_name(loop)}-{iteration:06d}{MANIFEST_SUFFIX}"
-
-
-def is_manifest(name: str) -> bool:
-    return name.endswith(MANIFEST_SUFFIX)
 
 
 class Mirror:
@@ -154,17 +151,16 @@ class Mirror:
             from florwb_engine.record import runtime
 
             runtime.EVENTS.append(
-                {
-                    "kind": "checkpoint",
-                    "loop": loop,
-                    "iteration": iteration,
-                    "ctx_id": ctx,
-                    "path": name,
-                    "bytes": _size(str(dest)),
-                    "snapshot_s": cost,
-                    "write_s": 0.0,
-                    "time": time.time(),
-                }
+                Checkpoint(
+                    loop=loop,
+                    iteration=iteration,
+                    ctx_id=ctx,
+                    path=name,
+                    bytes=_size(str(dest)),
+                    snapshot_s=cost,
+                    write_s=0.0,
+                    time=time.time(),
+                ).to_dict()
             )
 
     def _affordable(self, size: int, iteration: int) -> bool:

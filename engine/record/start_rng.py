@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine import settings
-from florwb_engine.record.atomic import write_atomic
+from florwb_engine.atomic import write_atomic
 
 FILE = "start-rng.json"
 AT_IMPORT = "at_import"  # the states when florwb was imported, inside the file's states

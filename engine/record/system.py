@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from florwb_engine import settings
+from florwb_engine.journal_events import System
 
 SAMPLE_S = settings.SYSTEM_SAMPLE_S.default
 SAMPLE_ENV = settings.SYSTEM_SAMPLE_S.name  # seconds between samples; 0 turns sampling off
@@ -72,9 +73,9 @@ class SystemSampler:
             self.off = True
             why = self._failed or f"{type(exc).__name__}: {str(exc)[:200]}"
             print(f"florwb: system metrics no longer sampled: {why}", file=sys.stderr)
-            events.append({"kind": "system", "time": time.time(), "rank": self.rank, "error": why})
+            events.append(System(time=time.time(), rank=self.rank, error=why).to_dict())
             return
-        events.append({"kind": "system", "time": time.time(), "rank": self.rank, "values": values})
+        events.append(System(time=time.time(), rank=self.rank, values=values).to_dict())
 
     def sample(self) -> dict[str, float]:
         out: dict[str, float] = {}

@@ -1,7 +1,7 @@
 """Hindsight replay: plan which past runs get the new log statements, then execute it.
 
-The names below load on first use: replay workers import `florwb_engine.replay.spec` from inside
-training scripts, which must not pay for DuckDB, pandas or libcst.
+The names below load on first use: the fork server, which every replay worker starts
+from, is a module of this package and must not pay for DuckDB, pandas or libcst.
 """
 
 from __future__ import annotations

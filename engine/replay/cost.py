@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from florwb_engine.contract.replay_spec import OUTER, PREFIX, ReplayMode
 from florwb_engine.replay.facts import RunFacts
-from florwb_engine.replay.spec import OUTER, PREFIX, ReplayMode
 
 # Where segments run: the local fork server, or tasks on a Ray cluster (ray_executor.py).
 ExecutorName = Literal["local", "ray"]
@@ -76,9 +76,14 @@ def segment_start_s(executor: ExecutorName, launch: dict | None = None) -> float
 
 
 def launch_start_s(launch: dict | None) -> float:
-    """What starting a torchrun / mp.spawn launch's processes costs (0 for one process)."""
+    """What starting a torchrun / mp.spawn launch's processes costs (0 for one process):
+    what the recorded launch took to start (`start_s`, measured by its ranks), else the
+    model below."""
     if not launch:
         return 0.0
+    measured = launch.get("start_s")
+    if isinstance(measured, (int, float)) and measured > 0:
+        return float(measured)
     # planning imports these anyway (ddp_launch.py); the Replay tab imports this module
     from florwb_engine.record.ranks import TORCHRUN
     from florwb_engine.replay.cores import available_cores

@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
+from florwb_engine.contract.replay_spec import INNER, ReplayMode
 from florwb_engine.journal import SUFFIX, replay_journal_name
 from florwb_engine.record.context import proc_gpu_names
 from florwb_engine.record.ranks import SPAWN, TORCHRUN
-from florwb_engine.replay.spec import INNER, ReplayMode
+from florwb_engine.store import run_context
 
 if TYPE_CHECKING:
     from florwb_engine.replay.plan import RunPlan
@@ -47,6 +48,9 @@ class Launch:
     nproc: int  # ranks the replay starts (world_size, or 1 on a machine short of GPUs)
     options: list[str] = field(default_factory=list)  # the launcher's recorded options
     devices: int = 0  # GPUs the run used per node (0: CPU)
+    # seconds the recorded launch took from the launcher's start to its slowest rank's
+    # first flor call (record/ranks.py); None for runs recorded before it was measured
+    start_s: float | None = None
 
 
 def launches(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, Launch]:
@@ -58,7 +62,7 @@ def launches(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, La
     found = {}
     rows = con.execute(
         "SELECT r.run_id, r.world_size, r.launcher, c.device_kind FROM runs r "
-        "LEFT JOIN run_context c USING (run_id) "
+        f"LEFT JOIN {run_context.ONE_PER_RUN} c USING (run_id) "
         "WHERE r.launcher IS NOT NULL AND r.run_id IN (SELECT unnest(?))",
         [run_ids],
     ).fetchall()
@@ -72,6 +76,7 @@ def launches(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, La
             nproc=world,
             options=list(info.get("argv") or []),
             devices=(world // nnodes) if device_kind == "cuda" else 0,
+            start_s=info.get("start_s"),
         )
     return found
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal, Union
 import duckdb
 
 from florwb_engine import versions
+from florwb_engine.contract.replay_spec import ENV, PREFIX, ReplaySpec
 from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.record import start_rng
@@ -43,7 +44,6 @@ from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_w
 from florwb_engine.replay.mirror import mirrored_path, mirrored_project
 from florwb_engine.replay.plan import Plan, RunPlan, Segment, plan_replay
 from florwb_engine.replay.profile import Profiler, WorkerTimes
-from florwb_engine.replay.spec import ENV, PREFIX, ReplaySpec
 from florwb_engine.store import Store, StoreBusy, verdicts
 from florwb_engine.store.replays import (
     ReplayStatus,

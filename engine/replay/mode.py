@@ -11,8 +11,8 @@ does not parse code.
 from __future__ import annotations
 
 from florwb_engine.analysis.loop_state import LoopState
+from florwb_engine.contract.replay_spec import INNER, OUTER, PREFIX, ReplayMode
 from florwb_engine.propagate import FlorLoop, Placement, PropagationResult
-from florwb_engine.replay.spec import INNER, OUTER, PREFIX, ReplayMode
 
 
 def replay_mode(

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from florwb_engine.contract.replay_spec import PREFIX
 from florwb_engine.replay.errors import PlanError
 from florwb_engine.replay.plan import SKIP, Plan, RunPlan
-from florwb_engine.replay.spec import PREFIX
 
 IterKind = Literal["all", "last", "none", "indices"]
 

@@ -22,6 +22,7 @@ from typing import Final, Literal
 
 from florwb_engine import versions
 from florwb_engine.analysis.loop_state import loop_state
+from florwb_engine.contract.replay_spec import INNER, OUTER, PREFIX, ReplayMode
 from florwb_engine.project import checkpoint_dir, store_dir
 from florwb_engine.record.notebook import is_notebook_script
 from florwb_engine.replay import ddp_launch, requests, run_inputs
@@ -37,12 +38,11 @@ from florwb_engine.replay.cost import (
     segment_parts,
 )
 from florwb_engine.replay.errors import PlanError
-from florwb_engine.replay.facts import RunFacts, SelectedRun, past_ratio, run_facts, select_runs
+from florwb_engine.replay.facts import RunFacts, past_ratio, run_facts, select_runs
 from florwb_engine.replay.mode import replay_mode
 from florwb_engine.replay.placing import Placer, placed_statements
 from florwb_engine.replay.saved_state import use_saved_state
 from florwb_engine.replay.skipblock import moment_decision
-from florwb_engine.replay.spec import INNER, OUTER, PREFIX, ReplayMode
 from florwb_engine.replay.state_decision import (
     Memo,
     memoized,
@@ -51,6 +51,7 @@ from florwb_engine.replay.state_decision import (
 )
 from florwb_engine.store import Store, lineage
 from florwb_engine.store.repair import again_if_rebuilt
+from florwb_engine.store.run_selection import SelectedRun
 
 # What a run's plan says: it will be replayed, it cannot be (with the reason), or it
 # already has every requested name.

@@ -40,12 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from florwb_engine.contract.replay_spec import ENV, ReplaySpec
 from florwb_engine.errors import FlorwbError
 from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.replay.cores import recorded_thread_env, recorded_threads, thread_env
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker
-from florwb_engine.replay.spec import ENV, ReplaySpec
 from florwb_engine.store import Store
 
 if TYPE_CHECKING:

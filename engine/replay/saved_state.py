@@ -638,7 +638,7 @@ def _re_execute(plan, facts, unheld: dict[str, str]) -> None:
     state the loop updates, and a segment restored from them would start with that state
     fresh (Adam's moments, a scheduler's step count). flor.checkpointing's files of such a
     run do not hold it either, or it would be held."""
-    from florwb_engine.replay.spec import INNER
+    from florwb_engine.contract.replay_spec import INNER
 
     loop = plan.main_loop or "main"
     what = ", ".join(f"{expr} ({call})" for expr, call in sorted(unheld.items()))

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from florwb_engine.analysis.loop_state import LoopState
+from florwb_engine.contract.replay_spec import INNER, OUTER, ReplayMode
 from florwb_engine.project import store_dir
 from florwb_engine.propagate import FlorLoop
 from florwb_engine.record.checkpoint import taken_after_inner
 from florwb_engine.replay.facts import RunFacts
 from florwb_engine.replay.mode import reads_inner
-from florwb_engine.replay.spec import INNER, OUTER, ReplayMode
 
 
 @dataclass

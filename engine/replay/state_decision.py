@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Protocol
 
 from florwb_engine.analysis.loop_state import LoopState, loop_state
+from florwb_engine.contract.checkpoint_files import is_manifest
+from florwb_engine.contract.replay_spec import INNER, PREFIX, ReplayMode
 from florwb_engine.project import store_dir
 from florwb_engine.propagate import Placement
 from florwb_engine.record.checkpoint import holds_grads, left_kept, loop_state_kept
-from florwb_engine.record.save_mirror import is_manifest
 from florwb_engine.replay.facts import RunFacts
-from florwb_engine.replay.spec import INNER, PREFIX, ReplayMode
 from florwb_engine.replay.state_reads import state_reads
 
 

@@ -324,12 +324,20 @@ def _aggregate(
     )
     con.execute("SET SESSION preserve_insertion_order = true")
     codes = frame.pop("position").to_numpy()
+    logged_nan = frame.attrs.pop(LOGGED_NAN, {})
     frame = frame.rename(columns=values)
+    frame.attrs[LOGGED_NAN] = {values.get(name, name): nan for name, nan in logged_nan.items()}
     for i, column in enumerate(("run_id", "version")):
         per_run = pd.Categorical(runs[column].astype(object))  # codes, not 2.5M strings
         frame.insert(i, column, pd.Categorical.from_codes(per_run.codes[codes], per_run.categories))
     frame.insert(2, "start_time", runs["start_time"].to_numpy()[codes])
     return frame
+
+
+# frame.attrs key: per float column holding a logged NaN, the index labels of its rows that
+# hold one; its other NaN cells, and every NaN of the other float columns, are missing
+# values (SQL NULL). pandas spells both NaN; CSV and JSON must not (florwb/output.py).
+LOGGED_NAN = "logged_nan"
 
 
 def _frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
@@ -340,6 +348,7 @@ def _frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     import pandas as pd
 
     columns = {}
+    logged_nan = {}
     for name, column in result.fetchnumpy().items():
         if isinstance(column, np.ma.MaskedArray):
             mask = np.ma.getmaskarray(column)
@@ -349,13 +358,20 @@ def _frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
             elif kind == "b":
                 column = pd.arrays.BooleanArray(column.data, mask)
             elif kind == "f":
+                nan = np.isnan(column.data) & ~mask
+                if nan.any():
+                    logged_nan[name] = frozenset(np.flatnonzero(nan).tolist())
                 column = column.filled(np.nan)
             else:  # filled(None) would fill with numpy's default, "?"
                 data = column.data.astype(object)
                 data[mask] = None
                 column = pd.array(data, dtype="str")
+        elif column.dtype.kind == "f" and np.isnan(column).any():
+            logged_nan[name] = frozenset(np.flatnonzero(np.isnan(column)).tolist())
         columns[name] = column
-    return pd.DataFrame(columns, copy=False)
+    frame = pd.DataFrame(columns, copy=False)
+    frame.attrs[LOGGED_NAN] = logged_nan
+    return frame
 
 
 __all__ = ["Store", "check_read_only", "first_line"]

@@ -61,13 +61,13 @@ def insert(
     counts: list[int] = []
     more: list[tuple[int, int]] = []
     for event in events:
-        for seq, ctx, channel, text, n in event.get("lines", ()):
+        for seq, ctx, channel, text, n in event.lines:
             seqs.append(base + int(seq))
             ctxs.append(int(ctx))
             channels.append(clean_text(channel))
             texts.append(clean_text(text))
             counts.append(int(n))
-        more.extend((base + int(s), int(k)) for s, k in event.get("more", ()))
+        more.extend((base + int(s), int(k)) for s, k in event.more)
     if seqs:
         import numpy as np  # not at import: the catalog's schema imports this module
 

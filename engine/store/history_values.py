@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass, field, replace
 
 import duckdb
-import numpy as np
 
 from florwb_engine.store import Store
 from florwb_engine.store.queries import (
@@ -50,44 +49,50 @@ class SeriesValues:
     high: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass
-class HistoryValues(History):
-    """A History whose metrics and series include replayed values, with exact ranges."""
-
-    low: dict[str, float] = field(default_factory=dict)
-    high: dict[str, float] = field(default_factory=dict)
-    # per script: how many finished, versioned runs it has, and how many of them have each
-    # name from any source (florwb_engine.store.name_coverage reads them)
-    finished: dict[str, int] = field(default_factory=dict)
-    having: dict[str, dict[str, int]] = field(default_factory=dict)
+def with_values(history: History, values: SeriesValues) -> History:
+    """`history` with its metric's values, read apart (load_series_values)."""
+    return replace(
+        history,
+        series=values.series,
+        last=values.last,
+        low=values.low,
+        high=values.high,
+        values_pending=False,
+    )
 
 
 @again_if_rebuilt
-def load_history_values(store: Store, metric: str | None = None) -> HistoryValues:
-    """Runs, versions (dated by their first run), names from every source, one series."""
+def load_history_values(store: Store, metric: str | None = None, *, values: bool = True) -> History:
+    """Runs, versions (dated by their first run), names from every source, one series.
+
+    `values=False` leaves out the metric's values, the one part that scans the log rows
+    (a second or more at ten million rows): the workbench lists the history at once and
+    reads them next with load_series_values (the result says `values_pending`)."""
     with read_session(store) as con:
         runs = list_runs(con)
         versions = _versions(con)
         metrics = _metrics(con)
         chosen = metric if any(m.name == metric for m in metrics) else default_metric(metrics)
-        values = _series(con, chosen) if chosen else SeriesValues()
+        read = chosen is not None and values
+        series = _series(con, chosen) if read and chosen else SeriesValues()
         finished, having = _coverage(con)
-    return HistoryValues(
+    return History(
         runs,
         versions,
         metrics,
         chosen,
-        values.series,
-        values.last,
-        values.low,
-        values.high,
+        series.series,
+        series.last,
+        series.low,
+        series.high,
         finished,
         having,
+        values_pending=chosen is not None and not values,
     )
 
 
 @again_if_rebuilt
-def refresh_runs(store: Store, history: HistoryValues, run_ids: set[str]) -> HistoryValues | None:
+def refresh_runs(store: Store, history: History, run_ids: set[str]) -> History | None:
     """`history` with only the runs `run_ids` read again: the runs still recording, whose
     journals grew. Their rows (status, counts) and their values of the history's metric
     change; nothing else can while they record (versions, the other runs, the coverage of
@@ -220,6 +225,8 @@ def _series(
     ).fetchall()
     if not stats:
         return SeriesValues()
+    import numpy as np  # not on the way to the history's first frame
+
     largest = max(int(mine or 0) for *_k, mine in stats)
     modulus = max(largest // SAMPLE_ROWS, 1)
     con.register(
@@ -301,9 +308,9 @@ def _nan(value: float | None) -> float:
 
 
 __all__ = [
-    "HistoryValues",
     "SeriesValues",
     "load_history_values",
     "load_series_values",
     "refresh_runs",
+    "with_values",
 ]

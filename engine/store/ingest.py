@@ -16,16 +16,18 @@ import os
 import socket
 import stat
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from florwb_engine import journal, processes
+from florwb_engine import journal_events as ev
 from florwb_engine.journal import VTYPES
 from florwb_engine.store import console, run_context, run_ranks, system_metrics
 from florwb_engine.store.db import StoreError, fetch_one
@@ -82,24 +84,7 @@ class _State:
     next_chunk: int = 0  # chunks numbered below this were ingested already
     error: str | None = None
     rank: int | None = None  # the rank that wrote it (multi-process runs; run_ranks.py)
-
-
-# What a run's journal holds; anything else (a newer florwb's event) is counted and skipped.
-KNOWN_EVENTS = frozenset(
-    {
-        "start",
-        "version",
-        "version_error",
-        "arg",
-        "issues",
-        "checkpoint",
-        "end",
-        "loop",
-        "files",
-        "lineage",
-        "system",
-    }
-)
+    head: int | None = None  # its first chunk's header checksum (journal.head_of)
 
 
 def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestReport:
@@ -112,14 +97,18 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
     # Rows carry their own order (seq); letting DuckDB write them in parallel is faster.
     con.execute("SET SESSION preserve_insertion_order = false")
     states = {
-        row[0]: _State(row[1], row[2], row[3], row[4], bool(row[5]), row[6] or 0, row[7], row[8])
+        row[0]: _State(
+            row[1], row[2], row[3], row[4], bool(row[5]), row[6] or 0, row[7], row[8], row[9]
+        )
         for row in con.execute(
-            'SELECT file, run_id, source, "offset", next_seq, done, next_chunk, error, rank '
-            "FROM journals"
+            'SELECT file, run_id, source, "offset", next_seq, done, next_chunk, error, rank, '
+            "head FROM journals"
         ).fetchall()
     }
     for path in files:
         state = states.get(path.name)
+        if state is not None and (state.done or state.offset) and _written_anew(path, state):
+            state = _reopen(con, path, state, report)
         if state is not None and state.done:
             continue
         if state is None and (open_to := writable_by_others(path)):  # said when first read
@@ -142,7 +131,7 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
             report.journals += 1
         except duckdb.Error as exc:  # the database failed: nothing of it kept, tried next read
             _rollback(con)
-            full = _disk_full(exc)
+            full = disk_full(exc)
             if full is not None:  # every journal would fail alike; the reader must not
                 # serve the catalog as if it were up to date
                 raise CatalogDiskFull(
@@ -153,6 +142,35 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, journal_dir: Path) -> IngestR
             report.errors.append(f"{path.name}: {str(exc).splitlines()[0]}")
     con.execute("SET SESSION preserve_insertion_order = true")
     return report
+
+
+def _written_anew(path: Path, state: _State) -> bool:
+    """The journal read before was deleted and a new one written at its path (a script that
+    removed it mid-run, a launch that reuses its run id): its first chunk is another."""
+    if state.head is None:
+        return False
+    if state.done and _size(path) == state.offset:  # the usual case, without reading it
+        return False
+    head = journal.head_of(path)
+    return head is not None and head[1] != state.head
+
+
+def _reopen(con, path: Path, state: _State, report: IngestReport) -> _State:
+    """Read a journal written anew from its start: its chunks are numbered apart from the
+    ones read before, its rows go on after theirs (nothing collides, nothing is skipped);
+    said once."""
+    new = _State(state.run_id, state.source, 0, state.next_seq, False, 0, None, state.rank)
+    con.execute("BEGIN")
+    _save_state(con, path.name, new)
+    if state.run_id is not None:
+        detail = f"journal {path.name} written anew after it was read"
+        _add_issue(con, state.run_id, state.source, "restarted", detail, 1)
+    con.execute("COMMIT")
+    report.warnings.append(
+        f"run {state.run_id}: journal {path.name} was deleted and written anew since it was "
+        "read; what it holds now is added to what was read before"
+    )
+    return new
 
 
 def _size(path: Path) -> int:
@@ -185,7 +203,7 @@ class CatalogDiskFull(StoreError):
 _FULL = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
 
 
-def _disk_full(exc: BaseException) -> str | None:
+def disk_full(exc: BaseException) -> str | None:
     """The reason, in the system's words, when `exc` is the catalog's disk being full."""
     text = str(exc)
     return next((reason for reason in _FULL if reason in text), None)
@@ -205,6 +223,9 @@ class RunKeys:
     rank: int | None = None
     issues: list[tuple[str, str, int]] = field(default_factory=list)  # kind, detail, n
     found: dict[str, int] = field(default_factory=dict)  # replaced here (not by the writer)
+    # Of a journal written anew (`_reopen`): the values read from the one deleted, which
+    # the writer counts as lost with the deletion though the catalog holds them.
+    read_before: int = 0
 
 
 def _ingest_one(
@@ -213,7 +234,7 @@ def _ingest_one(
     """Ingest what is new in one journal; returns (rows, new state)."""
     old = state or _State()
     # Checked before reading: a process found dead now wrote its last bytes already.
-    dead = old.run_id is not None and _is_dead(con, old.run_id, old.rank, old.source)
+    dead = old.run_id is not None and _is_dead(con, path, old.run_id, old.rank, old.source)
     scan = journal.read_chunks(path, old.offset)
     chunks, next_chunk = _new_chunks(scan.chunks, old.next_chunk)
     if old.offset == 0 and not scan.chunks and scan.bad_tail:  # overwritten, or not a journal
@@ -279,32 +300,23 @@ def _apply(
     batch = journal.merge(chunks, scan.end_offset)
     con.execute("BEGIN")
     keys = RunKeys(old.run_id, old.source, rank=old.rank)
-    done = False
-    entries = []
-    lines = []  # printed and logged lines (store/console.py)
+    if old.offset == 0 and old.next_seq:  # reopened: rows of the deleted journal are stored
+        keys.read_before = max(0, old.next_seq - run_ranks.first_seq(0, old.rank))
+    gathered = Gathered()
     unknown: dict[str, int] = {}  # event kinds this florwb does not know -> how many
     warnings = []
-    if keys.run_id is None and chunks and not any(e.get("kind") == "start" for e in batch.events):
+    events = [ev.decode(_clean_event(e, keys.found)) for e in batch.events]
+    if keys.run_id is None and chunks and not any(type(e) is ev.Start for e in events):
         warnings.append(_start_lost(con, path, keys))
-    for event in batch.events:
-        kind = event.get("kind")
-        if kind == "console":
-            lines.append(event)
-            continue
-        event = _clean_event(event, keys.found)
-        if kind not in KNOWN_EVENTS:  # a newer writer's event: skipped, but never silently
-            name = clean_text(str(kind))[:40]
+    for event in events:
+        handler = HANDLERS.get(type(event))
+        if handler is None:  # a newer writer's event: skipped, but never silently
+            name = clean_text(str(event.name if type(event) is ev.Unknown else event.kind))[:40]
             unknown[name] = unknown.get(name, 0) + 1
             continue
-        if kind == "start":
-            keys.run_id = str(event["run_id"])
-            keys.source = str(event.get("source", RECORDED))
-            if isinstance(event.get("rank"), dict):
-                keys.rank = int(event["rank"]["rank"])
-        if kind == "loop":
-            entries.append(event)
-        else:
-            done = _apply_event(con, keys, event) or done
+        handler(con, keys, event, gathered)
+    done = gathered.done
+    entries, lines = gathered.entries, gathered.lines
     if keys.run_id is None:
         if chunks or scan.error is None:
             raise ValueError("journal has no start event")
@@ -316,7 +328,7 @@ def _apply(
     rows = insert_logs(con, keys, batch.logs, run_ranks.first_seq(old.next_seq, keys.rank))
     console.insert(con, keys.run_key, keys.source_key, lines, run_ranks.first_seq(0, keys.rank))
     if dead and not done and keys.rank is not None:
-        run_ranks.mark_killed(con, keys.run_id, keys.rank)
+        run_ranks.mark_killed(con, keys.run_id, keys.rank, _last_write(path))
     elif dead and not done:
         con.execute(
             "UPDATE runs SET status = 'killed' WHERE run_id = ? AND status = 'running'",
@@ -362,11 +374,17 @@ def _apply(
         next_chunk if next_chunk is not None else old.next_chunk,
         None,
         keys.rank,
+        old.head if old.head is not None or old.offset else _head(path),
     )
     _save_state(con, path.name, new)
     con.execute("COMMIT")
     report.warnings.extend(warnings)
     return rows, new
+
+
+def _head(path: Path) -> int | None:
+    head = journal.head_of(path)
+    return None if head is None else head[1]
 
 
 START_LOST = "start lost"  # run_issues kind: the run is shown from what is left of its journal
@@ -417,7 +435,17 @@ def _mark_unreadable(con, path: Path, state: _State, offset: int, reason: str, r
             [reason, run_id],
         )
     _add_issue(con, run_id, source, "unreadable", reason, 1)
-    new = _State(run_id, source, offset, state.next_seq, True, state.next_chunk, reason, state.rank)
+    new = _State(
+        run_id,
+        source,
+        offset,
+        state.next_seq,
+        True,
+        state.next_chunk,
+        reason,
+        state.rank,
+        state.head,
+    )
     _save_state(con, path.name, new)
     con.execute("COMMIT")
     report.warnings.append(f"run {run_id}: journal {path.name} unreadable from here on: {reason}")
@@ -481,7 +509,7 @@ def _clean_event(event: dict, found: dict[str, int]) -> dict:
 def _save_state(con, file: str, state: _State) -> None:
     con.execute(
         'INSERT OR REPLACE INTO journals (file, run_id, source, "offset", next_seq, done, '
-        "next_chunk, error, rank) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "next_chunk, error, rank, head) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             file,
             state.run_id,
@@ -492,6 +520,7 @@ def _save_state(con, file: str, state: _State) -> None:
             state.next_chunk,
             state.error,
             state.rank,
+            state.head,
         ],
     )
 
@@ -516,125 +545,182 @@ def _ts(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds)
 
 
-def _apply_event(con, keys: RunKeys, e: dict) -> bool:
-    """Apply one run event; True when it ends the journal."""
-    kind = e.get("kind")
-    run_id = keys.run_id
-    if kind == "start" and keys.source == RECORDED:
-        con.execute(
-            "INSERT OR IGNORE INTO runs (run_id, run_key, script, argv, cwd, host, pid, "
-            "pid_ticks, python, start_time, status) SELECT ?, coalesce(max(run_key), 0) + 1, "
-            "?, ?, ?, ?, ?, ?, ?, ?, 'running' FROM runs",
-            [
-                run_id,
-                e.get("script"),
-                json.dumps(e.get("argv", [])),
-                e.get("cwd"),
-                e.get("host"),
-                e.get("pid"),
-                e.get("pid_ticks"),
-                e.get("python"),
-                _ts(e.get("time")),
-            ],
-        )
-        if "context" in e:
-            run_context.apply(con, run_id, e["context"])
-        if isinstance(e.get("rank"), dict):
-            run_ranks.on_start(con, run_id, e, _ts(e.get("time")))
-    elif kind == "version":
-        con.execute(
-            "INSERT OR IGNORE INTO versions VALUES (?, now()::TIMESTAMP, ?, ?, ?)",
-            [e["version"], e.get("n_files"), e.get("n_bytes"), json.dumps(e.get("skipped", []))],
-        )
-        con.execute(
-            "UPDATE runs SET version = ?, git_head = ?, git_branch = ?, git_dirty = ? "
-            "WHERE run_id = ?",
-            [e["version"], e.get("git_head"), e.get("git_branch"), e.get("git_dirty"), run_id],
-        )
-        for path, size, mtime_ns, blob in e.get("inputs", ()):
-            con.execute(
-                "INSERT OR REPLACE INTO run_inputs VALUES (?, ?, ?, ?, ?)",
-                [run_id, path, size, mtime_ns, blob],
-            )
-    elif kind == "version_error":
-        con.execute("UPDATE runs SET message = ? WHERE run_id = ?", [e.get("error"), run_id])
-    elif kind == "arg":
-        value, text, vtype = _arg_value(e.get("value"))
-        con.execute(
-            "INSERT OR REPLACE INTO args VALUES (?, ?, ?, ?, ?)",
-            [run_id, clean_text(e["name"]), value, text, vtype],
-        )
-    elif kind == "issues":  # what the recording process replaced, dropped or could not write
-        for issue_kind, detail, n in e.get("counts", ()):
-            keys.issues.append((clean_text(issue_kind), clean_text(detail), int(n)))
-    elif kind == "files":  # first accesses of project files (record/file_access.py)
-        for path, access, size, mtime_ns in e.get("paths", ()):
-            con.execute(
-                "INSERT OR IGNORE INTO run_files VALUES (?, ?, ?, ?, ?)",
-                [run_id, clean_text(path), access, size, mtime_ns],
-            )
-        if e.get("dropped"):
-            keys.issues.append(("files", "project files past the first 10,000 not noted", 1))
-    elif kind == "lineage" and keys.source == RECORDED:
-        con.execute(
-            "INSERT OR IGNORE INTO run_lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                run_id,
-                e.get("name") or "",
-                int(e.get("call", 0)),
-                e.get("parent"),
-                e.get("checkpoint"),
-                e.get("checkpoint_kind"),
-                e.get("loop"),
-                e.get("iteration"),
-                e.get("path"),
-            ],
-        )
-    elif kind == "system":  # CPU, memory, GPU sampled while recording (record/system.py)
-        system_metrics.apply(con, keys, e)
-    elif kind == "checkpoint":
-        con.execute(
-            "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                run_id,
-                e["loop"],
-                e["iteration"],
-                e.get("ctx_id"),
-                e["path"],
-                e.get("bytes"),
-                e.get("snapshot_s"),
-                e.get("write_s"),
-                _ts(e.get("time")),
-            ],
-        )
-    elif kind == "end":
-        if keys.source == RECORDED and keys.rank is not None:
-            run_ranks.on_end(con, run_id, keys.rank, e, _end_time(con, keys, e))
-            if "context" in e:
-                run_context.apply(con, run_id, e["context"])
-        elif keys.source == RECORDED:
-            con.execute(
-                "UPDATE runs SET end_time = ?, status = ?, exception = ?, "
-                "message = coalesce(?, message) WHERE run_id = ?",
-                [
-                    _end_time(con, keys, e),
-                    e["status"],
-                    e.get("exception"),
-                    e.get("message"),
-                    run_id,
-                ],
-            )
-            if "context" in e:
-                run_context.apply(con, run_id, e["context"])
-        return True
-    return False
+@dataclass
+class Gathered:
+    """What one batch's events leave for the rows inserted after them (in one transaction):
+    loop entries and printed lines go in as whole columns, and an end event closes the
+    journal."""
+
+    entries: list[ev.Loop] = field(default_factory=list)
+    lines: list[ev.Console] = field(default_factory=list)
+    done: bool = False
 
 
-def _end_time(con, keys: RunKeys, e: dict) -> datetime | None:
+def _on_start(con, keys: RunKeys, e: ev.Start, gathered: Gathered) -> None:
+    keys.run_id = str(e.run_id)
+    keys.source = str(e.source)
+    if isinstance(e.rank, dict):
+        keys.rank = int(e.rank["rank"])
+    if keys.source != RECORDED:  # a replay's journal: the run is the recorded one
+        return
+    con.execute(
+        "INSERT OR IGNORE INTO runs (run_id, run_key, script, argv, cwd, host, pid, "
+        "pid_ticks, python, start_time, status) SELECT ?, coalesce(max(run_key), 0) + 1, "
+        "?, ?, ?, ?, ?, ?, ?, ?, 'running' FROM runs",
+        [
+            keys.run_id,
+            e.script,
+            json.dumps(e.argv),
+            e.cwd,
+            e.host,
+            e.pid,
+            e.pid_ticks,
+            e.python,
+            _ts(e.time),
+        ],
+    )
+    run_context.apply(con, keys.run_id, e.context, keys.rank)
+    if isinstance(e.rank, dict):
+        run_ranks.on_start(con, keys.run_id, e, _ts(e.time))
+
+
+def _on_version(con, keys: RunKeys, e: ev.Version, gathered: Gathered) -> None:
+    con.execute(
+        "INSERT OR IGNORE INTO versions VALUES (?, now()::TIMESTAMP, ?, ?, ?)",
+        [e.version, e.n_files, e.n_bytes, json.dumps(e.skipped)],
+    )
+    con.execute(
+        "UPDATE runs SET version = ?, git_head = ?, git_branch = ?, git_dirty = ? WHERE run_id = ?",
+        [e.version, e.git_head, e.git_branch, e.git_dirty, keys.run_id],
+    )
+    for path, size, mtime_ns, blob in e.inputs:
+        con.execute(
+            "INSERT OR REPLACE INTO run_inputs VALUES (?, ?, ?, ?, ?)",
+            [keys.run_id, path, size, mtime_ns, blob],
+        )
+
+
+def _on_version_error(con, keys: RunKeys, e: ev.VersionError, gathered: Gathered) -> None:
+    con.execute("UPDATE runs SET message = ? WHERE run_id = ?", [e.error, keys.run_id])
+
+
+def _on_arg(con, keys: RunKeys, e: ev.Arg, gathered: Gathered) -> None:
+    value, text, vtype = _arg_value(e.value)
+    con.execute(
+        "INSERT OR REPLACE INTO args VALUES (?, ?, ?, ?, ?)",
+        [keys.run_id, clean_text(e.name), value, text, vtype],
+    )
+
+
+def _on_issues(con, keys: RunKeys, e: ev.Issues, gathered: Gathered) -> None:
+    """What the recording process replaced, dropped or could not write."""
+    for issue_kind, detail, n in e.counts:
+        if issue_kind == "lost" and detail == ev.JOURNAL_DELETED:
+            n, keys.read_before = max(0, int(n) - keys.read_before), 0
+            if not n:
+                continue
+        keys.issues.append((clean_text(issue_kind), clean_text(detail), int(n)))
+
+
+def _on_files(con, keys: RunKeys, e: ev.Files, gathered: Gathered) -> None:
+    """First accesses of project files (record/file_access.py)."""
+    for path, access, size, mtime_ns in e.paths:
+        con.execute(
+            "INSERT OR IGNORE INTO run_files VALUES (?, ?, ?, ?, ?)",
+            [keys.run_id, clean_text(path), access, size, mtime_ns],
+        )
+    if e.dropped:
+        keys.issues.append(("files", "project files past the first 10,000 not noted", 1))
+
+
+def _on_lineage(con, keys: RunKeys, e: ev.Lineage, gathered: Gathered) -> None:
+    if keys.source != RECORDED:
+        return
+    con.execute(
+        "INSERT OR IGNORE INTO run_lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            keys.run_id,
+            e.name or "",
+            int(e.call),
+            e.parent,
+            e.checkpoint,
+            e.checkpoint_kind,
+            e.loop,
+            e.iteration,
+            e.path,
+        ],
+    )
+
+
+def _on_system(con, keys: RunKeys, e: ev.System, gathered: Gathered) -> None:
+    system_metrics.apply(con, keys, e)  # CPU, memory, GPU sampled while recording
+
+
+def _on_checkpoint(con, keys: RunKeys, e: ev.Checkpoint, gathered: Gathered) -> None:
+    con.execute(
+        "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            keys.run_id,
+            e.loop,
+            e.iteration,
+            e.ctx_id,
+            e.path,
+            e.bytes,
+            e.snapshot_s,
+            e.write_s,
+            _ts(e.time),
+        ],
+    )
+
+
+def _on_loop(con, keys: RunKeys, e: ev.Loop, gathered: Gathered) -> None:
+    gathered.entries.append(e)
+
+
+def _on_console(con, keys: RunKeys, e: ev.Console, gathered: Gathered) -> None:
+    gathered.lines.append(e)
+
+
+def _on_end(con, keys: RunKeys, e: ev.End, gathered: Gathered) -> None:
+    """The journal ends here; a recorded run (or rank) ended so."""
+    gathered.done = True
+    if keys.source != RECORDED:
+        return
+    if keys.rank is not None:
+        run_ranks.on_end(con, keys.run_id, keys.rank, e, _end_time(con, keys, e))
+    else:
+        con.execute(
+            "UPDATE runs SET end_time = ?, status = ?, exception = ?, "
+            "message = coalesce(?, message) WHERE run_id = ?",
+            [_end_time(con, keys, e), e.status, e.exception, e.message, keys.run_id],
+        )
+    run_context.apply(con, keys.run_id, e.context, keys.rank)
+
+
+# Each event type's handler, called in journal order inside the batch's transaction; a
+# journal event without one here is skipped and counted like a newer writer's kind
+# (tests/test_journal_events.py checks that every type in journal_events has one).
+HANDLERS: dict[type[ev.Event], Callable[[Any, RunKeys, Any, Gathered], None]] = {
+    ev.Start: _on_start,
+    ev.Version: _on_version,
+    ev.VersionError: _on_version_error,
+    ev.Arg: _on_arg,
+    ev.Issues: _on_issues,
+    ev.Files: _on_files,
+    ev.Lineage: _on_lineage,
+    ev.System: _on_system,
+    ev.Checkpoint: _on_checkpoint,
+    ev.Loop: _on_loop,
+    ev.Console: _on_console,
+    ev.End: _on_end,
+}
+
+
+def _end_time(con, keys: RunKeys, e: ev.End) -> datetime | None:
     """When the run (or rank) ended: its start plus the time it ran on the monotonic clock
     (`elapsed_s`), so a wall clock stepped back meanwhile gives no negative duration; the
     end's own wall-clock time for journals without it, or a run whose start is lost."""
-    elapsed = e.get("elapsed_s")
+    elapsed = e.elapsed_s
     if type(elapsed) is float and elapsed >= 0:
         if keys.rank is not None:
             sql, params = (
@@ -649,7 +735,15 @@ def _end_time(con, keys: RunKeys, e: dict) -> datetime | None:
         row = fetch_one(con, sql, params)
         if row is not None and row[0] is not None:
             return row[0] + timedelta(seconds=elapsed)
-    return _ts(e.get("time"))
+    return _ts(e.time)
+
+
+def _last_write(path: Path) -> datetime | None:
+    """When a journal was last written (its modification time)."""
+    try:
+        return _ts(path.stat().st_mtime)
+    except OSError:
+        return None
 
 
 def _arg_value(v) -> tuple[float | None, str | None, str]:
@@ -686,40 +780,64 @@ def _object_text(v: object) -> str:
     return f"{type(v).__name__}: {text}"
 
 
-def _is_dead(con, run_id: str, rank: int | None = None, source: str = RECORDED) -> bool:
-    """A run with no end event whose process is gone from this host was killed."""
+def _is_dead(con, path: Path, run_id: str, rank: int | None = None, source: str = RECORDED) -> bool:
+    """A run with no end event whose process is gone from this host was killed. Of a run
+    whose start is lost the process is unknown: its journal's writer lock says instead."""
     if rank is not None:
-        return source == RECORDED and run_ranks.is_dead(con, run_id, rank)
+        if source != RECORDED:
+            return False
+        row = fetch_one(
+            con,
+            "SELECT host, pid, status FROM run_ranks WHERE run_id = ? AND rank = ?",
+            [run_id, rank],
+        )
+        if row is not None and row[2] == "running" and row[0] is None and row[1] is None:
+            return not journal.writer_alive(path)
+        return run_ranks.is_dead(con, run_id, rank)
     row = fetch_one(con, "SELECT host, pid, pid_ticks, status FROM runs WHERE run_id = ?", [run_id])
-    if row is None or row[3] != "running" or row[0] != socket.gethostname():
+    if row is None or row[3] != "running":
+        return False
+    if row[0] is None and row[1] is None and source == RECORDED:  # its start is lost
+        return not journal.writer_alive(path)
+    if row[0] != socket.gethostname():
         return False
     _host, pid, ticks, _status = row
     return pid is not None and processes.is_gone(pid, ticks)
 
 
-def _insert_loop_entries(con, keys: RunKeys, entries: list[dict]) -> dict[str, str]:
+def _insert_loop_entries(con, keys: RunKeys, entries: list[ev.Loop]) -> dict[str, str]:
     """One row per loop entry, holding the outer loops' coordinates for its iterations.
     Returns the loop paths whose loops share a column (`epoch` in `Epoch`), by column:
     their coordinates cannot be told apart, which the caller says."""
     import numpy as np
 
     shared: dict[str, str] = {}
+    if entries:  # a journal written anew starts with the loops it is in again
+        stored = {
+            r[0]
+            for r in con.execute(
+                "SELECT entry_id FROM loop_entries WHERE run_key = ? AND source_key = ? "
+                "AND entry_id IN (SELECT unnest(?))",
+                [keys.run_key, keys.source_key, [e.entry for e in entries]],
+            ).fetchall()
+        }
+        entries = [e for e in entries if e.entry not in stored]
     if not entries:
         return shared
-    mapping = ensure_loop_columns(con, {n for e in entries for n in e["names"]})
-    groups: dict[tuple, list[dict]] = defaultdict(list)
+    mapping = ensure_loop_columns(con, {n for e in entries for n in e.names})
+    groups: dict[tuple, list[ev.Loop]] = defaultdict(list)
     for e in entries:
-        groups[tuple(e["names"])].append(e)
+        groups[tuple(e.names)].append(e)
     for names, group in groups.items():
         outer_cols = [mapping[n] for n in names[:-1]]
         columns = [c.lower() for c in (*outer_cols, mapping[names[-1]])]
         if len(set(columns)) < len(columns):
             shared["/".join(names)] = next(c for c in columns if columns.count(c) > 1)
         frame = {  # numpy columns, not pandas: importing pandas costs every reader ~0.3 s
-            "entry_id": np.array([e["entry"] for e in group], dtype=np.int64),
-            "total": np.array([_or_minus_one(e.get("total")) for e in group], dtype=np.int64),
+            "entry_id": np.array([e.entry for e in group], dtype=np.int64),
+            "total": np.array([_or_minus_one(e.total) for e in group], dtype=np.int64),
             **{
-                f"c{d}": np.array([e["outer"][d] for e in group], dtype=np.int64)
+                f"c{d}": np.array([e.outer[d] for e in group], dtype=np.int64)
                 for d in range(len(outer_cols))
             },
         }
@@ -816,7 +934,7 @@ def split_values(
     if types <= _NUMBERS:
         with contextlib.suppress(OverflowError):  # ints beyond float: the pass below keeps digits
             number = np.array(values, dtype=np.float64)
-            if int in types and (np.abs(number) > FLOAT_EXACT).any():
+            if int in types and (np.abs(number) >= FLOAT_EXACT).any():
                 raise OverflowError  # an int there may have been rounded: the pass below
             codes = np.fromiter(map(_TYPE_CODE.__getitem__, map(type, values)), np.uint8)
             return number, None, codes

@@ -8,7 +8,7 @@ silence and nothing is repeated per value.
 
 from __future__ import annotations
 
-_ORDER = ("unreadable", "start lost", "lost", "dropped", "replaced", "damaged")
+_ORDER = ("unreadable", "start lost", "restarted", "lost", "dropped", "replaced", "damaged")
 
 
 def summary(issues: list[dict]) -> str | None:
@@ -29,6 +29,8 @@ def summary(issues: list[dict]) -> str | None:
             parts.append(f"journal unreadable from a chunk on ({group[0]['detail']})")
         elif kind == "start lost":
             parts.append(f"journal lost its start ({group[0]['detail']})")
+        elif kind == "restarted":
+            parts.append(f"journal deleted and written anew ({details}{more})")
         elif kind == "damaged":
             parts.append(f"{n} damaged journal bytes skipped ({details}{more})")
         elif kind == "lost":

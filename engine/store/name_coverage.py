@@ -5,7 +5,7 @@ values are withheld: store/verdicts.py), is done for that run (issue 14, defect 
 so the offer to replay a working-tree statement lasts exactly while some finished run of
 its script lacks it: gone once every run was replayed, still there after a cancelled
 replay, and there for older versions even when the newest version records the name.
-Computed from counts the history read in its own session (HistoryValues), so the check
+Computed from counts the history read in its own session (queries.History), so the check
 opens no connection of its own.
 """
 

@@ -23,11 +23,12 @@ import duckdb
 
 from florwb_engine.journal import ENTRY_SHIFT
 from florwb_engine.store import console as console_lines
-from florwb_engine.store import system_metrics, user_sql
+from florwb_engine.store import system_metrics
 from florwb_engine.store.catalog import Store, check_read_only
 from florwb_engine.store.console import ConsoleLine
 from florwb_engine.store.db import StoreError, no_progress_bar
 from florwb_engine.store.repair import again_if_rebuilt
+from florwb_engine.store.run_ranks import RankRow, rank_rows
 from florwb_engine.store.runs import RunRow, list_runs
 from florwb_engine.store.schema import LOCAL_SEQ, literal, quote
 from florwb_engine.store.system_metrics import SystemSample
@@ -87,7 +88,9 @@ class MetricInfo:
 
 @dataclass
 class History:
-    """Everything the version history needs for its first frame, read in one session."""
+    """Everything the version history needs for its first frame, read in one session
+    (store/history_values.py): the metrics and series include replayed values, with exact
+    ranges."""
 
     runs: list[RunRow]
     versions: list[VersionRow]
@@ -95,6 +98,16 @@ class History:
     metric: str | None
     series: dict[str, list[float]]
     last: dict[str, float]
+    low: dict[str, float] = field(default_factory=dict)
+    high: dict[str, float] = field(default_factory=dict)
+    # per script: how many finished, versioned runs it has, and how many of them have each
+    # name from any source (florwb_engine.store.name_coverage reads them)
+    finished: dict[str, int] = field(default_factory=dict)
+    having: dict[str, dict[str, int]] = field(default_factory=dict)
+    # True when read with `values=False` (history_values.load_history_values): `series`,
+    # `last`, `low` and `high` are empty because they were not read yet, not because no
+    # run has the metric
+    values_pending: bool = False
 
 
 @dataclass
@@ -163,6 +176,8 @@ class RunDetail:
     console_total: int = 0
     withheld: Withheld = field(default_factory=Withheld)  # values of diverged replays
     system: list[SystemSample] = field(default_factory=list)  # each rank's latest sample
+    # each rank of a multi-process run: how it ended (which failed first), its own context
+    ranks: list[RankRow] = field(default_factory=list)
 
 
 @dataclass
@@ -181,21 +196,6 @@ class LiveRun:
         if self.total is None or self.mean_iter_s is None:
             return None
         return max(self.total - self.done, 0) * self.mean_iter_s
-
-
-@dataclass
-class QueryPage:
-    """The first rows of a result; `total` is None until counted (more rows than shown)."""
-
-    columns: list[str]
-    types: list[str]
-    rows: list[tuple]
-    total: int | None
-    series_columns: list[int] = field(default_factory=list)
-
-    @property
-    def truncated(self) -> bool:
-        return self.total is None or self.total > len(self.rows)
 
 
 _OPENING = threading.Lock()
@@ -303,6 +303,7 @@ def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> R
         ]
         tail, n_lines = console_lines.tail(con, run_id, CONSOLE_TAIL)
         system = system_metrics.latest(con, run_id)
+        ranks = rank_rows(con, run_id)
     name, total, done = loop[0] if loop else (None, None, 0)
     return RunDetail(
         run,
@@ -317,6 +318,7 @@ def load_run_detail(store: Store, run_id: str, points: int = DETAIL_POINTS) -> R
         n_lines,
         withheld_values,
         system,
+        ranks,
     )
 
 
@@ -496,21 +498,6 @@ def load_live(store: Store) -> list[LiveRun]:
 # --- ad-hoc queries -------------------------------------------------------------------------
 
 
-def query_page(store: Store, sql: str, limit: int = PAGE_ROWS) -> QueryPage:
-    """The first `limit` rows of read-only SQL without computing the rest, on a connection
-    that cannot write (engine/store/user_sql.py); `total` is exact when the result fits,
-    else None (count_rows says)."""
-    head = user_sql.query_head(store, sql, limit)
-    series = series_columns(head.types)
-    total = None if head.more else len(head.rows)
-    return QueryPage(head.columns, [str(t) for t in head.types], head.rows, total, series)
-
-
-def count_rows(store: Store, sql: str) -> int:
-    """How many rows the last statement of `sql` returns (may take as long as the query)."""
-    return user_sql.count_result(store, sql)
-
-
 def series_columns(types: list[DuckDBPyType]) -> list[int]:
     """The columns of a result that hold lists of numbers: the Query tab draws them as
     sparklines (the first page's and a streamed result's alike)."""
@@ -531,18 +518,15 @@ __all__ = [
     "LiveRun",
     "MetricInfo",
     "MetricSeries",
-    "QueryPage",
     "ReplayRow",
     "RunDetail",
     "RunRow",
     "VersionRow",
     "check_read_only",
-    "count_rows",
     "default_metric",
     "example_query",
     "load_live",
     "load_replays",
     "load_run_detail",
-    "query_page",
     "replayed_names",
 ]

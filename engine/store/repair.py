@@ -38,7 +38,10 @@ _DAMAGE = (
     "Failed to load metadata",
     "database has been invalidated",
 )
-# record/atomic.temp_path: `.NAME.PID.tmp`
+# DuckDB's file header: a file shorter than this was never a whole catalog (its creation
+# stopped, e.g. on a full disk) and holds nothing the journals cannot give again.
+_HEADER_BYTES = 3 * 4096
+# atomic.temp_path: `.NAME.PID.tmp`
 _CHECKPOINT_TMP = re.compile(r"^\..+\.(\d+)\.tmp$")
 
 
@@ -52,10 +55,26 @@ def is_damage(exc: BaseException) -> bool:
     return any(marker in text for marker in _DAMAGE)
 
 
+def _remove(path: Path) -> None:
+    for stale in (path, path.with_name(path.name + ".wal")):
+        stale.unlink(missing_ok=True)
+
+
 def move_aside(store_dir: Path, exc: BaseException) -> Path | None:
-    """Rename the damaged catalog (and its WAL) out of the way; say so in one line."""
+    """Rename the damaged catalog (and its WAL) out of the way; say so in one line. A file
+    shorter than a catalog's header was never created whole: it is removed, and said so."""
     path = store_dir / DB_FILENAME
     if not path.exists():
+        return None
+    size = path.stat().st_size
+    if size < _HEADER_BYTES:
+        _remove(path)
+        print(
+            f"florwb: the catalog was never created whole ({size} bytes: a reader stopped "
+            "while creating it, e.g. on a full disk); creating it from the journals",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     target = path.with_name(f"{DB_FILENAME}.damaged-{stamp}")
@@ -141,12 +160,25 @@ def opened(
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """`connect` then `prepare` (schema, ingestion); a catalog found damaged on the way is
     moved aside once and a fresh one built from the journals in the same call."""
+    from florwb_engine.store.ingest import CatalogDiskFull, disk_full  # ingest imports us
+
+    path = store_dir / DB_FILENAME
     for attempt in (0, 1):
+        creating = store_dir.is_dir() and not path.exists()
         with ExitStack() as stack:
             try:
                 con = stack.enter_context(connect(store_dir))
                 prepare(con)
             except (duckdb.Error, StoreError) as exc:
+                full = None if isinstance(exc, CatalogDiskFull) else disk_full(exc)
+                if creating and full is not None:  # what it wrote so far is no catalog
+                    stack.close()
+                    _remove(path)
+                    raise CatalogDiskFull(
+                        f"the catalog cannot be created: {full} where {store_dir} is; free "
+                        "some space and run it again (nothing is lost: the journals hold "
+                        "every value)"
+                    ) from None
                 if attempt or not is_damage(exc):
                     raise
                 stack.close()

@@ -8,13 +8,14 @@ args and data-wait share wherever it is read.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, cast
 
 import duckdb
 
-from florwb_engine.record.save_mirror import MANIFEST_SUFFIX
+from florwb_engine.contract.checkpoint_files import MANIFEST_SUFFIX
 from florwb_engine.store import lineage, run_context
 from florwb_engine.store.schema import entry_join
 from florwb_engine.store.values import decode_value
@@ -83,6 +84,9 @@ class RunRow:
         return list(dict.fromkeys(str(s["parent"]) for s in self.started_from))
 
     loop_s: float | None = None  # the main loop's recorded iterations, summed
+    # the rank of a multi-process run that failed first (store/run_ranks.py); None when
+    # no rank failed or the run is of one process
+    failed_rank: int | None = None
 
     def took(self, now: datetime | None = None) -> tuple[float | None, str]:
         """How long the run took, and how to read it: "" start to end; "so far" while it
@@ -118,6 +122,7 @@ class RunRow:
             "status": self.status,
             "exception": self.exception,
             "message": self.message,
+            "failed_rank": self.failed_rank,
             "host": self.host,
             "argv": self.argv,
             "git_head": self.git_head,
@@ -185,6 +190,9 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
     args = run_args(con, run_id)
     issues = run_issues(con)
     contexts = run_context.contexts(con)
+    from florwb_engine.store.run_ranks import first_failures  # it imports RunStatus from here
+
+    failed_first = first_failures(con)
     verdicts = run_verdicts(con, run_id)
     loaded = lineage.parents(con)
     out = []
@@ -222,6 +230,7 @@ def list_runs(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
                 main_iterations=int(r[23]),
                 started_from=lineage.lineage_of(con, r[0]) if r[0] in loaded else [],
                 loop_s=loop_s,
+                failed_rank=failed_first.get(r[0]),
             )
         )
     return out
@@ -247,6 +256,24 @@ _MAIN_ENTRY = """
            ON c.run_id = r.run_id AND c.loop = e.loop
     WHERE e.source_key = 0 AND e.depth = 0
     GROUP BY e.run_key"""
+
+
+def args_that_differ(runs: Iterable[tuple[str | None, Mapping[str, Any]]]) -> list[str]:
+    """Arg names whose value is not the same in every run of the same script (an arg one
+    run of that script lacks counts as differing); `runs` holds (script, args) pairs. What
+    tells runs of a sweep apart, shown first by `florwb runs`, the History tab and the
+    chart's legend. Runs of different scripts are told apart by their script already: an
+    arg only one script takes, constant across its runs, does not differ."""
+    by_script: dict[str | None, list[Mapping[str, Any]]] = {}
+    for script, args in runs:
+        by_script.setdefault(script, []).append(args)
+    differ: set[str] = set()
+    for listed in by_script.values():
+        names = {name for args in listed for name in args}
+        differ.update(
+            n for n in names if len({repr(args.get(n, "<unset>")) for args in listed}) > 1
+        )
+    return sorted(differ)
 
 
 def run_args(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> dict[str, dict]:

@@ -18,7 +18,7 @@ import duckdb
 from florwb_engine.journal import ENTRY_SHIFT, ITERATION_MASK, VTYPES
 from florwb_engine.store import console, run_context, verdicts
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 12
 # A log row's rank is in its seq's high bits (each rank journal numbers its rows from
 # rank << RANK_SHIFT): the rank costs no column on the hot rows (store/run_ranks.py).
 RANK_SHIFT = 40
@@ -60,7 +60,8 @@ TABLES = {
         names VARCHAR, detail VARCHAR""",
     "journals": """
         file VARCHAR PRIMARY KEY, run_id VARCHAR, source VARCHAR, "offset" BIGINT,
-        next_seq BIGINT, done BOOLEAN, next_chunk BIGINT, error VARCHAR, rank INTEGER""",
+        next_seq BIGINT, done BOOLEAN, next_chunk BIGINT, error VARCHAR, rank INTEGER,
+        head BIGINT""",
     # What ingestion or the recording could not keep exactly, per run: values stored as
     # text, calls dropped, values lost to a full disk, damaged journal bytes, unreadable
     # chunks. `n` counts values (bytes for damage); `detail` says why.
@@ -204,6 +205,10 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
     if version < 10:  # system metrics over time, and why a run has no energy figure
         con.execute(f"CREATE TABLE IF NOT EXISTS system_rows ({TABLES['system_rows']})")
         run_context.create(con)
+    if version < 11:  # each rank's own run context (store/run_context.py)
+        run_context.create(con)
+    if version < 12:  # the checksum of each journal's first chunk: a journal written anew
+        con.execute("ALTER TABLE journals ADD COLUMN IF NOT EXISTS head BIGINT")
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     con.execute("COMMIT")
 

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import numpy as np
+
+if TYPE_CHECKING:  # imported where series are built: ingestion reaches this module
+    import numpy as np
+
+from florwb_engine.journal_events import System
 
 PREFIX = "system/"  # a system figure's name among the chart's metrics
 
@@ -29,17 +33,17 @@ class SystemSample:
     values: dict[str, float] = field(default_factory=dict)
 
 
-def apply(con: duckdb.DuckDBPyConnection, keys: Any, event: dict) -> None:
+def apply(con: duckdb.DuckDBPyConnection, keys: Any, event: System) -> None:
     """Store one `system` event (ingest.py calls this inside its batch's transaction with
     its RunKeys as `keys`: ingest imports this module, so the type is not named here)."""
-    if event.get("error"):
-        keys.issues.append(("system", f"system metrics stopped: {event['error']}"[:300], 1))
+    if event.error:
+        keys.issues.append(("system", f"system metrics stopped: {event.error}"[:300], 1))
         return
-    values = event.get("values")
+    values = event.values
     if not isinstance(values, dict) or not values:
         return
-    when = datetime.fromtimestamp(float(event["time"]))
-    rank = event.get("rank")
+    when = datetime.fromtimestamp(float(event.time))  # type: ignore[arg-type]
+    rank = event.rank
     rank = int(rank) if isinstance(rank, int) else keys.rank
     con.executemany(
         "INSERT INTO system_rows VALUES (?, ?, ?, ?, ?)",
@@ -83,6 +87,8 @@ def series(
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """run id -> (seconds since the run started, value) of one figure, lowest rank only
     (rank 0 of a launch: the other ranks' figures are in system_rows)."""
+    import numpy as np
+
     name = metric.removeprefix(PREFIX)
     rows = con.execute(
         """

@@ -27,7 +27,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -283,32 +282,6 @@ def query_frame(store: Store, sql: str) -> pd.DataFrame:
             return result.df()
         except duckdb.Error as exc:
             raise failure_of(exc) from None
-
-
-@dataclass
-class Head:
-    """The first rows of a result and whether more exist (not counted)."""
-
-    columns: list[str]
-    types: list[Any]
-    rows: list[tuple]
-    more: bool
-
-
-@again_if_rebuilt
-def query_head(store: Store, sql: str, limit: int) -> Head:
-    """At most `limit` rows of the last statement, and whether there are more: DuckDB
-    stops after `limit + 1` rows whatever the query."""
-    with user_result(store, sql) as result:
-        if result is None:
-            return Head([], [], [], False)
-        columns = [d[0] for d in result.description]
-        types = [d[1] for d in result.description]
-        try:
-            rows = result.fetchmany(limit + 1)
-        except duckdb.Error as exc:
-            raise failure_of(exc) from None
-    return Head(columns, types, rows[:limit], len(rows) > limit)
 
 
 @again_if_rebuilt

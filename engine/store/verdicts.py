@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import duckdb
 
-from florwb_engine.record.atomic import write_atomic
+from florwb_engine.atomic import write_atomic
 
 Verdict = Literal["verified", "unchecked", "diverged"]
 VERDICTS: tuple[Verdict, ...] = ("verified", "unchecked", "diverged")

@@ -32,9 +32,10 @@ from florwb.ui.workers import run_in_thread
 from florwb_engine.store import Store, StoreBusy
 from florwb_engine.store.db import LockFreedListener, LockWaitListener, lock_waits_reported
 from florwb_engine.store.history_values import (
-    HistoryValues,
     load_history_values,
+    load_series_values,
     refresh_runs,
+    with_values,
 )
 from florwb_engine.store.name_coverage import names_lacking
 from florwb_engine.store.queries import History, load_live
@@ -86,6 +87,7 @@ class LiveMonitor(Widget):
         self._watching = False
         self._polls = 0
         self._polling = False  # a poll's worker is reading
+        self._values_loading = False  # the first load is reading the history's values
         self._next_reload = 0.0
 
     def on_mount(self) -> None:
@@ -112,13 +114,23 @@ class LiveMonitor(Widget):
                 self._sizes.changed()  # the poll then reports only what is new after this
             try:
                 with lock_waits_reported(self._say_waiting(began), self._say_freed()):
-                    history = load_history_values(self.store, metric)
+                    # the first frame lists the runs before their values are scanned
+                    history = load_history_values(self.store, metric, values=not initial)
+                    listed = history.values_pending and history.metric is not None
+                    if listed and history.metric is not None:
+                        self._values_loading = True  # no poll replaces it meanwhile
+                        self.post_message(HistoryLoaded(history))
+                        values = load_series_values(self.store, history.metric)
+                        history = with_values(history, values)
             except StoreBusy:
                 self.post_message(StoreWaiting(self.holder, time.monotonic() - began))
                 self.call_later(self._retry_reload, initial)
                 return
+            finally:
+                self._values_loading = False
             self._busy_since = None
-            self.post_message(HistoryLoaded(history))
+            # after the listed history, only the values are new
+            self.post_message(HistoryLoaded(history, values_only=listed))
 
         run_in_thread(self, work, group="history", description="loading the history")
 
@@ -148,7 +160,8 @@ class LiveMonitor(Widget):
         self.history = message.history
         if self.metric is None:  # the loader's default; a metric the user chose stays
             self.metric = message.history.metric
-        if self._watching and not message.runs_only:  # runs recording add no script
+        changed = not (message.runs_only or message.values_only)
+        if self._watching and changed:  # runs recording add no script
             self._update_watch()
             self.check_pending()
 
@@ -156,7 +169,7 @@ class LiveMonitor(Widget):
         self._polls += 1
         if time.monotonic() < self._next_reload:
             return  # a big project: reloading takes a while, so not every second
-        if self._polling or self.history is None:
+        if self._polling or self._values_loading or self.history is None:
             return  # the last read is still going (the first load too): one at a time
         self._polling = True
         history = self.history
@@ -182,7 +195,7 @@ class LiveMonitor(Widget):
             began, cpu = time.monotonic(), time.process_time()
             waits: list[float] = []  # time spent waiting on another process: not our cost
             live_only = (
-                isinstance(history, HistoryValues)
+                history is not None
                 and not self._poll_was_busy
                 and changes is not None
                 and bool(running)
@@ -191,11 +204,7 @@ class LiveMonitor(Widget):
             try:
                 with lock_waits_reported(self._say_waiting(began), self._say_freed(waits)):
                     fresh = None
-                    if (
-                        live_only
-                        and isinstance(history, HistoryValues)
-                        and metric == history.metric
-                    ):
+                    if live_only and history is not None and metric == history.metric:
                         fresh = refresh_runs(self.store, history, running)
                     whole = fresh is None
                     if fresh is None:
@@ -282,8 +291,6 @@ class LiveMonitor(Widget):
         script lacks (recorded or replayed counts as having it), in script order. So the
         offer goes once every run has them, and stays after a cancelled replay."""
         if pending.error:
-            return pending
-        if not isinstance(history, HistoryValues):
             return pending
         lacking = set(
             names_lacking(history.finished, history.having, pending.script, pending.working)

@@ -20,17 +20,17 @@ from textual.widgets import Input, Static
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
+from florwb.ui.history_rows import HistoryRow, build_rows
 from florwb.ui.messages import ChartRequested, MetricChanged, SeriesLoaded, VersionSelected
 from florwb.ui.workers import run_in_thread
 from florwb.widgets.chart_legend import run_labels
 from florwb.widgets.history_list import HistoryList
-from florwb.widgets.history_rows import HistoryRow, build_rows
 from florwb.widgets.run_summary import RunSummary
-from florwb_engine.replay.errors import PlanError
-from florwb_engine.replay.facts import is_condition, store_runs_where
 from florwb_engine.store import Store
-from florwb_engine.store.history_values import HistoryValues, load_series_values
+from florwb_engine.store.history_values import load_series_values
 from florwb_engine.store.queries import History
+from florwb_engine.store.run_selection import WhereError, is_condition, store_runs_where
+from florwb_engine.store.runs import args_that_differ
 from florwb_engine.watch import PendingStatements
 
 LOADING_HISTORY = "Loading the version history…"
@@ -89,6 +89,14 @@ class HistoryPane(Vertical):
 
     def show(self, history: History) -> None:
         previous, chosen = self.history, self.chosen_metric
+        if (
+            previous is not None
+            and history.runs is previous.runs
+            and previous.values_pending
+            and history.metric == previous.metric
+        ):
+            self._values_arrived(history)  # the same rows: only their values are new
+            return
         if chosen is not None and history.metric != chosen:
             # a reload that began before the user cycled the metric: show the series on
             # screen until the chosen metric's fresh one arrives, instead of snapping back
@@ -98,8 +106,9 @@ class HistoryPane(Vertical):
                 self._load_series(chosen)
         self.history = history
         listing = self.history_list
-        listing.set_series(history.series, history.last, *self._range(history), history.metric)
-        listing.differ = fmt.args_that_differ((r.script, r.args) for r in history.runs)
+        listing.values_pending = history.values_pending
+        listing.set_series(history.series, history.last, history.low, history.high, history.metric)
+        listing.differ = args_that_differ((r.script, r.args) for r in history.runs)
         self._rebuild()
         if is_condition(self.text_filter) and (
             previous is None
@@ -107,10 +116,15 @@ class HistoryPane(Vertical):
         ):
             self._run_where(self.text_filter)  # new runs: does the condition select them?
 
-    def _range(self, history: History) -> tuple[dict[str, float], dict[str, float]]:
-        if isinstance(history, HistoryValues):
-            return history.low, history.high
-        return {}, {}
+    def _values_arrived(self, history: History) -> None:
+        self.history = history
+        listing = self.history_list
+        listing.values_pending = history.values_pending
+        listing.set_series(history.series, history.last, history.low, history.high, history.metric)
+        if listing.sort[0] in ("final", "best"):
+            self._rebuild()
+        self._header()
+        self.refresh_summary()
 
     def _rebuild(self) -> None:
         """The rows again from the history, the filter and the sort order."""
@@ -172,8 +186,9 @@ class HistoryPane(Vertical):
         if self.history is not None:
             self.history.metric = message.metric
             self.history.series, self.history.last = message.series, message.last
-            if isinstance(self.history, HistoryValues):
-                self.history.low, self.history.high = message.low, message.high
+            self.history.low, self.history.high = message.low, message.high
+            self.history.values_pending = False
+        self.history_list.values_pending = False
         self.history_list.set_series(
             message.series, message.last, message.low, message.high, message.metric
         )
@@ -225,6 +240,7 @@ class HistoryPane(Vertical):
             text_filter=self.text_filter if history.runs else "",
             pending=self.pending,
             live=self.history_list.live.get(run_id) if run_id else None,
+            values_pending=history.values_pending,
         )
 
     @on(HistoryList.Highlighted)
@@ -295,7 +311,7 @@ class HistoryPane(Vertical):
         def work() -> None:
             try:
                 ids = {run.run_id for run in store_runs_where(self.store, condition)}
-            except PlanError as exc:
+            except WhereError as exc:
                 self.post_message(WhereAnswered(condition, None, str(exc)))
                 return
             self.post_message(WhereAnswered(condition, ids, None))
@@ -339,8 +355,7 @@ def _carry_series(source: History, target: History) -> None:
     """Give `target` the metric and the series `source` shows."""
     target.metric = source.metric
     target.series, target.last = source.series, source.last
-    if isinstance(source, HistoryValues) and isinstance(target, HistoryValues):
-        target.low, target.high = source.low, source.high
+    target.low, target.high = source.low, source.high
 
 
 def _get(history: History, field: str, run_id: str | None) -> float | None:

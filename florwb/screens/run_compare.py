@@ -24,9 +24,9 @@ from textual.widgets import Footer, Header, Static
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
+from florwb.ui.history_rows import run_status, took_text
 from florwb.ui.workers import run_in_thread
 from florwb.widgets.code_diff import DiffView, render_diff
-from florwb.widgets.history_rows import run_status, took_text
 from florwb_engine.run_compare import MetricPair, RunComparison, compare_runs
 from florwb_engine.store import Store
 from florwb_engine.store.runs import RunRow

@@ -9,27 +9,34 @@ records, it reloads every RELOAD_S so the console tail and the numbers follow it
 
 from __future__ import annotations
 
-from rich.console import Group
+from collections.abc import Sequence
+
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.geometry import Size
 from textual.screen import Screen
+from textual.strip import Strip
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Input, Static
+from textual.widget import Widget
+from textual.widgets import Footer, Header, Input
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
+from florwb.ui.history_rows import run_status, took_text
 from florwb.ui.messages import ReplayRequested, RunDetailLoaded
 from florwb.ui.workers import run_in_thread
-from florwb.widgets.history_rows import run_status, took_text
 from florwb.widgets.run_summary import data_wait_line
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.replay.cost import ranges
 from florwb_engine.store import Store
 from florwb_engine.store.lineage import describe
 from florwb_engine.store.queries import MetricSeries, RunDetail, load_run_detail
+from florwb_engine.store.run_ranks import RankRow
 from florwb_engine.store.runs import RunRow
 from florwb_engine.store.system_metrics import SystemSample
 
@@ -37,6 +44,7 @@ RELOAD_S = 1.0  # while the run records
 # Metric rows drawn at once: Rich measures every row of a table on each layout, so a run
 # with 10,000 names drawn whole would hold the screen for a minute; `/` finds the others.
 METRIC_ROWS = 30
+SPARK_WIDTH = 20  # a metric's sparkline at most, narrower where the screen is
 TAIL_LINE_CHARS = 200  # a longer line is clipped in the tail; `florwb io` shows it whole
 CHANNEL_STYLES = {"stdout": "", "stderr": "yellow", "warning": "yellow", "error": "red"}
 
@@ -53,15 +61,26 @@ def _table(*columns: str) -> Table:
     return table
 
 
-def matching_metrics(metrics: list[MetricSeries], words: str) -> list[MetricSeries]:
-    """The metrics whose name holds every word of `words` (case-insensitive)."""
+def matching_metrics(
+    metrics: list[MetricSeries], words: str, lowered: list[str] | None = None
+) -> list[MetricSeries]:
+    """The metrics whose name holds every word of `words` (case-insensitive); `lowered`:
+    their names in lower case, made once per run detail rather than on every key."""
     wanted = words.lower().split()
     if not wanted:
         return metrics
-    return [m for m in metrics if all(w in m.name.lower() for w in wanted)]
+    names = lowered if lowered is not None else [m.name.lower() for m in metrics]
+    return [m for m, name in zip(metrics, names) if all(w in name for w in wanted)]
 
 
 def render_detail(detail: RunDetail, find: str = "") -> Group:
+    """The whole detail; the screen draws its three parts apart (render_head,
+    render_metrics, render_rest), so finding a name redraws only the metrics."""
+    return Group(render_head(detail), render_metrics(detail, find), render_rest(detail))
+
+
+def render_head(detail: RunDetail) -> Group:
+    """The run's status, where it started from, its progress and args."""
     run = detail.run
     status = run_status(run)
     head = Text()
@@ -93,28 +112,24 @@ def render_detail(detail: RunDetail, find: str = "") -> Group:
         parts.append(args)
     else:
         parts.append(Text("none", "dim"))
+    return Group(*parts)
 
-    parts.append(_section("Metrics"))
-    found = matching_metrics(detail.metrics, find)
+
+def render_metrics(detail: RunDetail, find: str = "", lowered: list[str] | None = None) -> Group:
+    """Every logged name once (those matching `find`, METRIC_ROWS at most)."""
+    parts: list = [_section("Metrics")]
+    found = matching_metrics(detail.metrics, find, lowered)
     if found:
-        metrics = _table()
-        metrics.add_column("name", style="cyan", no_wrap=True, max_width=18)
-        metrics.add_column("source", no_wrap=True, max_width=13)
-        metrics.add_column("n", justify="right")
-        metrics.add_column("last", justify="right")
-        metrics.add_column("min", justify="right")
-        metrics.add_column("max", justify="right")
-        metrics.add_column("series", no_wrap=True, style="cyan")
+        rows, points = [], []
         for m in found[:METRIC_ROWS]:
             source = _source_label(m.source, m.rechecked)
             if m.points:
                 values = (fmt.number(m.last), fmt.number(m.low), fmt.number(m.high))
-                spark = sparkline(m.points, 20)
             else:
                 values = (fmt.clip(m.text or "-", 12), "", "")
-                spark = ""
-            metrics.add_row(m.name, source, f"{m.n:,}", *values, spark)
-        parts.append(metrics)
+            rows.append((m.name, source, f"{m.n:,}", *values, "x" * SPARK_WIDTH * bool(m.points)))
+            points.append(m.points)
+        parts.append(MetricRows(rows, points))
         if len(found) > METRIC_ROWS or find:
             of = f" matching {find.strip()!r}" if find.strip() else ""
             parts.append(
@@ -130,8 +145,88 @@ def render_detail(detail: RunDetail, find: str = "") -> Group:
         parts.append(Text("nothing logged", "dim"))
     if detail.withheld:
         parts.append(Text(detail.withheld.note("florwb dataframe NAME --diverged"), "yellow"))
+    return Group(*parts)
 
-    parts.append(_section(f"Checkpoints ({len(detail.checkpoints)})"))
+
+class MetricRows:
+    """The metric table, one line per name, laid out here rather than by a Rich Table,
+    which measured and wrapped every cell of it on each key typed into the find box (most
+    of that key's response): columns as wide as their widest cell (name and source
+    capped), the numbers right-aligned; on a narrower screen the sparkline narrows first,
+    then the widest of last, min and max (clipped with …), then the sparkline goes."""
+
+    HEADERS = ("name", "source", "n", "last", "min", "max", "series")
+    CAPS = (18, 13, None, None, None, None, None)
+    RIGHT = frozenset({2, 3, 4, 5})
+    STYLES = ("cyan", "", "", "", "", "", "cyan")
+    SHRINK = (3, 4, 5)  # last, min, max: never below MIN_VALUE cells
+    MIN_VALUE = 5
+    MIN_SERIES = 8
+
+    def __init__(
+        self, rows: Sequence[tuple[str, ...]], points: list[list[float]] | None = None
+    ) -> None:
+        """`rows`: the cells of each name; `points`: its series, drawn as a sparkline as
+        wide as the column gets (the last cell only holds that column's widest)."""
+        self.rows = rows
+        self.points = points
+
+    def widths(self, width: int) -> list[int]:
+        """Each column's cells at a screen `width` (one space either side of each)."""
+        cells = [self.HEADERS, *self.rows]
+        widths = [max(cell_len(row[i]) for row in cells) for i in range(len(self.HEADERS))]
+        widths = [w if cap is None else min(w, cap) for w, cap in zip(widths, self.CAPS)]
+        excess = sum(widths) + 2 * len(widths) - width
+        excess = self._shrink(widths, (6,), self.MIN_SERIES, excess)  # the sparkline first
+        excess = self._shrink(widths, self.SHRINK, self.MIN_VALUE, excess)
+        if excess > 0:  # then it goes whole
+            keep = widths[-1] - excess
+            if keep < self.MIN_VALUE:
+                excess -= widths[-1] + 2
+                widths[-1] = 0
+            else:
+                widths[-1], excess = keep, 0
+        # narrower still: every value clipped (…, never cut silently), then the labels
+        excess = self._shrink(widths, self.SHRINK, 2, excess)
+        self._shrink(widths, (0, 1), 4, excess)
+        return widths
+
+    @staticmethod
+    def _shrink(widths: list[int], columns: tuple[int, ...], least: int, excess: int) -> int:
+        """Take `excess` cells from the widest of `columns`, none below `least`; returns
+        what is left to take."""
+        while excess > 0:
+            column = max(columns, key=lambda i: widths[i])
+            if widths[column] <= least:
+                break
+            widths[column] -= 1
+            excess -= 1
+        return excess
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        widths = self.widths(options.max_width)
+        lines = Text(no_wrap=True, overflow="crop")
+        for index, row in enumerate([self.HEADERS, *self.rows]):
+            if index:
+                lines.append("\n")
+            for column, (cell, width) in enumerate(zip(row, widths)):
+                if not width:
+                    continue
+                if index and column == 6 and self.points is not None:
+                    cell = sparkline(self.points[index - 1], width)
+                shown = fmt.clip(cell, width)
+                pad = " " * (width - cell_len(shown))
+                shown = pad + shown if column in self.RIGHT else shown + pad
+                lines.append(" ")
+                lines.append(shown, "bold" if not index else self.STYLES[column])
+                lines.append(" ")
+        yield lines
+
+
+def render_rest(detail: RunDetail) -> Group:
+    """Checkpoints, replays, where time went, system figures and the console tail."""
+    run = detail.run
+    parts: list = [_section(f"Checkpoints ({len(detail.checkpoints)})")]
     parts.extend(Text(line, "dim") for line in restorable_lines(run, detail.loop_name))
     if detail.checkpoints:
         ckpt = _table("loop", "iteration", "size", "written", "file")
@@ -293,6 +388,38 @@ def _context_lines(run: RunRow) -> list[Text]:
     return lines
 
 
+def rank_lines(ranks: list[RankRow]) -> list[Text]:
+    """Each rank of a multi-process run: how it ended (the one that failed first marked,
+    the ones its launcher stopped said so) and its own memory and device."""
+    lines = []
+    for r in ranks:
+        line = Text()
+        line.append(f"rank {r.rank}  ", "cyan")
+        style = {"finished": "green", "running": "yellow", "stopped": "dim"}.get(r.status, "red")
+        line.append(r.status, style)
+        if r.failed_first:
+            line.append(" first", "bold red")
+        if r.status == "stopped" and r.message:
+            line.append(f" ({r.message.removeprefix('stopped ')})", "dim")
+        elif r.exception:
+            line.append(f" ({r.exception})", "red")
+        if r.end_time is not None:
+            said = "last wrote" if r.status == "killed" else "ended"
+            line.append(f" · {said} {r.end_time:%H:%M:%S.%f}"[:-3], "dim")
+        line.append(f" · {r.host or '?'} pid {r.pid or '?'}", "dim")
+        ctx = r.context or {}
+        if ctx.get("peak_rss_bytes"):
+            line.append(f" · host peak {fmt.size(ctx['peak_rss_bytes'])}")
+        peaks = ctx.get("gpu_peak_bytes") or []
+        if peaks:
+            line.append(" · GPU peak " + " / ".join(fmt.size(int(p)) for p in peaks))
+        device = ctx.get("device_name") or ctx.get("cpu_name")
+        if device:
+            line.append(f" · {device}", "dim")
+        lines.append(line)
+    return lines
+
+
 def system_lines(samples: list[SystemSample]) -> list[Text]:
     """Each rank's latest CPU, memory and GPU sample (record/system.py), or why none."""
     if not samples:
@@ -332,7 +459,12 @@ def system_lines(samples: list[SystemSample]) -> list[Text]:
 def _where_time_goes(detail: RunDetail) -> list:
     """Where the run ran and where its loop time went (issue 14's "where time goes")."""
     run = detail.run
-    parts: list = [_section("Where time goes"), *_context_lines(run), *system_lines(detail.system)]
+    parts: list = [
+        _section("Where time goes"),
+        *_context_lines(run),
+        *rank_lines(detail.ranks),
+        *system_lines(detail.system),
+    ]
     share = run.data_wait_share
     parts.append(Text(f"waited on the data iterator {fmt.percent(share)} of loop time"))
     if detail.loop_waits:
@@ -375,6 +507,42 @@ def _console(detail: RunDetail) -> list:
     return parts
 
 
+class RenderedOnce(Widget):
+    """A Rich renderable drawn once per width: a Static renders its content twice after
+    each change (once to measure its height, once to paint), which for the metric table of
+    a run with thousands of names was most of a key's response."""
+
+    DEFAULT_CSS = "RenderedOnce { height: auto; }"
+
+    def __init__(self, renderable: RenderableType = "", *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.renderable = renderable
+        self._strips: list[Strip] | None = None
+        self._width = -1
+
+    def update(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+        self._strips = None
+        self.refresh(layout=True)
+
+    def _lines(self, width: int) -> list[Strip]:
+        if self._strips is None or width != self._width:
+            console = self.app.console
+            options = console.options.update(width=width, highlight=False)
+            lines = console.render_lines(self.renderable, options, pad=False)
+            self._strips = [Strip(line) for line in lines]
+            self._width = width
+        return self._strips
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self._lines(width)) if width > 0 else 0
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        lines = self._lines(width)
+        return lines[y] if y < len(lines) else Strip.blank(width)
+
+
 class RunDetailScreen(Screen[None]):
     BINDINGS = keys.bindings("run")
     KEY_SCOPES = ("run",)
@@ -389,12 +557,15 @@ class RunDetailScreen(Screen[None]):
         self.store = store
         self.run_id = run_id
         self.detail: RunDetail | None = None
+        self._lowered: list[str] = []  # the detail's metric names in lower case, for `/`
         self._reload: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header(icon=fmt.TITLE_ICON)
         with VerticalScroll(id="detail-scroll"):
-            yield Static(f"Loading run {self.run_id}…", id="detail")
+            yield RenderedOnce(f"Loading run {self.run_id}…", id="detail")
+            yield RenderedOnce(id="detail-metrics")
+            yield RenderedOnce(id="detail-rest")
         yield Input(placeholder="find a metric name (words)", id="metric-find")
         yield Footer(compact=True)
 
@@ -409,14 +580,22 @@ class RunDetailScreen(Screen[None]):
 
         run_in_thread(self, work, group="run-detail", description="loading the run detail")
 
-    def _show(self) -> None:
-        if self.detail is not None:
-            find = self.query_one("#metric-find", Input).value
-            self.query_one("#detail", Static).update(render_detail(self.detail, find))
+    def _show(self, *, metrics_only: bool = False) -> None:
+        """Draw the detail; `metrics_only`: the find text changed, nothing else did (a run
+        with thousands of names: its other parts are not measured and drawn again)."""
+        if self.detail is None:
+            return
+        find = self.query_one("#metric-find", Input).value
+        shown = render_metrics(self.detail, find, self._lowered)
+        self.query_one("#detail-metrics", RenderedOnce).update(shown)
+        if not metrics_only:
+            self.query_one("#detail", RenderedOnce).update(render_head(self.detail))
+            self.query_one("#detail-rest", RenderedOnce).update(render_rest(self.detail))
 
     @on(RunDetailLoaded)
     def _loaded(self, message: RunDetailLoaded) -> None:
         self.detail = message.detail
+        self._lowered = [m.name.lower() for m in message.detail.metrics]
         self._show()
         live = message.detail.run.status == "running"
         if live and self._reload is None:  # follow the run while it records
@@ -427,7 +606,7 @@ class RunDetailScreen(Screen[None]):
 
     @on(Input.Changed, "#metric-find")
     def _find_changed(self) -> None:
-        self._show()
+        self._show(metrics_only=True)
 
     @on(Input.Submitted, "#metric-find")
     def _find_done(self) -> None:

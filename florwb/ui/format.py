@@ -88,21 +88,6 @@ def percent(share: float | None) -> str:
     return "-" if share is None else f"{share:.0%}"
 
 
-def args_that_differ(runs: Iterable[tuple[str | None, Mapping[str, Any]]]) -> list[str]:
-    """Arg names whose value is not the same in every run of the same script (an arg one
-    run of that script lacks counts as differing); `runs` holds (script, args) pairs."""
-    by_script: dict[str | None, list[Mapping[str, Any]]] = {}
-    for script, args in runs:
-        by_script.setdefault(script, []).append(args)
-    differ: set[str] = set()
-    for listed in by_script.values():
-        names = {name for args in listed for name in args}
-        differ.update(
-            n for n in names if len({repr(args.get(n, "<unset>")) for args in listed}) > 1
-        )
-    return sorted(differ)
-
-
 def args_text(args: Mapping[str, Any], names: Iterable[str] | None = None) -> str:
     chosen = list(names) if names is not None else list(args)
     return " ".join(f"{n}={number(args[n], 3)}" for n in chosen if n in args)

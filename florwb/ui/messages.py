@@ -30,6 +30,7 @@ from florwb_engine.watch import PendingStatements
 class HistoryLoaded(Message):
     history: History
     runs_only: bool = False  # only recording runs were read again (versions, scripts same)
+    values_only: bool = False  # the last history again, now with its metric's values
 
 
 @dataclass

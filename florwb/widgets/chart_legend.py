@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from florwb.ui.format import args_that_differ, number, short_run, short_version
+from florwb.ui.format import number, short_run, short_version
+from florwb_engine.store.runs import args_that_differ
 
 MARK = "━ "
 SEPARATOR = "  "

@@ -22,8 +22,8 @@ from textual.strip import Strip
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
-from florwb.widgets.history_rows import HistoryRow, run_status, took_text
-from florwb.widgets.run_columns import Columns, shared_scale
+from florwb.ui.history_rows import HistoryRow, run_status, took_text
+from florwb.ui.run_columns import Columns, shared_scale
 from florwb.widgets.sparkline import sparkline
 from florwb_engine.run_compare import best_is_max
 from florwb_engine.store.queries import RunRow
@@ -102,6 +102,7 @@ class HistoryList(ScrollView, can_focus=True):
         self.high: dict[str, float] = {}
         self.metric: str | None = None
         self.scale: tuple[float, float] | None = None
+        self.values_pending = False  # the metric's values are still being read
         self.differ: list[str] = []
         self.arg_widths: dict[str, int] = {}  # arg column -> its widest value in cells
         self.common_args: list[str] = []  # args with one value in every run listed
@@ -156,8 +157,7 @@ class HistoryList(ScrollView, can_focus=True):
         """The metric's sparkline points, exact final value, min and max per run id."""
         self.series, self.last = series, last
         self.low, self.high = low or {}, high or {}
-        if metric != self.metric:
-            self._columns = None
+        self._columns = None  # the final and best columns are as wide as their values
         self.metric = metric
         self.scale = shared_scale(series)
         self._cache.clear()
@@ -455,5 +455,7 @@ class HistoryList(ScrollView, can_focus=True):
                 points = self.series.get(run.run_id)
                 low, high = self.scale if self.scale is not None else (None, None)
                 spark = sparkline(points, column.width, low, high) if points else ""
+                if not points and self.values_pending:
+                    spark = "…"
                 text.append(f"{spark:<{column.width}} ", self._style("spark"))
         return text

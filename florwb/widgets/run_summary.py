@@ -14,11 +14,11 @@ from textual.widgets import Static
 
 from florwb.ui import format as fmt
 from florwb.ui import keys
-from florwb.widgets.history_rows import HistoryRow, run_status, took_text
+from florwb.ui.history_rows import HistoryRow, run_status, took_text
 from florwb.widgets.sparkline import sparkline
-from florwb_engine.replay.facts import is_condition
 from florwb_engine.store.hints import data_wait_hint
 from florwb_engine.store.queries import RunRow
+from florwb_engine.store.run_selection import is_condition
 from florwb_engine.watch import PendingStatements
 
 
@@ -48,6 +48,7 @@ class RunSummary(Static):
         low: float | None = None,
         high: float | None = None,
         text_filter: str = "",
+        values_pending: bool = False,
     ) -> None:
         self.shown_key = row.key if row is not None else None
         if row is None and text_filter and is_condition(text_filter):
@@ -71,7 +72,7 @@ class RunSummary(Static):
         elif row is None:
             self.update("No runs recorded yet. Run a training script that imports florwb.")
         elif row.run is not None:
-            self.update(self._run(row.run, metric, series, (last, low, high), live))
+            self.update(self._run(row.run, metric, series, (last, low, high), live, values_pending))
         else:
             self.update(self._version(row, pending))
 
@@ -82,6 +83,7 @@ class RunSummary(Static):
         series: list[float] | None,
         numbers: tuple[float | None, float | None, float | None],
         live: str | None,
+        values_pending: bool = False,
     ) -> Group:
         """`numbers`: the exact last, min and max over all the run's values (the
         sparkline averages, so its own extremes would hide spikes)."""
@@ -109,6 +111,8 @@ class RunSummary(Static):
             if low is not None and high is not None:
                 spark.append(f"  min {fmt.number(low)}  max {fmt.number(high)}")
             lines.append(spark)
+        elif metric and values_pending:
+            lines.append(Text.assemble((f"{metric}  ", "dim"), ("reading its values…", "dim")))
         facts = [
             f"{run.n_logs:,} logs",
             f"{run.n_checkpoints} checkpoints",
