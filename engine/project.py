@@ -13,13 +13,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from florwb_engine import settings
+
 STORE_DIRNAME = ".florwb"
 
 
 def find_project(start: Path | str | None = None) -> Path:
-    env = os.environ.get("FLORWB_PROJECT")
-    if env:
-        return Path(env).resolve()
+    chosen = settings.read(settings.PROJECT)
+    if chosen is not None:
+        return chosen
     here = Path(start if start is not None else os.getcwd()).resolve()
     if here.is_file():
         here = here.parent

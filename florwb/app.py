@@ -67,6 +67,8 @@ from florwb.ui.messages import (
 from florwb.ui.palette import palette_entries
 from florwb.widgets.history_list import HistoryList
 from florwb.widgets.pending_banner import PendingBanner
+from florwb_engine.errors import FlorwbError, format_traceback, log_exception
+from florwb_engine.project import store_dir
 from florwb_engine.store import Store
 from florwb_engine.store.queries import History, LiveRun
 from florwb_engine.watch import PendingStatements
@@ -174,6 +176,11 @@ class WorkbenchApp(App[int]):
     def on_mount(self) -> None:
         self.title = "florwb"
         self.sub_title = self._summary_title()
+        keymap, warning = keys.load_keymap()  # the user's file: the README's "rebind keys"
+        if keymap:
+            self.set_keymap(keymap)
+        if warning:
+            self.notify(warning, title="Keymap", severity="warning")
         self.query_one(HistoryList).focus()
         self._monitor.reload(initial=True)
 
@@ -182,21 +189,47 @@ class WorkbenchApp(App[int]):
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
         """Every worker of the workbench runs on the app (florwb.ui.workers), so a failing
-        one ends here: shown in the error modal, the app goes on."""
-        if event.state is WorkerState.ERROR:
-            error = event.worker.error
-            text = fmt.one_line(error) if error is not None else "unknown error"
-            self.show_error(f"Error while {event.worker.description}", text)
+        one ends here: shown in the error modal, the app goes on. An expected failure
+        (FlorwbError) is its one line; anything else is also written with its traceback
+        to the project's error log, and the modal shows the traceback on demand."""
+        if event.state is not WorkerState.ERROR:
+            return
+        error = event.worker.error
+        doing = event.worker.description
+        if error is None:
+            self.show_error(f"Error while {doing}", "unknown error")
+        elif isinstance(error, FlorwbError):
+            self.show_error(error.title or f"Error while {doing}", error.one_line())
+        else:
+            self.show_unexpected(f"Error while {doing}", error)
 
     @on(ErrorReported)
     def _error_reported(self, message: ErrorReported) -> None:
         self.show_error(message.title, message.error)
 
-    def show_error(self, title: str, text: str) -> None:
-        top = self.screen
-        if isinstance(top, ErrorScreen) and (top.title_text, top.message) == (title, text):
+    def show_error(
+        self, title: str, text: str, *, details: str | None = None, logged: str | None = None
+    ) -> None:
+        if self._error_shown(title, text):
             return  # a poll failing again: one modal says it
-        self.push_screen(ErrorScreen(title, text, self.key_hints))
+        self.push_screen(ErrorScreen(title, text, self.key_hints, details=details, logged=logged))
+
+    def _error_shown(self, title: str, text: str) -> bool:
+        top = self.screen
+        return isinstance(top, ErrorScreen) and (top.title_text, top.message) == (title, text)
+
+    def show_unexpected(self, title: str, error: BaseException) -> None:
+        """A failure florwb did not expect: its traceback goes to the error log first (the
+        modal says where, or why it could not be written), then the modal shows its line."""
+        text = fmt.one_line(error)
+        if self._error_shown(title, text):
+            return  # a poll failing again: logged when it was first shown
+        try:
+            path = log_exception(store_dir(self.project), title, error)
+            logged = f"also in {path.relative_to(self.project)}"
+        except OSError as exc:
+            logged = f"not logged: {exc.strerror or exc}"
+        self.show_error(title, text, details=format_traceback(error), logged=logged)
 
     @on(StoreWaiting)
     def _store_waiting(self, message: StoreWaiting) -> None:
@@ -498,7 +531,8 @@ class WorkbenchApp(App[int]):
         def display(name: str) -> str:
             return self.get_key_display(Binding(name, ""))
 
-        for entry in palette_entries(type(screen).__name__, on_main, self.keymap, display):
+        on_screen = keys.screen_scopes(screen)
+        for entry in palette_entries(on_screen, on_main, self.keymap, display):
             run = partial(self._palette_run, entry.scope, entry.key.action)
             yield SystemCommand(entry.title, entry.help, run)
         yield from super().get_system_commands(screen)
@@ -509,14 +543,15 @@ class WorkbenchApp(App[int]):
             self.query_one("#tabs", TabbedContent).active = tab
             self._focus_tab(tab)
         target: App[int] | Screen[Any] | Widget = self
+        if scope in keys.screen_scopes(self.screen):
+            target = self.screen
+        elif scope in keys.SCREEN_SCOPES:
+            return  # its screen closed while the palette was open
         if selector:
             matches = self.screen.query(selector)
-            if not matches and type(self.screen).__name__ == selector:
-                target = self.screen
-            elif matches:
-                target = matches.first()
-            else:
+            if not matches:
                 return
+            target = matches.first()
         await self.run_action(action, target)
 
 

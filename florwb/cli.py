@@ -1,7 +1,8 @@
 """`florwb` command line: thin wrappers over engine functions, shared with the workbench.
 
 Exit codes: 0 ok, 2 usage error, 1 failure with a one-line reason on stderr. Expected
-failures (bad SQL, unknown names, a busy database) never print a traceback.
+failures (bad SQL, unknown names, a busy database) are `FlorwbError`s, raised by the
+engine or by a command, and end in `main`'s one handler (`fail`): never a traceback.
 """
 
 from __future__ import annotations
@@ -17,18 +18,14 @@ from typing import TYPE_CHECKING
 from florwb.cli_checkpoints import add_parser as add_checkpoints_parser
 from florwb.cli_instrument import add_parser as add_instrument_parser
 from florwb.cli_io import add_parser as add_io_parser
-from florwb.cli_replay import ReplayCommandError
 from florwb.cli_replay import add_parsers as add_replay_parsers
 from florwb.output import json_safe, write_chunks, write_frame, write_rows, write_table
+from florwb_engine.errors import FlorwbError
 
 if TYPE_CHECKING:  # the store loads DuckDB: only commands that read it import it
     from florwb_engine.store import Store
 
 FORMATS = ("table", "csv", "json")
-
-
-class CommandError(Exception):
-    """An expected failure: printed as one line, exit status 1."""
 
 
 def _project(args: argparse.Namespace) -> Path:
@@ -168,12 +165,9 @@ def cmd_dataframe(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from florwb.demo.build import DemoError, build_demo
+    from florwb.demo.build import build_demo
 
-    try:
-        folder = build_demo(Path(args.dir), progress=lambda line: print(line, file=sys.stderr))
-    except DemoError as exc:
-        raise CommandError(str(exc)) from None
+    folder = build_demo(Path(args.dir), progress=lambda line: print(line, file=sys.stderr))
     print(f"demo project ready in {folder}", file=sys.stderr)
     from florwb.cli_app import has_terminal, open_workbench
 
@@ -204,7 +198,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for line in report.problems[1:]:
         print(f"problem: {line}")
     if report.problems:
-        raise CommandError(report.problems[0])
+        raise FlorwbError(report.problems[0])
     print("healthy" if not report.repaired else "healthy after repairs")
     return 0
 
@@ -219,13 +213,10 @@ def _args_text(values: dict, first: list[str] | None = None) -> str:
 def cmd_pull(args: argparse.Namespace) -> int:
     """Merge another copy's rank journals (a multi-node launch's other nodes) into this
     project's runs; again changes nothing. Exit 1 when a journal conflicts."""
-    from florwb_engine.store.journal_pull import PullError, pull
+    from florwb_engine.store.journal_pull import pull
 
     store = open_store(args)
-    try:
-        report = pull(store.project, args.source)
-    except PullError as exc:
-        raise CommandError(str(exc)) from None
+    report = pull(store.project, args.source)  # PullError: said in one line by `main`
     runs = {r.run_id: r for r in store.run_rows()}  # ingests what was pulled
     say_ingest(store)
     for run_id, ranks in sorted(report.runs.items()):
@@ -319,17 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     _say_lock_waits()
     try:
         return args.func(args)  # reads retry a damaged catalog themselves (store/repair.py)
-    except (CommandError, ReplayCommandError) as exc:
-        print(f"florwb: {exc}", file=sys.stderr)
-        return 1
+    except FlorwbError as exc:
+        return fail(exc)
     except BrokenPipeError:  # `| head` stopped reading: stop quietly, as Unix tools do
         _silence_stdout()
         return 0
-    except Exception as exc:
-        if not _is_store_error(exc):
-            raise
-        print(f"florwb: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print("florwb: interrupted", file=sys.stderr)
         return 130
@@ -356,12 +341,11 @@ def _silence_stdout() -> None:
     os.close(devnull)
 
 
-def _is_store_error(exc: Exception) -> bool:
-    """Store errors are expected (a busy database, a broken file); the store module is
-    imported only here, once one was raised, so commands that never touch the store (and
-    `florwb replay` starting its workers) do not wait for DuckDB to load."""
-    store = sys.modules.get("florwb_engine.store")
-    return store is not None and isinstance(exc, (store.StoreError, store.StoreBusy))
+def fail(exc: FlorwbError) -> int:
+    """The one way an expected failure ends a command: its message on stderr as
+    `florwb: <message>`, and its exit status (1; 2 for a misused option)."""
+    print(f"florwb: {exc}", file=sys.stderr)
+    return exc.exit_code
 
 
 def run() -> None:

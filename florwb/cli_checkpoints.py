@@ -29,18 +29,14 @@ def add_parser(subparsers) -> None:
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     from florwb.output import write_table
+    from florwb_engine.errors import FlorwbError
     from florwb_engine.project import find_project
-    from florwb_engine.record.pull import CheckpointError, list_checkpoints
+    from florwb_engine.record.pull import list_checkpoints
 
     project = find_project(getattr(args, "project", None))
-    try:
-        found = list_checkpoints(project, args.run)
-    except CheckpointError as exc:
-        print(f"florwb: {exc}", file=sys.stderr)
-        return 1
+    found = list_checkpoints(project, args.run)  # CheckpointError: an unknown run
     if not found:
-        print(f"florwb: run {args.run} has no finished checkpoint", file=sys.stderr)
-        return 1
+        raise FlorwbError(f"run {args.run} has no finished checkpoint")
     if args.json:
         rows = [
             {

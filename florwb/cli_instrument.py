@@ -55,11 +55,9 @@ def cmd_instrument(args: argparse.Namespace) -> int:
         source = read_script(path)
         result = instrument(source)
     except InstrumentError as exc:
-        print(f"florwb: {shown}: {exc}", file=sys.stderr)
-        return 1
+        raise InstrumentError(f"{shown}: {exc}") from None
     if result.status == REFUSED:
-        print(f"florwb: {result.summary(shown)}", file=sys.stderr)
-        return 1
+        raise InstrumentError(result.summary(shown))
     if result.changed:
         sys.stdout.write(unified_diff(result.original, result.code, shown))
         sys.stdout.flush()
@@ -69,12 +67,8 @@ def cmd_instrument(args: argparse.Namespace) -> int:
     if args.write and result.changed:
         try:
             backup = write_instrumented(path, result.original, result.code)
-        except InstrumentError as exc:
-            print(f"florwb: {exc}", file=sys.stderr)
-            return 1
         except OSError as exc:
-            print(f"florwb: cannot write {shown}: {exc.strerror}", file=sys.stderr)
-            return 1
+            raise InstrumentError(f"cannot write {shown}: {exc.strerror}") from None
         kept = f" (original kept in {backup.name})" if backup else " (git holds the original)"
         print(f"wrote {shown}{kept}", file=sys.stderr)
     return 0
@@ -85,8 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="florwb")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["instrument", *(sys.argv[1:] if argv is None else argv)])
+    from florwb.cli import fail
+    from florwb_engine.errors import FlorwbError
+
     try:
         return args.func(args)
+    except FlorwbError as exc:
+        return fail(exc)
     except BrokenPipeError:
         return 0
 

@@ -35,10 +35,10 @@ def add_parser(subparsers) -> None:
 def cmd_io(args: argparse.Namespace) -> int:
     from florwb.cli import open_store, say_ingest
     from florwb.output import write_frame
+    from florwb_engine.errors import FlorwbError
 
     if args.dry_run and not args.extract:
-        print("florwb: --dry-run goes with --extract", file=sys.stderr)
-        return 2
+        raise FlorwbError("--dry-run goes with --extract", exit_code=2)
     store = open_store(args)
     if args.extract:
         return _extract(store, args)
@@ -74,13 +74,13 @@ def _write_lines(frame) -> None:
 def _extract(store, args: argparse.Namespace) -> int:
     from florwb.cli import say_ingest
     from florwb.output import write_table
+    from florwb_engine.errors import FlorwbError
     from florwb_engine.store.console import ExtractError, run_extraction
 
     try:
         found = run_extraction(store, args.run, args.extract, save=not args.dry_run)
-    except ExtractError as exc:
-        print(f"florwb: --extract: {exc}", file=sys.stderr)
-        return 2
+    except ExtractError as exc:  # a misused option: exit 2, as argparse's
+        raise FlorwbError(f"--extract: {exc}", exit_code=2) from None
     say_ingest(store)
     rows = [
         [" ".join(f"{c}={v}" for c, v in where.items()) or "-", name, value, line]

@@ -12,15 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from florwb.output import json_safe, write_table
+from florwb_engine.errors import FlorwbError
 
 if TYPE_CHECKING:  # the engine loads on first use: `florwb --help` must stay instant
     from florwb_engine.replay.executor import ReplayResult
     from florwb_engine.replay.forkserver import ForkServer
     from florwb_engine.replay.plan import Plan
-
-
-class ReplayCommandError(Exception):
-    """An expected failure of replay/propagate, printed as one line."""
 
 
 def add_parsers(sub) -> None:
@@ -68,18 +65,15 @@ def add_parsers(sub) -> None:
 
 
 def cmd_propagate(args: argparse.Namespace) -> int:
-    from florwb_engine.propagate import PropagationError, propagate
+    from florwb_engine.propagate import propagate
 
     sources = []
     for path in (args.new, args.old):
         try:
             sources.append(Path(path).read_text())
         except OSError as exc:
-            raise ReplayCommandError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        result = propagate(*sources)
-    except PropagationError as exc:
-        raise ReplayCommandError(str(exc)) from None
+            raise FlorwbError(f"cannot read {path}: {exc.strerror}") from None
+    result = propagate(*sources)
     if args.output:
         Path(args.output).write_text(result.code)
     if args.json:
@@ -111,16 +105,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from florwb_engine.replay import warm_workers
 
     if args.workers is not None and args.workers < 1:
-        raise ReplayCommandError("--workers must be at least 1")
+        raise FlorwbError("--workers must be at least 1")
     ray_flags = [args.address, args.gpus_per_task, args.cpus_per_task]
     if args.executor != "ray" and any(flag is not None for flag in ray_flags):
-        raise ReplayCommandError("--address, --gpus-per-task, --cpus-per-task need --executor ray")
+        raise FlorwbError("--address, --gpus-per-task, --cpus-per-task need --executor ray")
     for flag, value in (
         ("--gpus-per-task", args.gpus_per_task),
         ("--cpus-per-task", args.cpus_per_task),
     ):
         if value is not None and value < 0:
-            raise ReplayCommandError(f"{flag} must not be negative")
+            raise FlorwbError(f"{flag} must not be negative")
     names = [n for n in args.names.split(",") if n.strip()]
     project = find_project(None)
     # imports what the scripts need while we plan (only for the local workers)
@@ -135,45 +129,35 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def _executor(args: argparse.Namespace):
     if args.executor == "local":
         return "local"
-    from florwb_engine.replay.ray_executor import RayOptions, RayUnavailable, connect
+    from florwb_engine.replay.ray_executor import RayOptions, connect
 
     options = RayOptions(args.address, args.gpus_per_task, args.cpus_per_task)
-    try:  # before planning: an unreachable cluster or a missing Ray is said at once
-        connect(options)
-    except RayUnavailable as exc:
-        raise ReplayCommandError(str(exc)) from None
+    connect(options)  # before planning: an unreachable cluster or a missing Ray is said at once
     return options
 
 
 def _replay(
     args: argparse.Namespace, project: Path, names: list[str], server: ForkServer | None
 ) -> int:
-    from florwb_engine.replay import PlanError, execute, plan_replay
-    from florwb_engine.replay.contain import ContainmentError
+    from florwb_engine.replay import execute, plan_replay
     from florwb_engine.replay.cores import available_cores, default_workers, threads_per_worker
     from florwb_engine.replay.narrow import narrow, parse_iter_arg
     from florwb_engine.replay.plan import DONE
 
-    try:
-        iters = dict(parse_iter_arg(text) for text in args.iter)
-    except PlanError as exc:
-        raise ReplayCommandError(str(exc)) from None
+    iters = dict(parse_iter_arg(text) for text in args.iter)
     cores = available_cores()
     executor = _executor(args)
     if executor != "local":  # the cluster's task slots stand for the cores
         from florwb_engine.replay.ray_executor import cluster_slots
 
         cores = cluster_slots(executor)
-    try:
-        plan = plan_replay(
-            project,
-            names,
-            where=args.where,
-            workers=args.workers or cores,
-            executor="local" if executor == "local" else "ray",
-        )
-    except PlanError as exc:
-        raise ReplayCommandError(str(exc)) from None
+    plan = plan_replay(
+        project,
+        names,
+        where=args.where,
+        workers=args.workers or cores,
+        executor="local" if executor == "local" else "ray",
+    )
     narrow(plan, iters)
     segments = sum(len(run.segments) for run in plan.ready())
     if args.workers is None:  # planned for every core; use no more workers than segments
@@ -208,24 +192,21 @@ def _replay(
         return 0 if any(r.status == DONE for r in plan.runs) else 1
     if not args.yes:
         if not sys.stdin.isatty():
-            raise ReplayCommandError("confirmation needed: run in a terminal or pass --yes")
+            raise FlorwbError("confirmation needed: run in a terminal or pass --yes")
         answer = input(f"Replay {len(ready)} run(s)? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
             print("not replayed")
             return 0
     cancel = threading.Event()
     progress = None if args.json else _progress_printer()
-    try:
-        result = execute(
-            plan,
-            on_progress=progress,
-            cancel=cancel,
-            server=server,
-            executor=executor,
-            started_at=_process_start(),
-        )
-    except ContainmentError as exc:
-        raise ReplayCommandError(str(exc)) from None
+    result = execute(
+        plan,
+        on_progress=progress,
+        cancel=cancel,
+        server=server,
+        executor=executor,
+        started_at=_process_start(),
+    )
     profiled = {"profile": result.profile} if args.profile else {}
     if args.json:
         _dump({"plan": {**plan.to_json(), **sharing}, "result": result.to_json(), **profiled})

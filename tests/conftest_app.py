@@ -11,24 +11,34 @@ from __future__ import annotations
 import functools
 import hashlib
 import html
+import os
 import re
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from rich.cells import cell_len
 from textual.app import App
+from textual.message import Message
 from textual.pilot import Pilot
 
 from florwb.app import WorkbenchApp
 from florwb.demo.build import build_demo
+from florwb.screens.replay_plan import ReplayPlanScreen
+from florwb.ui.messages import HistoryLoaded, PaneReady, ReplaysLoaded
 from florwb_engine.store import Store
 from florwb_engine.store.queries import History
 
+M = TypeVar("M", bound=Message)
 SIZE = (80, 24)
 ROOT = Path(__file__).resolve().parents[1]
+# The workbench reads the user's keymap file (florwb.ui.keys.keymap_path) when it starts:
+# the tests read none, whatever the machine's user has bound (a test that wants one sets
+# XDG_CONFIG_HOME itself).
+os.environ["XDG_CONFIG_HOME"] = str(Path(tempfile.gettempdir()) / "florwb-test-no-config")
 # What records the demo: a change here means the cached demo must be rebuilt.
 RECORDING_CODE = (
     "florwb/demo/*.py",
@@ -177,13 +187,39 @@ def write_held_run(project: Path, value: str) -> Path:
     return script
 
 
+class Seen:
+    """A `run_test(message_hook=...)`: every message dispatched to a node of the app (a
+    bubbling one once per node, right before that node handles it; one that a newer one
+    replaced, never), so a test waits on and asserts the message that says a thing
+    happened instead of reading the screen (an SVG export, ~25 ms of the app's loop)."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    def __call__(self, message: Message) -> None:
+        self.messages.append(message)
+
+    def of(self, kind: type[M]) -> list[M]:
+        return [m for m in self.messages if isinstance(m, kind)]
+
+    def ready(self) -> bool:
+        """The history is loaded and both lazily mounted panes said they are ready (an app
+        closed before that races their mounting)."""
+        panes = {id(m.pane) for m in self.of(PaneReady)}
+        return bool(self.of(HistoryLoaded)) and len(panes) >= 2
+
+
 def make_app(project: Path, **kwargs) -> WorkbenchApp:
     kwargs.setdefault("poll_s", 0.25)
     return WorkbenchApp(project, **kwargs)
 
 
 async def loaded(pilot: Pilot) -> str:
-    """Wait for the history: listed (the first frame), then its metric's values read."""
+    """Wait for the history: listed (the first frame), then its metric's values read.
+    Waits on the app's state while the history loads (no screen export meanwhile), then
+    looks at the screen."""
+    app = pilot.app
+    await wait_until(pilot, lambda: getattr(app, "history", None) is not None, what="history")
     await wait_for(pilot, lambda t: "version " in t and "▾" in t, what="the history")
     await wait_until(pilot, lambda: values_read(pilot.app), what="the history's values")
     return screen_text(pilot.app)
@@ -193,3 +229,41 @@ def values_read(app: App) -> bool:
     """The history shown has its metric's values (the first one is listed before them)."""
     history = app.history if isinstance(app, WorkbenchApp) else None
     return isinstance(history, History) and not history.values_pending
+
+
+async def pending_known(pilot: Pilot, name: str, timeout: float = 30.0) -> None:
+    """Wait until the app knows `name` as a statement no run recorded yet (PendingChanged
+    handled: the banner and the `r` key use it)."""
+    app = pilot.app
+    assert isinstance(app, WorkbenchApp)
+    await wait_until(
+        pilot,
+        lambda: any(name in p.new for p in app.pending),
+        timeout=timeout,
+        what=f"{name} pending",
+    )
+
+
+async def replays_read(pilot: Pilot, seen: Seen, n: int) -> None:
+    """The Replay tab read back `n` past replays (ReplaysLoaded), for it to list them."""
+    await wait_until(
+        pilot,
+        lambda: any(len(m.replays) == n for m in seen.of(ReplaysLoaded)),
+        timeout=60,
+        what=f"{n} past replays read",
+    )
+
+
+async def plan_ready(pilot: Pilot, timeout: float = 60.0) -> str:
+    """Wait until the replay plan screen on top has its plan (or says why there is none),
+    then return the screen's text."""
+    app = pilot.app
+
+    def planned() -> bool:
+        screen = app.screen
+        return isinstance(screen, ReplayPlanScreen) and (
+            screen.plan is not None or bool(screen.plan_error)
+        )
+
+    await wait_until(pilot, planned, timeout=timeout, what="the plan")
+    return await wait_for(pilot, lambda t: "estimate" in t or "Cannot replay" in t, what="plan")

@@ -10,6 +10,7 @@ import pytest
 import textual.constants
 from conftest_app import copy_demo, loaded, make_app, run_lines, screen_text, wait_for, wait_until
 from textual.binding import Binding
+from textual.screen import Screen
 
 from florwb.app import WorkbenchApp
 from florwb.panes.history import HistoryPane
@@ -79,6 +80,18 @@ def test_every_binding_comes_from_the_key_table_with_an_id():
             assert scope_of == scope and binding.action == key.action
             method = key.action.split("(")[0]
             assert hasattr(owner, f"action_{method}"), f"{owner.__name__}.action_{method}"
+
+
+def test_each_screen_scope_is_held_by_one_screen_class():
+    """The palette offers a modal screen's keys, and runs them, where the screen on top is
+    an instance of the class whose KEY_SCOPES names the scope (not a class name's text)."""
+    classes = set(BOUND.values())
+    for scope in keys.SCOPES:
+        holders = [c for c in classes if scope in getattr(c, "KEY_SCOPES", ())]
+        if scope in keys.SCREEN_SCOPES:
+            assert len(holders) == 1 and issubclass(holders[0], Screen), (scope, holders)
+        else:
+            assert holders == [], scope
 
 
 async def test_question_mark_shows_help_generated_from_the_bindings(demo: Path):

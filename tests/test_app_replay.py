@@ -9,15 +9,20 @@ from pathlib import Path
 
 import pytest
 from conftest_app import (
+    Seen,
     copy_demo,
     loaded,
     make_app,
+    pending_known,
+    plan_ready,
+    replays_read,
     wait_for,
     wait_until,
     write_held_run,
 )
 
 from florwb.ui.format import short_run
+from florwb.ui.messages import LiveUpdated, ReplayProgressed
 from florwb_engine import project as projects
 from florwb_engine.store import Store
 
@@ -44,14 +49,14 @@ def _replayed_rows(project: Path, replay_id: str) -> int:
 
 
 async def test_replay_plan_confirm_live_progress_and_results_in_the_store(demo: Path):
-    app = make_app(demo)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pending_known(pilot, "weight_norm")
         await pilot.press("g", "j", "space")  # mark one run: replay only that one
         (run_id,) = app.marked_runs
         await pilot.press("r")
-        text = await wait_for(pilot, lambda t: "estimate" in t, timeout=30, what="the plan")
+        text = await plan_ready(pilot)
         assert "Replay plan: weight_norm" in text
         assert short_run(run_id) in text and "ready" in text
         await pilot.press("enter")  # confirm
@@ -67,6 +72,7 @@ async def test_replay_plan_confirm_live_progress_and_results_in_the_store(demo: 
         assert app.replay_running or _replays(demo)["status"].iloc[-1] == "finished"
         await pilot.press("escape", "3")  # leave the editor, then the Replay tab
         await wait_until(pilot, lambda: not app.replay_running, timeout=120)
+        await replays_read(pilot, seen, 1)
         text = await wait_for(pilot, lambda t: "rows" in t and "finished" in t)
         replays = _replays(demo)
         assert list(replays["status"]) == ["finished"]
@@ -89,16 +95,22 @@ async def test_cancel_stops_the_workers_and_leaves_nothing_half_written(demo: Pa
     script = demo / "train.py"
     held = 'flor.log("weight_norm", __import__("time").sleep(60) or '
     script.write_text(script.read_text().replace('flor.log("weight_norm", ', held))
-    app = make_app(demo)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pending_known(pilot, "weight_norm")
         await pilot.press("r")
-        await wait_for(pilot, lambda t: "estimate" in t, timeout=30, what="the plan")
+        await plan_ready(pilot)
         await pilot.press("enter")
+        await wait_until(
+            pilot,
+            lambda: any(m.progress.state == "running" for m in seen.of(ReplayProgressed)),
+            what="a segment running",
+        )
         await wait_for(pilot, lambda t: "● running" in t, what="replay running")
         await pilot.press("c")
         await wait_until(pilot, lambda: not app.replay_running, timeout=60)
+        await replays_read(pilot, seen, 1)
         await wait_for(
             pilot, lambda t: "cancelled" in t and "Past replays: 1" in t, what="cancelled"
         )
@@ -128,11 +140,17 @@ async def test_a_run_recording_in_another_terminal_shows_live_progress(demo: Pat
     """The run holds at epoch 3 of 8 until the test has seen it live (a file releases it),
     so what is checked while it records cannot race its end."""
     write_held_run(demo, "epoch * 0.5")
-    app = make_app(demo)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
         await loaded(pilot)
         proc = subprocess.Popen([sys.executable, "slow.py"], cwd=demo)
         try:
+            await wait_until(
+                pilot,
+                lambda: any(run.total == 8 for m in seen.of(LiveUpdated) for run in m.live),
+                timeout=60,
+                what="the run seen live",
+            )
             text = await wait_for(
                 pilot, lambda t: "epoch" in t and "/8" in t, timeout=60, what="live run"
             )
@@ -145,6 +163,16 @@ async def test_a_run_recording_in_another_terminal_shows_live_progress(demo: Pat
             (demo / "release").touch()
             proc.wait(timeout=60)
         await pilot.press("1")
+        await wait_until(
+            pilot,
+            lambda: (
+                app.history is not None
+                and len(app.history.runs) == 5
+                and seen.of(LiveUpdated)[-1].live == []
+            ),
+            timeout=30,
+            what="the run ended",
+        )
         text = await wait_for(
             pilot, lambda t: "5 runs" in t and "/8" not in t, timeout=30, what="finished run"
         )

@@ -5,10 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest_app import copy_demo, loaded, make_app, wait_for, wait_until
+from conftest_app import (
+    Seen,
+    copy_demo,
+    loaded,
+    make_app,
+    pending_known,
+    plan_ready,
+    replays_read,
+    wait_for,
+    wait_until,
+)
 
+from florwb.panes.replay import ReplayPane
 from florwb.screens.confirm import ConfirmScreen
 from florwb.ui.format import short_run
+from florwb.ui.messages import ReplayEnded
 from florwb_engine.store import Store
 
 # A hindsight statement that takes a while (0.3 s an epoch): a replay of it can be cancelled
@@ -20,6 +32,14 @@ GRAD_LINE = '        flor.log("bias_sum", float(sum(p.sum().item() for p in mode
 @pytest.fixture
 def demo(tmp_path: Path) -> Path:
     return copy_demo(tmp_path)
+
+
+def _a_run_done(pane: ReplayPane) -> bool:
+    """Some run's segments have all finished (the pane then shows it `✓ done`)."""
+    states: dict[str, set[str]] = {}
+    for (run_id, _segment), (_done, _total, state) in pane.segments.items():
+        states.setdefault(run_id, set()).add(state)
+    return any(found == {"finished"} for found in states.values())
 
 
 def _replays(project: Path):
@@ -35,17 +55,17 @@ def add_statement(project: Path, line: str = GRAD_LINE) -> None:
     script.write_text(text.replace(anchor, anchor + line))
 
 
-async def replay_marked(pilot, app, what: str) -> None:
-    """`r`, wait for the plan, `⏎`, wait for the replay's end: one more replay in the store
-    with a final status and the app no longer running one (a replay of one run can start
-    and end between two looks at the app, so "it was running" is not waited for)."""
-    ended_before = _ended_replays(app.project)
+async def replay_marked(pilot, app, seen: Seen, what: str) -> None:
+    """`r`, wait for the plan, `⏎`, wait for the replay's end: one more ReplayEnded and the
+    app no longer running one (a replay of one run can start and end between two looks at
+    the app, so "it was running" is not waited for)."""
+    ended_before = len(seen.of(ReplayEnded))
     await pilot.press("r")
-    await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what=f"the plan ({what})")
+    await plan_ready(pilot)
     await pilot.press("enter")
     await wait_until(
         pilot,
-        lambda: not app.replay_running and _ended_replays(app.project) > ended_before,
+        lambda: not app.replay_running and len(seen.of(ReplayEnded)) > ended_before,
         timeout=120,
         what=f"{what} ended",
     )
@@ -54,35 +74,32 @@ async def replay_marked(pilot, app, what: str) -> None:
 async def start_slow_replay_on_one_worker(pilot, demo: Path) -> None:
     """Add the slow statement, plan it, bring the plan to one worker (the four runs one
     after another) and start it: long enough to be cancelled midway on any machine."""
-    await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+    await pending_known(pilot, "weight_norm")
     add_statement(demo, SLOW_LINE)
-    await wait_for(pilot, lambda t: "slow_sum" in t, what="the slow statement")
+    await pending_known(pilot, "slow_sum")
     await pilot.press("r")
-    await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
+    await plan_ready(pilot)
     for _ in range(4):
         await pilot.press("minus")
     await wait_for(pilot, lambda t: "with 1 worker " in t, what="one worker")
     await pilot.press("enter")
 
 
-def _ended_replays(project: Path) -> int:
-    ended = _replays(project)
-    return int((ended["status"] != "running").sum()) if len(ended) else 0
-
-
 async def test_a_second_replay_in_one_session_runs_and_shows_its_progress(demo: Path):
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pending_known(pilot, "weight_norm")
         await pilot.press("g", "j", "space")  # one run: quick
         (run_id,) = app.marked_runs
-        await replay_marked(pilot, app, "first replay")
+        await replay_marked(pilot, app, seen, "first replay")
+        await replays_read(pilot, seen, 1)
         await wait_for(pilot, lambda t: "Past replays: 1" in t, what="first replay listed")
         add_statement(demo)
         await pilot.press("1")
-        await wait_for(pilot, lambda t: "bias_sum" in t, what="the new statement")
-        await replay_marked(pilot, app, "second replay")
+        await pending_known(pilot, "bias_sum")
+        await replay_marked(pilot, app, seen, "second replay")
+        await replays_read(pilot, seen, 2)
         text = await wait_for(pilot, lambda t: "Past replays: 2" in t, what="second replay listed")
         assert app.is_running
         line = next(line for line in text.splitlines() if short_run(run_id) in line)
@@ -99,13 +116,13 @@ async def test_a_second_replay_in_one_session_runs_and_shows_its_progress(demo: 
 
 
 async def test_replayed_names_are_offered_by_metric_cycling_and_show_their_values(demo: Path):
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pending_known(pilot, "weight_norm")
         await pilot.press("g", "j", "space")
         (run_id,) = app.marked_runs
-        await replay_marked(pilot, app, "replay")
+        await replay_marked(pilot, app, seen, "replay")
         await pilot.press("1")
         await wait_until(
             pilot,
@@ -138,17 +155,17 @@ async def test_a_name_a_run_has_is_not_replayed_again_and_the_default_query_coun
     from florwb_engine.store.queries import example_query
 
     acc_sql = example_query("acc")
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pending_known(pilot, "weight_norm")
         await pilot.press("g", "j", "space")
         (run_id,) = app.marked_runs
-        await replay_marked(pilot, app, "first replay")
+        await replay_marked(pilot, app, seen, "first replay")
         add_statement(demo)
         await pilot.press("1")
-        await wait_for(pilot, lambda t: "bias_sum" in t, what="the new statement")
-        await replay_marked(pilot, app, "second replay")
+        await pending_known(pilot, "bias_sum")
+        await replay_marked(pilot, app, seen, "second replay")
         # the Query tab's default query: each recorded acc once, replays or not
         await pilot.press("4")
         app.query_one("#query-pane").run_sql(acc_sql)
@@ -171,11 +188,12 @@ async def test_a_name_a_run_has_is_not_replayed_again_and_the_default_query_coun
 
 
 async def test_the_offer_to_replay_goes_once_every_run_has_the_name(demo: Path):
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), notifications=True, message_hook=seen) as pilot:
         await loaded(pilot)
+        await pending_known(pilot, "weight_norm")
         await wait_for(pilot, lambda t: "new in train.py: weight_norm" in t, what="the offer")
-        await replay_marked(pilot, app, "replay of every run")
+        await replay_marked(pilot, app, seen, "replay of every run")
         await pilot.press("1")
         text = await wait_for(pilot, lambda t: "new in train.py" not in t, what="offer gone")
         assert "r: replay past runs" not in text
@@ -188,24 +206,25 @@ async def test_the_offer_to_replay_goes_once_every_run_has_the_name(demo: Path):
 
 
 async def test_after_a_cancelled_replay_r_plans_the_runs_still_lacking_the_name(demo: Path):
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
         await start_slow_replay_on_one_worker(pilot, demo)
         await wait_until(pilot, lambda: app.replay_running, what="replay running")
         await pilot.press("c")
         await wait_until(pilot, lambda: not app.replay_running, timeout=60, what="cancelled")
         await pilot.press("1")
+        await pending_known(pilot, "weight_norm")
         await wait_for(pilot, lambda t: "new in train.py: weight_norm" in t, what="the offer")
         await pilot.press("r")
-        text = await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="a new plan")
+        text = await plan_ready(pilot)
         assert "Replay plan: weight_norm" in text and "Nothing to replay" not in text
     assert list(_replays(demo)["status"]) == ["cancelled"]
 
 
 async def test_q_during_a_replay_asks_before_quitting(demo: Path):
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
         await start_slow_replay_on_one_worker(pilot, demo)
         await wait_until(pilot, lambda: app.replay_running, what="replay running")
@@ -232,13 +251,13 @@ async def test_plan_says_segment_counts_in_words_and_caps_workers_at_the_cores(d
     import os
     import re
 
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), notifications=True, message_hook=seen) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pending_known(pilot, "weight_norm")
         await pilot.press("g", "j", "space")
         await pilot.press("r")
-        await wait_for(pilot, lambda t: "estimate" in t, timeout=60, what="the plan")
+        await plan_ready(pilot)
         for _ in range(4):
             await pilot.press("minus")
         text = await wait_for(pilot, lambda t: "with 1 worker " in t, what="one worker")
@@ -254,15 +273,18 @@ async def test_plan_says_segment_counts_in_words_and_caps_workers_at_the_cores(d
 
 async def test_cancel_keeps_the_runs_that_had_finished(demo: Path):
     """One worker replays the four runs one after another; cancelled once one is done."""
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
         await start_slow_replay_on_one_worker(pilot, demo)
-        text = await wait_for(pilot, lambda t: "✓ done" in t, timeout=120, what="a run done")
+        pane = app.query_one("#replay-pane", ReplayPane)
+        await wait_until(pilot, lambda: _a_run_done(pane), timeout=120, what="a run done")
+        text = await wait_for(pilot, lambda t: "✓ done" in t, what="a run shown done")
         await pilot.press("c")
         done = [r.run_id for r in app.history.runs if _line_of(text, r.run_id, "✓ done")]
         assert done
         await wait_until(pilot, lambda: not app.replay_running, timeout=60, what="cancelled")
+        await replays_read(pilot, seen, 1)
         text = await wait_for(pilot, lambda t: "Past replays: 1" in t, what="listed")
         for run_id in done:
             assert "finished" in _line_of(text, run_id), app.query_one("#replay-pane").result

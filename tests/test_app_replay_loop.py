@@ -8,12 +8,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest_app import copy_demo, loaded, make_app, wait_for, wait_until
+from conftest_app import (
+    Seen,
+    copy_demo,
+    loaded,
+    make_app,
+    pending_known,
+    plan_ready,
+    replays_read,
+    wait_for,
+    wait_until,
+)
 from textual.widgets import DataTable
 
 from florwb.screens.replay_detail import ReplayDetailScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.ui.format import short_run
+from florwb.ui.messages import ReplayEnded
 from florwb.widgets.code_diff import DiffView
 from florwb_engine.statements import WORKING
 from florwb_engine.store import Store
@@ -26,8 +37,8 @@ def demo(tmp_path: Path) -> Path:
 
 async def test_enter_on_a_propagatable_cell_replays_that_statement_for_chosen_runs(demo: Path):
     runs = Store(demo).run_rows()
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
         await pilot.press("2")
         pane = app.query_one("#statements-pane")
@@ -50,7 +61,7 @@ async def test_enter_on_a_propagatable_cell_replays_that_statement_for_chosen_ru
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, ReplayPlanScreen), what="plan")
         plan_screen = app.screen
-        text = await wait_for(pilot, lambda t: "estimate" in t, timeout=90, what="planned")
+        text = await plan_ready(pilot, timeout=90)
         mine = [r for r in runs if r.version == version]
         assert plan_screen.names == ["weight_norm"]
         assert sorted(plan_screen.run_ids) == sorted(r.run_id for r in mine)
@@ -66,18 +77,14 @@ async def test_enter_on_a_propagatable_cell_replays_that_statement_for_chosen_ru
         await wait_for(pilot, lambda t: "2 of 2 runs to replay" in t, what="back in")
         await pilot.press("space")
         await wait_for(pilot, lambda t: "1 of 2 runs to replay" in t, what="excluded again")
-        ended_before = len(Store(demo).query("SELECT * FROM replays"))
         await pilot.press("enter")
         await wait_until(
             pilot,
-            lambda: (
-                not app.replay_running
-                and len(Store(demo).query("SELECT * FROM replays WHERE status != 'running'"))
-                > ended_before
-            ),
+            lambda: not app.replay_running and seen.of(ReplayEnded),
             timeout=180,
             what="the replay's end",
         )
+        assert [m.result.status for m in seen.of(ReplayEnded)][-1] == "finished"
     got = Store(demo).query(
         "SELECT DISTINCT run_id FROM logs WHERE name = 'weight_norm' AND source != 'record'"
     )
@@ -86,23 +93,21 @@ async def test_enter_on_a_propagatable_cell_replays_that_statement_for_chosen_ru
 
 
 async def test_enter_on_a_past_replay_opens_its_runs_statuses_and_errors(demo: Path):
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pending_known(pilot, "weight_norm")
         await pilot.press("g", "j", "space", "r")
         (run_id,) = app.marked_runs
-        await wait_for(pilot, lambda t: "estimate" in t, timeout=90, what="the plan")
+        await plan_ready(pilot, timeout=90)
         await pilot.press("enter")
         await wait_until(
             pilot,
-            lambda: (
-                not app.replay_running
-                and len(Store(demo).query("SELECT * FROM replays WHERE status != 'running'")) == 1
-            ),
+            lambda: not app.replay_running and seen.of(ReplayEnded),
             timeout=180,
             what="the replay's end",
         )
+        await replays_read(pilot, seen, 1)
         text = await wait_for(pilot, lambda t: "Past replays: 1" in t, what="listed")
         assert "r plans the next one" in text and "c cancels" not in text  # nothing to cancel
         (replay_id,) = Store(demo).query("SELECT replay_id FROM replays")["replay_id"]

@@ -14,11 +14,22 @@ from typing import Any
 
 import pytest
 from conftest import florwb, recorded_project, run_py
-from conftest_app import copy_demo, loaded, make_app, wait_for, wait_until, write_held_run
+from conftest_app import (
+    Seen,
+    copy_demo,
+    loaded,
+    make_app,
+    pending_known,
+    wait_for,
+    wait_until,
+    write_held_run,
+)
 
+from florwb.panes.replay import ReplayPane
 from florwb.screens.replay_detail import ReplayDetailScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.ui import format as fmt
+from florwb.ui.messages import StatementTableLoaded
 from florwb_engine import replay as replay_package
 from florwb_engine.contract.replay_spec import OUTER
 from florwb_engine.record.ranks import TORCHRUN
@@ -49,7 +60,7 @@ async def test_enter_while_planning_starts_once_planned_and_one_duration_everywh
     app = make_app(demo)
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "weight_norm" in t, what="pending statement")
+        await pending_known(pilot, "weight_norm")
         await pilot.press("g", "j", "space")
         await pilot.press("r")
         await wait_until(pilot, lambda: isinstance(app.screen, ReplayPlanScreen), what="plan")
@@ -63,6 +74,8 @@ async def test_enter_while_planning_starts_once_planned_and_one_duration_everywh
         assert screen.plan.estimate_s == pytest.approx(screen.planned.estimate_s)
         await wait_until(pilot, lambda: app.screen is not screen, timeout=30, what="started")
         await wait_until(pilot, lambda: not app.replay_running, timeout=180, what="replayed")
+        pane = app.query_one("#replay-pane", ReplayPane)
+        await wait_until(pilot, lambda: pane.result is not None, what="the result shown")
         text = await wait_for(pilot, lambda t: "finished in" in t, what="the replay's end")
         (replay,) = load_replays(app.store)
         took = fmt.duration((replay.ended - replay.started).total_seconds())
@@ -75,10 +88,12 @@ async def test_enter_while_planning_starts_once_planned_and_one_duration_everywh
 async def test_the_statements_tab_keeps_its_cursor_when_the_table_is_rebuilt(
     demo: Path,
 ) -> None:
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
         await pilot.press("2")
+        tables = seen.of  # the pane handles a StatementTableLoaded as it is dispatched
+        await wait_until(pilot, lambda: tables(StatementTableLoaded), what="the table built")
         await wait_for(pilot, lambda t: "weight_norm" in t and "→" in t, what="the matrix")
         matrix = app.query_one("#matrix")
         await pilot.press("j", "j", "h")
@@ -87,13 +102,16 @@ async def test_the_statements_tab_keeps_its_cursor_when_the_table_is_rebuilt(
         await pilot.press("1")
         run_py(demo, "train.py")  # a new run: the history and the statement table change
         await wait_until(pilot, lambda: len(app.history.runs) == 5, timeout=60, what="new run")
+        built = len(tables(StatementTableLoaded))
         await pilot.press("2")
         await wait_until(
             pilot,
-            lambda: app.query_one("#statements-pane").stale is False,
+            lambda: len(tables(StatementTableLoaded)) > built,
             what="the table rebuilt",
         )
-        await pilot.pause(0.3)
+        first, last = tables(StatementTableLoaded)[0], tables(StatementTableLoaded)[-1]
+        runs = [sum(m.table.runs_per_version.values()) for m in (first, last)]
+        assert runs == [4, 5]  # rebuilt with the new run
         assert matrix.cursor_coordinate == before
 
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for, wait_until
+from conftest_app import (
+    copy_demo,
+    loaded,
+    make_app,
+    pending_known,
+    screen_text,
+    wait_for,
+    wait_until,
+)
 
 from florwb.components.live_monitor import LiveMonitor
 from florwb.ui.format import short_version
@@ -106,7 +114,7 @@ async def test_saving_a_new_log_statement_is_noticed_and_offers_a_replay(demo: P
     app = make_app(demo)
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "weight_norm" in t, what="first pending statement")
+        await pending_known(pilot, "weight_norm")
         # the watcher says when it watches (inotify watches are in place): no sleep
         monitor = app.query_one(LiveMonitor)
         await wait_until(pilot, lambda: monitor.watcher_ready, what="the script watcher")
@@ -118,7 +126,8 @@ async def test_saving_a_new_log_statement_is_noticed_and_offers_a_replay(demo: P
         script.write_text(code)  # "another terminal" saves the script
         # the watcher (not the journal poll: no journal changed) brings it within a second
         # on an idle machine; the wait is generous for busy CI machines
-        text = await wait_for(pilot, lambda t: "lr_now" in t, timeout=20, what="new statement")
+        await pending_known(pilot, "lr_now", timeout=20)
+        text = await wait_for(pilot, lambda t: "lr_now" in t, what="new statement shown")
         assert "r: replay past runs" in text
         # the offer is real: r opens the replay plan for both new statements
         await pilot.press("r")

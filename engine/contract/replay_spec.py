@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-ENV = "FLORWB_REPLAY"
+from florwb_engine import settings
+
+ENV = settings.REPLAY.name
 
 ReplayMode = Literal["prefix", "outer", "inner"]
 PREFIX: Final = "prefix"  # statements before the main loop: run the script up to it, then stop

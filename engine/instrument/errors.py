@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from florwb_engine.errors import FlorwbError
 
-class InstrumentError(Exception):
+
+class InstrumentError(FlorwbError):
     """The script cannot be read or parsed: a one-line reason, shown without a traceback."""
+
+    title = "Cannot instrument the script"

@@ -7,6 +7,10 @@ cannot be analysed at all, such as a source that does not parse.
 
 from __future__ import annotations
 
+from florwb_engine.errors import FlorwbError
 
-class PropagationError(Exception):
+
+class PropagationError(FlorwbError):
     """A source cannot be analysed; the message is one line and names the file line."""
+
+    title = "Cannot place the log statements"

@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Any
 
+from florwb_engine import settings
 from florwb_engine.processes import is_multiprocessing_child
 
 ORIGINAL_ARGV: list[str] = list(sys.argv)
@@ -45,7 +46,7 @@ def split_kwargs(argv: list[str]) -> tuple[list[str], dict[str, str]]:
     return kept, pairs
 
 
-ENV = "FLORWB_KWARGS"
+ENV = settings.KWARGS.name
 
 
 def take_cli_kwargs() -> dict[str, str]:

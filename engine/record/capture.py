@@ -26,21 +26,19 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import re
 import sys
 import threading
 from types import ModuleType
 from typing import Any
 
+from florwb_engine import settings as env
 from florwb_engine.journal_events import Console
 from florwb_engine.record import notebook
 from florwb_engine.record.values import REPLACED
 
-ENV_NAMES = ("FLORWB_CAPTURE", "FLOR_CAPTURE")
-OFF_VALUES = frozenset({"0", "false", "no", "off"})
-MAX_LINE = int(os.environ.get("FLORWB_CAPTURE_MAX_LINE", "1000"))
-MAX_LINES = int(os.environ.get("FLORWB_CAPTURE_MAX_LINES", "100000"))
+MAX_LINE = env.read(env.CAPTURE_MAX_LINE)
+MAX_LINES = env.read(env.CAPTURE_MAX_LINES)
 CAPPED = "console capped"
 
 # Written by the tee and the logging wrapper, drained by the flusher: channel, ctx_id, text.
@@ -52,7 +50,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 
 def enabled_by_env() -> bool:
     """False when FLORWB_CAPTURE or FLOR_CAPTURE says off (0, false, no, off)."""
-    return not any(os.environ.get(name, "").strip().lower() in OFF_VALUES for name in ENV_NAMES)
+    return env.read(env.CAPTURE) and env.read(env.FLOR_CAPTURE)
 
 
 class Settings:

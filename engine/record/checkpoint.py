@@ -39,12 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from florwb_engine import settings
 from florwb_engine.atomic import sync_folder, temp_path
 from florwb_engine.journal_events import Checkpoint
 from florwb_engine.record import loop_state
 from florwb_engine.record.values import Device, attr_of
 
-DEFAULT_BUDGET = float(os.environ.get("FLORWB_CKPT_BUDGET", "0.02"))
+DEFAULT_BUDGET = settings.read(settings.CKPT_BUDGET)
 _ASSUMED_BYTES_PER_S = 1e9  # first-checkpoint estimate, before anything was measured
 
 

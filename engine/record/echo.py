@@ -12,29 +12,19 @@ The last iteration's line is always printed. Only while recording, never in a re
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
 
+from florwb_engine import settings
 from florwb_engine.record.values import PENDING, PRIMITIVES, Staged
 
-ENV = "FLORWB_ECHO"
+ENV = settings.ECHO.name
 
 
 def interval_from_env() -> float | None:
     """Seconds between lines, or None when echo is off (unset, empty, 0 or not a number)."""
-    raw = os.environ.get(ENV, "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return None
-    if raw in ("1", "true", "yes", "on"):
-        return 1.0
-    try:
-        seconds = float(raw)
-    except ValueError:
-        print(f"florwb: {ENV}={raw!r} is not a number of seconds; echo is off", file=sys.stderr)
-        return None
-    return seconds if seconds > 0 else None
+    return settings.read(settings.ECHO)
 
 
 class Echo:

@@ -38,6 +38,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+from florwb_engine import settings
 from florwb_engine.journal_events import Issues
 from florwb_engine.record.values import Device, attr_of
 
@@ -53,15 +54,7 @@ UNMEMOIZED = "unmemoized"  # checkpoint key: {name: why it is not in `left`}
 def _max_bytes() -> int:
     """The bound on one checkpoint's carried values (`FLORWB_CARRIED_MAX_BYTES`); a value
     that is not a number is said once and the default used: training goes on."""
-    text = os.environ.get("FLORWB_CARRIED_MAX_BYTES", "")
-    try:
-        return int(text) if text else 64 << 20
-    except ValueError:
-        print(
-            f"florwb: FLORWB_CARRIED_MAX_BYTES={text!r} is not a number; using 64 MiB",
-            file=sys.stderr,
-        )
-        return 64 << 20
+    return settings.read(settings.CARRIED_MAX_BYTES)
 
 
 MAX_BYTES = _max_bytes()

@@ -27,13 +27,14 @@ from typing import Any
 
 from florwb_engine import project as projects
 from florwb_engine.contract.checkpoint_files import MANIFEST_SUFFIX
+from florwb_engine.errors import FlorwbError
 from florwb_engine.record.checkpoint import safe_loop_name
 
 _FILE = re.compile(r"^(?P<loop>.+)-(?P<iteration>\d+)\.pt$")
 _MANIFEST = re.compile(r"^(?P<loop>.+)-(?P<iteration>\d+)" + re.escape(MANIFEST_SUFFIX) + "$")
 
 
-class CheckpointError(LookupError):
+class CheckpointError(FlorwbError, LookupError):
     """A run, loop or iteration with no checkpoint; the message is one line."""
 
 

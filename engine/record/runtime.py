@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from florwb_engine import journal_events as ev
-from florwb_engine import processes
+from florwb_engine import processes, settings
 from florwb_engine import project as projects
 from florwb_engine.contract.replay_spec import ENV as REPLAY_ENV
 from florwb_engine.contract.replay_spec import ReplaySpec
@@ -51,8 +51,8 @@ _NAMING = frozenset({ev.Start.kind, ev.Version.kind, ev.VersionError.kind, ev.Ar
 
 FLUSH_INTERVAL_S = 0.05
 RETRY_INTERVAL_S = 0.5  # between tries to write a journal that failed (disk full...)
-FINAL_RETRY_S = float(os.environ.get("FLORWB_FINAL_RETRY_S", "3"))
-BUFFER_LIMIT = int(float(os.environ.get("FLORWB_BUFFER_MB", "256")) * (1 << 20))
+FINAL_RETRY_S = settings.read(settings.FINAL_RETRY_S)
+BUFFER_LIMIT = int(settings.read(settings.BUFFER_MB) * (1 << 20))
 
 LOGS: list = []  # name, value, ctx_id, name, value, ctx_id, ...
 TIMINGS: list = []  # ctx_id, wait_s, iter_s, ...

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from florwb_engine import settings
 from florwb_engine.atomic import sync_folder, write_atomic
 from florwb_engine.contract.checkpoint_files import MANIFEST_SUFFIX
 from florwb_engine.journal import ITERATION_MASK
@@ -203,7 +204,7 @@ def _save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
 def attach(run: Any) -> None:
     """Start mirroring for a recording run (replay workers do not mirror)."""
     global _ACTIVE, WAITING
-    if run is None or run.replayer is not None or os.environ.get("FLORWB_MIRROR_SAVES") == "0":
+    if run is None or run.replayer is not None or not settings.read(settings.MIRROR_SAVES):
         return
     _ACTIVE = Mirror(run)
     WAITING = True

@@ -32,8 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from florwb_engine import settings
 from florwb_engine.atomic import write_atomic
-from florwb_engine.contract.replay_spec import ENV as REPLAY_ENV
 
 FILE = "start-rng.json"
 AT_IMPORT = "at_import"  # the states when florwb was imported, inside the file's states
@@ -44,7 +44,7 @@ def note_import() -> None:
     """At `import florwb`: remember the RNG states (recording), or, in a replay worker
     started as a fresh interpreter, put back the run's (see restore_before_script)."""
     global _at_import
-    spec = os.environ.get(REPLAY_ENV)
+    spec = settings.read(settings.REPLAY)
     if spec:
         restore_before_script(spec)
     else:

@@ -25,17 +25,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from florwb_engine import settings
 from florwb_engine.journal_events import System
 
-SAMPLE_S = 5.0
-SAMPLE_ENV = "FLORWB_SYSTEM_SAMPLE_S"  # seconds between samples; 0 turns sampling off
+SAMPLE_S = settings.SYSTEM_SAMPLE_S.default
+SAMPLE_ENV = settings.SYSTEM_SAMPLE_S.name  # seconds between samples; 0 turns sampling off
 
 
 def sample_interval() -> float:
-    try:
-        return max(float(os.environ.get(SAMPLE_ENV, SAMPLE_S)), 0.0)
-    except ValueError:
-        return SAMPLE_S
+    return settings.read(settings.SYSTEM_SAMPLE_S)
 
 
 class SystemSampler:

@@ -43,9 +43,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-MODE_ENV = "FLORWB_REPLAY_CONTAIN"
-COPY_MAX_ENV = "FLORWB_REPLAY_COPY_MAX"
-DEFAULT_COPY_MAX = 2**30
+from florwb_engine import settings
+from florwb_engine.errors import FlorwbError
+
+MODE_ENV = settings.REPLAY_CONTAIN.name
+COPY_MAX_ENV = settings.REPLAY_COPY_MAX.name
+DEFAULT_COPY_MAX = settings.REPLAY_COPY_MAX.default
 # "namespace": a private mount namespace overlays the project's parent; "copy": left-out
 # files are copied into the replay's folder (no namespace here, or FLORWB_REPLAY_CONTAIN=copy)
 ContainmentMode = Literal["namespace", "copy"]
@@ -60,8 +63,10 @@ _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
 
 
-class ContainmentError(Exception):
+class ContainmentError(FlorwbError):
     """A replay whose writes could not be kept off the user's files: it must not start."""
+
+    title = "The replay cannot start"
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,7 @@ class Containment:
 
 def choose(project: Path, store: Path) -> Containment:
     """The namespace where this machine allows it (probed once per process), else copies."""
-    wanted = os.environ.get(MODE_ENV, "auto").strip().lower()
+    wanted = settings.read(settings.REPLAY_CONTAIN)
     if wanted == "copy":
         return Containment("copy", why=f"{MODE_ENV}=copy")
     lowers = _overlaid(project.resolve())
@@ -133,7 +138,7 @@ _PROBING_LOCK = threading.Lock()
 def probe_soon(project: Path) -> None:
     """Start probing the namespace for `project`'s folders now, in a thread: the probe's
     fresh interpreter then starts while the replay is planned, and `choose` waits for it."""
-    if os.environ.get(MODE_ENV, "auto").strip().lower() == "copy":
+    if settings.read(settings.REPLAY_CONTAIN) == "copy":
         return
     lowers = _overlaid(project.resolve())
     key = "\0".join(map(str, lowers))
@@ -341,11 +346,10 @@ def _bytes(path: Path) -> int:
 
 
 def _copy_budget() -> int:
-    raw = os.environ.get(COPY_MAX_ENV, "")
     try:
-        return int(raw) if raw.strip() else DEFAULT_COPY_MAX
-    except ValueError:
-        raise ContainmentError(f"{COPY_MAX_ENV} must be a number of bytes, not {raw!r}") from None
+        return settings.read(settings.REPLAY_COPY_MAX)
+    except settings.SettingError as exc:
+        raise ContainmentError(str(exc)) from None
 
 
 def _mib(n: int) -> str:

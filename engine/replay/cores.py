@@ -25,8 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-THREADS_ENV = "FLORWB_REPLAY_THREADS"  # the worker's budget, read by the fork server's child
-INTEROP_ENV = "FLORWB_REPLAY_INTEROP_THREADS"  # the recorded inter-op count, where known
+from florwb_engine import settings
+
+THREADS_ENV = settings.REPLAY_THREADS.name  # the worker's budget, read by the fork server's child
+INTEROP_ENV = settings.REPLAY_INTEROP_THREADS.name  # the recorded inter-op count, where known
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -129,15 +131,15 @@ def limit_threads() -> None:
     threads) to a torch already imported (the fork server preloads it); a later import
     reads the environment. The inter-op count can only be set before torch's inter-op
     pool has started: a fork server that started it leaves the worker with its count."""
-    value = os.environ.get(THREADS_ENV, "")
-    if not value.isdigit() or int(value) < 1:
+    threads = settings.read(settings.REPLAY_THREADS)
+    if threads is None:
         return
     torch = sys.modules.get("torch")
     if torch is None:
         return
-    torch.set_num_threads(int(value))
-    interop = os.environ.get(INTEROP_ENV, "")
-    if interop.isdigit() and int(interop) >= 1 and torch.get_num_interop_threads() != int(interop):
+    torch.set_num_threads(threads)
+    interop = settings.read(settings.REPLAY_INTEROP_THREADS)
+    if interop is not None and torch.get_num_interop_threads() != interop:
         # Refused once the pool has run (a worker forked after torch used it); harmless:
         # inter-op threads run independent ops side by side, they do not split reductions,
         # so the values logged are the same.

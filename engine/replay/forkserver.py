@@ -49,6 +49,8 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from florwb_engine import settings
+
 from .cores import limit_threads
 from .lazy_dynamo import defer_dynamo_import
 
@@ -318,10 +320,9 @@ def run_child(request: dict, boot: set[str]) -> None:
     defer_dynamo_import()
     # the run's RNG states at `import florwb` (the package's import restores them when it
     # is first imported here; the server may have imported it already)
-    from florwb_engine.contract.replay_spec import ENV as REPLAY_ENV
     from florwb_engine.record import start_rng
 
-    start_rng.restore_before_script(os.environ.get(REPLAY_ENV))
+    start_rng.restore_before_script(settings.read(settings.REPLAY))
     runpy.run_path(argv[0], run_name="__main__")
 
 
@@ -346,8 +347,8 @@ def main(boot: set[str], log: str) -> None:
 # Set in a shared server's session: the server it was forked from had threads running, so
 # its workers exec a fresh interpreter (the session's own threading module cannot tell).
 _THREADED_PARENT = False
-IDLE_ENV = "FLORWB_FORKSERVER_IDLE_S"
-DEFAULT_IDLE_S = 300.0
+IDLE_ENV = settings.FORKSERVER_IDLE_S.name
+DEFAULT_IDLE_S = settings.FORKSERVER_IDLE_S.default
 
 
 def main_shared(boot: set[str], path: str, idle_s: float) -> None:
@@ -531,10 +532,7 @@ def warm_workers(project: Path, names: Iterable[str] = ()) -> ForkServer:
 def idle_seconds() -> float:
     """How long the shared server waits for the next replay (FLORWB_FORKSERVER_IDLE_S);
     0: every replay starts a server of its own."""
-    try:
-        return max(0.0, float(os.environ.get(IDLE_ENV, DEFAULT_IDLE_S)))
-    except ValueError:
-        return DEFAULT_IDLE_S
+    return settings.read(settings.FORKSERVER_IDLE_S)
 
 
 # Variables that differ between terminals of one user without changing what a process

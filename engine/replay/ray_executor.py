@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from florwb_engine.contract.replay_spec import ENV, ReplaySpec
+from florwb_engine.errors import FlorwbError
 from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.replay.cores import recorded_thread_env, recorded_threads, thread_env
@@ -56,7 +57,7 @@ GIVE_UP_S = 30.0  # after a forced cancel, how long Ray gets to report the tasks
 INSTALL_HINT = "the ray executor needs Ray: pip install 'florwb[ray]'"
 
 
-class RayUnavailable(RuntimeError):
+class RayUnavailable(FlorwbError, RuntimeError):
     """Ray is not installed or the cluster cannot be reached: said in one line."""
 
 

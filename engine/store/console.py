@@ -21,6 +21,7 @@ from typing import Any
 
 import duckdb
 
+from florwb_engine.errors import FlorwbError
 from florwb_engine.store.repair import again_if_rebuilt
 
 TABLE = """
@@ -229,7 +230,7 @@ def run_extraction(store: Any, run_id: str, pattern: str, save: bool) -> Extract
 # --- extraction -----------------------------------------------------------------------
 
 
-class ExtractError(ValueError):
+class ExtractError(FlorwbError, ValueError):
     """A pattern that cannot extract anything; the message is one line."""
 
 

@@ -15,7 +15,6 @@ process can checkpoint into the file).
 from __future__ import annotations
 
 import logging
-import os
 import random
 import re
 import threading
@@ -28,8 +27,11 @@ from typing import Any
 
 import duckdb
 
+from florwb_engine import settings
+from florwb_engine.errors import FlorwbError
+
 DB_FILENAME = "florwb.duckdb"
-LOCK_TIMEOUT_S = 120.0  # FLORWB_LOCK_WAIT_S overrides it (tests, impatient scripts)
+LOCK_TIMEOUT_S = settings.LOCK_WAIT_S.default  # FLORWB_LOCK_WAIT_S overrides it
 LOCK_NOTICE_AFTER_S = 1.0  # a wait longer than this is said once (logged at INFO level)
 
 # Who waits on whose lock: said through logging, so the engine stays silent under a TUI
@@ -162,17 +164,16 @@ def exclusive_here(store: Path) -> Iterator[None]:
 
 def lock_timeout_s() -> float:
     """How long a connection waits for another process's lock before StoreBusy."""
-    try:
-        return float(os.environ.get("FLORWB_LOCK_WAIT_S", LOCK_TIMEOUT_S))
-    except ValueError:
-        return LOCK_TIMEOUT_S
+    return settings.read(settings.LOCK_WAIT_S)
 
 
-class StoreBusy(RuntimeError):
+class StoreBusy(FlorwbError, RuntimeError):
     """The database stayed locked by another process for longer than we wait."""
 
+    title = "The catalog is busy"
 
-class StoreError(RuntimeError):
+
+class StoreError(FlorwbError, RuntimeError):
     """An expected store failure with a one-line message (bad SQL, unknown name...)."""
 
 

@@ -28,6 +28,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from florwb_engine import settings
+from florwb_engine.errors import FlorwbError
 from florwb_engine.journal import SUFFIX
 from florwb_engine.project import STORE_DIRNAME, checkpoint_dir, journal_dir
 
@@ -37,7 +39,7 @@ _REMOTE = re.compile(r"^(?P<host>[^/:]+):(?P<path>.*)$")
 _BLOCK = 1 << 20
 
 
-class PullError(Exception):
+class PullError(FlorwbError):
     """The source cannot be read: not a florwb project, or ssh failed."""
 
 
@@ -91,7 +93,7 @@ def _fetch(host: str, path: str, dest: Path) -> None:
 
 
 def _untar(host: str, command: str, dest: Path) -> None:
-    ssh = shlex.split(os.environ.get("FLORWB_SSH", "ssh"))
+    ssh = shlex.split(settings.read(settings.SSH))
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile() as stream:
         proc = subprocess.run([*ssh, host, command], stdout=stream, stderr=subprocess.PIPE)

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from florwb_engine import settings
+
 from ._git import git, user_env
 from .userrepo import STORE_DIRNAME
 
@@ -28,8 +30,8 @@ __all__ = [
     "walk_candidates",
 ]
 
-DEFAULT_MAX_FILE_BYTES = 2 * 2**20
-DEFAULT_MAX_FILES = 20_000
+DEFAULT_MAX_FILE_BYTES = settings.SNAPSHOT_MAX_BYTES.default
+DEFAULT_MAX_FILES = settings.SNAPSHOT_MAX_FILES.default
 _BINARY_PROBE = 8192
 _SKIP_DIRS = frozenset({"__pycache__", "node_modules"})
 

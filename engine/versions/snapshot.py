@@ -7,15 +7,14 @@ safe to run from several training processes at once (the store's file lock).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from florwb_engine import settings
 
 from ._git import VersionError
 from .object_store import changed_paths, write_tree
 from .select import (
-    DEFAULT_MAX_FILE_BYTES,
-    DEFAULT_MAX_FILES,
     SkippedFile,
     git_candidates,
     select_files,
@@ -25,8 +24,8 @@ from .userrepo import STORE_DIRNAME, read_user_repo
 
 __all__ = ["Snapshot", "snapshot"]
 
-MAX_BYTES_ENV = "FLORWB_SNAPSHOT_MAX_BYTES"
-MAX_FILES_ENV = "FLORWB_SNAPSHOT_MAX_FILES"
+MAX_BYTES_ENV = settings.SNAPSHOT_MAX_BYTES.name
+MAX_FILES_ENV = settings.SNAPSHOT_MAX_FILES.name
 
 
 @dataclass(frozen=True)
@@ -43,17 +42,16 @@ class Snapshot:
     in_git: bool
 
 
-def _limit(explicit: int | None, env_name: str, default: int) -> int:
+def _limit(explicit: int | None, var: settings.Var[int]) -> int:
     if explicit is not None:
         value = explicit
     else:
-        raw = os.environ.get(env_name, "").strip()
         try:
-            value = int(raw) if raw else default
-        except ValueError:
-            raise VersionError(f"{env_name} must be a whole number, not {raw!r}") from None
+            value = settings.read(var)
+        except settings.SettingError as exc:
+            raise VersionError(str(exc)) from None
     if value < 0:
-        raise VersionError(f"snapshot limit {env_name} must not be negative")
+        raise VersionError(f"snapshot limit {var.name} must not be negative")
     return value
 
 
@@ -74,8 +72,8 @@ def snapshot(
     store = Path(store_dir).resolve()
     if not project.is_dir():
         raise VersionError(f"project folder does not exist: {project}")
-    byte_cap = _limit(max_file_bytes, MAX_BYTES_ENV, DEFAULT_MAX_FILE_BYTES)
-    file_cap = _limit(max_files, MAX_FILES_ENV, DEFAULT_MAX_FILES)
+    byte_cap = _limit(max_file_bytes, settings.SNAPSHOT_MAX_BYTES)
+    file_cap = _limit(max_files, settings.SNAPSHOT_MAX_FILES)
     excluded = [f"{STORE_DIRNAME}/"]
     if store.is_relative_to(project) and store != project:
         excluded.append(store.relative_to(project).as_posix() + "/")

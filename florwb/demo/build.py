@@ -12,6 +12,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from florwb_engine.errors import FlorwbError
+
 HERE = Path(__file__).parent
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "florwb demo",
@@ -25,7 +27,7 @@ VERSIONS = (
 )
 
 
-class DemoError(Exception):
+class DemoError(FlorwbError):
     """The demo project could not be built; printed as one line."""
 
 

@@ -104,6 +104,7 @@ def legend_lines(height: int) -> int:
 
 class ChartScreen(Screen[None]):
     BINDINGS = keys.bindings("chart")
+    KEY_SCOPES = ("chart",)
     DEFAULT_CSS = """
     ChartScreen #chart-status { height: 2; padding: 0 1; color: $text-muted; }
     ChartScreen ChartView { height: 1fr; }

@@ -15,6 +15,7 @@ class ConfirmScreen(ModalScreen[bool]):
     """Dismissed with True for y/⏎/Yes, False for n/esc/No."""
 
     BINDINGS = keys.bindings("confirm")
+    KEY_SCOPES = ("confirm",)
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
     ConfirmScreen > Vertical { width: 64; max-width: 95%; height: auto;

@@ -17,6 +17,7 @@ class ExportScreen(ModalScreen[Path | None]):
     """Returns the path typed (relative paths are relative to the project), or None."""
 
     BINDINGS = keys.bindings("export")
+    KEY_SCOPES = ("export",)
     DEFAULT_CSS = """
     ExportScreen { align: center middle; }
     ExportScreen > Vertical { width: 76; max-width: 95%; height: auto; border: thick $primary;

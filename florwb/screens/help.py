@@ -60,6 +60,7 @@ class HelpScreen(ModalScreen[None]):
     """Built with the keymap in force (binding id -> keys)."""
 
     BINDINGS = keys.bindings("help")
+    KEY_SCOPES = ("help",)
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > Vertical { width: 80; max-width: 100%; height: 100%; border: thick $primary;

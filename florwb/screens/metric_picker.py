@@ -61,6 +61,7 @@ class MetricPicker(ModalScreen[Picked | None]):
     """`/` on the chart: the numeric names of the charted runs, fuzzy-searched."""
 
     BINDINGS = keys.bindings("metric_picker")
+    KEY_SCOPES = ("metric_picker",)
     DEFAULT_CSS = """
     MetricPicker { align: center middle; }
     MetricPicker > Vertical { width: 76; max-width: 95%; height: 80%; border: thick $primary;

@@ -47,6 +47,7 @@ class QueryHistoryPicker(ModalScreen[str | None]):
     """F8: the query history, newest first; enter puts one back in the editor."""
 
     BINDINGS = keys.bindings("query_history")
+    KEY_SCOPES = ("query_history",)
     DEFAULT_CSS = """
     QueryHistoryPicker { align: center middle; }
     QueryHistoryPicker > Vertical { width: 76; max-width: 95%; height: 70%; border: thick $primary;

@@ -101,6 +101,7 @@ class ReplayDetailScreen(Screen[None]):
     """The replay's runs with their statuses and errors; esc goes back."""
 
     BINDINGS = keys.bindings("replay_detail")
+    KEY_SCOPES = ("replay_detail",)
     DEFAULT_CSS = """
     ReplayDetailScreen #replay-detail-scroll { padding: 0 1; }
     """

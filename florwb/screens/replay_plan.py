@@ -70,6 +70,7 @@ class ReplayPlanScreen(ModalScreen[Any]):
     and the fork server warmed up while the user read it."""
 
     BINDINGS = keys.bindings("plan")
+    KEY_SCOPES = ("plan", "plan_runs")
     DEFAULT_CSS = """
     ReplayPlanScreen { align: center middle; }
     ReplayPlanScreen > Vertical { width: 78; max-width: 100%; height: auto; max-height: 100%;

@@ -195,6 +195,7 @@ class RunCompareScreen(Screen[None]):
     """Run A (marked first in the list) against run B; Δ is B minus A."""
 
     BINDINGS = keys.bindings("compare")
+    KEY_SCOPES = ("compare",)
     DEFAULT_CSS = """
     RunCompareScreen #compare-top { height: auto; max-height: 65%; padding: 0 1; }
     RunCompareScreen.-same-code #compare-top { max-height: 100%; }

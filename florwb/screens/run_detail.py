@@ -545,6 +545,7 @@ class RenderedOnce(Widget):
 
 class RunDetailScreen(Screen[None]):
     BINDINGS = keys.bindings("run")
+    KEY_SCOPES = ("run",)
     DEFAULT_CSS = """
     RunDetailScreen #detail-scroll { padding: 0 1; }
     RunDetailScreen #metric-find { display: none; }

@@ -36,6 +36,7 @@ class TextViewScreen(ModalScreen[None]):
     """A title, the text in a read-only, scrollable editor, esc to close."""
 
     BINDINGS = keys.bindings("textview")
+    KEY_SCOPES = ("textview",)
     DEFAULT_CSS = """
     TextViewScreen { align: center middle; }
     TextViewScreen > Vertical { width: 90%; height: 80%; border: thick $primary;

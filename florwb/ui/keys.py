@@ -1,7 +1,8 @@
 """Every key binding of the workbench, as data with ids (the Posting / W&B approach).
 
 Screens and widgets take their BINDINGS from this table. Each id is stable, so a keymap
-(`App.set_keymap({"history.filter": "f"})`) can rebind it; the `?` help screen and the
+(`App.set_keymap({"history.filter": "f"})`, or the user's keymap file, `load_keymap`) can
+rebind it; the `?` help screen and the
 command palette read the table through `active_keys` with the app's keymap applied, so
 what they say is what the keys do. How a key reads on screen (`enter` -> `⏎`) is a property
 of the key, not of the binding (`KEY_DISPLAY`), so a rebound key reads right in the footer.
@@ -9,10 +10,18 @@ of the key, not of the binding (`KEY_DISPLAY`), so a rebound key reads right in 
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from textual.binding import Binding, BindingType
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the same parser, before it joined the standard library
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -29,50 +38,49 @@ class Key:
     palette: bool = True  # offered in the command palette
 
 
-# Scope id -> (title in the help screen, CSS selector of the node holding the actions, tab
-# to switch to before running an action from the command palette).
+# Scope id -> (title in the help screen, CSS selector of the widget holding the actions on
+# its screen ("": the screen itself, or the app for "app"), tab to switch to before running
+# an action from the command palette). A scope without a tab lives on a modal screen: the
+# screen class names it in its KEY_SCOPES, so the palette offers its keys while an instance
+# of that class is on top and runs them there (`screen_scopes`).
 SCOPES: dict[str, tuple[str, str, str | None]] = {
     "app": ("Everywhere", "", None),
     "history": ("Version history (1)", "#history-list", "history"),
     "statements": ("Log-statement diff (2)", "#statements-pane", "statements"),
     "replay": ("Replay (3)", "#replay-pane", "replay"),
     "query": ("Query (4)", "#query-pane", "query"),
-    "run": ("Run detail", "RunDetailScreen", None),
-    "plan": ("Replay plan", "ReplayPlanScreen", None),
-    "chart": ("Chart", "ChartScreen", None),
+    "run": ("Run detail", "", None),
+    "plan": ("Replay plan", "", None),
+    "chart": ("Chart", "", None),
     "matrix": ("Statement matrix (2)", "#matrix", "statements"),
     "results": ("Query results (4)", "#results", "query"),
     "diff": ("Code diff", "DiffView", "statements"),
     "plan_runs": ("Replay plan: runs", "PlanRunsTable", None),
     "past": ("Past replays (3)", "#past-replays", "replay"),
-    "compare": ("Run comparison", "RunCompareScreen", None),
-    "replay_detail": ("Replay detail", "ReplayDetailScreen", None),
+    "compare": ("Run comparison", "", None),
+    "replay_detail": ("Replay detail", "", None),
     "editor": ("SQL editor completion (4)", "#sql", "query"),
-    "textview": ("Error / cell viewer", "TextViewScreen", None),
-    "export": ("Export a result", "ExportScreen", None),
-    "query_history": ("Query history (4, F8)", "QueryHistoryPicker", None),
-    "metric_picker": ("Chart: find a metric", "MetricPicker", None),
-    "help": ("This help", "HelpScreen", None),
-    "confirm": ("A question (quit during a replay)", "ConfirmScreen", None),
-    "error": ("An error", "ErrorScreen", None),
+    "textview": ("Error / cell viewer", "", None),
+    "export": ("Export a result", "", None),
+    "query_history": ("Query history (4, F8)", "", None),
+    "metric_picker": ("Chart: find a metric", "", None),
+    "help": ("This help", "", None),
+    "confirm": ("A question (quit during a replay)", "", None),
+    "error": ("An error", "", None),
 }
+APP_SCOPE = "app"
 
 # Scopes that live on a modal screen: offered by the palette only while it is open.
-SCREEN_SCOPES = {
-    "run": "RunDetailScreen",
-    "plan": "ReplayPlanScreen",
-    "plan_runs": "ReplayPlanScreen",
-    "compare": "RunCompareScreen",
-    "replay_detail": "ReplayDetailScreen",
-    "chart": "ChartScreen",
-    "textview": "TextViewScreen",
-    "export": "ExportScreen",
-    "query_history": "QueryHistoryPicker",
-    "metric_picker": "MetricPicker",
-    "help": "HelpScreen",
-    "confirm": "ConfirmScreen",
-    "error": "ErrorScreen",
-}
+SCREEN_SCOPES = frozenset(
+    scope for scope, (_title, _sel, tab) in SCOPES.items() if tab is None and scope != APP_SCOPE
+)
+
+
+def screen_scopes(screen: object) -> tuple[str, ...]:
+    """The scopes whose keys live on `screen`: its class's KEY_SCOPES (none for the
+    tabs' screen)."""
+    return tuple(getattr(type(screen), "KEY_SCOPES", ()))
+
 
 KEYS: dict[str, tuple[Key, ...]] = {
     "app": (
@@ -240,7 +248,10 @@ KEYS: dict[str, tuple[Key, ...]] = {
         Key("confirm.yes", "y,enter", "answer(True)", "Yes", palette=False),
         Key("confirm.no", "n,escape,q", "answer(False)", "No", palette=False),
     ),
-    "error": (Key("error.close", "escape,enter,q", "dismiss_error", "Close the error"),),
+    "error": (
+        Key("error.close", "escape,enter,q", "dismiss_error", "Close the error"),
+        Key("error.details", "t", "toggle_details", "Show / hide the error's traceback"),
+    ),
     "chart": (
         Key("chart.back", "escape,backspace", "back", "Back", True, label="back"),
         Key("chart.axis", "x", "next_axis", "x axis: steps / epochs / wall time", True, "axis"),
@@ -326,3 +337,62 @@ def find(key_id: str) -> tuple[str, Key]:
             if key.id == key_id:
                 return scope, key
     raise KeyError(key_id)
+
+
+KEYMAP_FILE = Path("florwb") / "keymap.toml"
+
+
+def keymap_path() -> Path:
+    """The user's keymap file: `$XDG_CONFIG_HOME/florwb/keymap.toml`, else under
+    `~/.config`."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / KEYMAP_FILE
+
+
+def load_keymap(path: Path | None = None) -> tuple[dict[str, str], str | None]:
+    """The keymap in the user's file (binding id -> keys) and a one-line warning.
+
+    The file maps binding ids (those `?` lists) to keys, a string of comma-separated key
+    names or a list of them: `history.filter = "f"` (TOML reads the dotted id as a table,
+    as does `[history]` then `filter = "f"`). No file: no keymap, no warning. A file that
+    does not parse or names an unknown id or a value that is no key is ignored whole, so
+    the defaults stay in force, and the warning says why."""
+    path = keymap_path() if path is None else path
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        return {}, None
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        return {}, f"{path}: ignored ({_first_line(exc)}); the default keys are in force"
+    keymap: dict[str, str] = {}
+    problem = _flatten(data, "", keymap)
+    if problem:
+        return {}, f"{path}: ignored ({problem}); the default keys are in force"
+    return keymap, None
+
+
+def _flatten(table: Mapping[str, object], prefix: str, out: dict[str, str]) -> str | None:
+    """Fill `out` with binding id -> keys from a parsed keymap; the first problem, if any."""
+    for name, value in table.items():
+        key_id = f"{prefix}{name}"
+        if isinstance(value, Mapping):
+            problem = _flatten(value, f"{key_id}.", out)
+            if problem:
+                return problem
+            continue
+        try:
+            find(key_id)
+        except KeyError:
+            return f"no key {key_id!r}: `?` lists the ids"
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            value = ",".join(value)
+        if not isinstance(value, str) or not any(part.strip() for part in value.split(",")):
+            return f"{key_id}: expected a key name or a list of them"
+        out[key_id] = ",".join(part.strip() for part in value.split(",") if part.strip())
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -6,6 +6,10 @@ panes and components post upward to ask for something (`VersionSelected`,
 `ReplayRequested`, `CancelRequested`...). Panes never reach into the app: the app routes
 these messages and hands each pane what it needs. A worker's failure needs no message: the
 app's one `Worker.StateChanged` handler shows it.
+
+Messages that say the state of something now (a replay segment's progress, the runs
+recording, who holds the catalog) replace an older one of the same thing still waiting in
+a queue (`can_replace`, as Toolong does): a burst costs one update, never a backlog.
 """
 
 from __future__ import annotations
@@ -40,7 +44,10 @@ class SeriesLoaded(Message):
 
 @dataclass
 class LiveUpdated(Message):
-    live: list[LiveRun]
+    live: list[LiveRun]  # every run recording now: a newer list says all an older one did
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LiveUpdated)
 
 
 @dataclass
@@ -108,6 +115,9 @@ class StoreWaiting(Message):
     waited_s: float
     serial: int = 0
 
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, StoreWaiting) and message.serial == self.serial
+
 
 @dataclass
 class StoreFreed(Message):
@@ -127,7 +137,15 @@ class ReplayPlanned(Message):
 @dataclass
 class ReplayProgressed(Message):
     replay_id: str
-    progress: Any  # florwb_engine.replay.Progress
+    progress: Any  # florwb_engine.replay.Progress: one segment's state, whole
+
+    def can_replace(self, message: Message) -> bool:
+        return (
+            isinstance(message, ReplayProgressed)
+            and message.replay_id == self.replay_id
+            and (message.progress.run_id, message.progress.segment)
+            == (self.progress.run_id, self.progress.segment)
+        )
 
 
 @dataclass

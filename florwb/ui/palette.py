@@ -4,7 +4,7 @@ app's keymap applied)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 
 from florwb.ui import keys
@@ -19,17 +19,16 @@ class PaletteEntry:
 
 
 def palette_entries(
-    screen_class: str,
+    on_screen: Collection[str],
     on_main: bool,
     keymap: Mapping[str, str],
     key_display: Callable[[str], str],
 ) -> Iterator[PaletteEntry]:
-    """The entries for a screen of class `screen_class`; `on_main` when it is the tabs'
-    screen; `key_display(name)` says how a key name reads."""
+    """The entries for a screen that holds the scopes `on_screen` (`keys.screen_scopes`);
+    `on_main` when it is the tabs' screen; `key_display(name)` says how a key name reads."""
     for scope, entries in keys.KEYS.items():
-        title, selector, tab = keys.SCOPES[scope]
-        screen = keys.SCREEN_SCOPES.get(scope)
-        if screen is not None and screen_class != screen:
+        title, _selector, tab = keys.SCOPES[scope]
+        if scope in keys.SCREEN_SCOPES and scope not in on_screen:
             continue
         if tab is not None and not on_main:
             continue
