@@ -219,18 +219,11 @@ def plan_replay(
         if plan.status == READY and not strict:
             use_saved_state(project, plan, facts[run.run_id])
             whole_state_or_none(project, plan, facts[run.run_id])
-        if plan.status == READY and executor != "local" and (plan.launch or plan.mirrored):
-            plan.status = SKIP  # ray_executor.py ships flor.checkpointing's files, one process
+        if plan.status == READY and executor != "local" and _outside_checkpoints(plan.starts):
+            plan.status = SKIP  # ray_executor.py ships files of the checkpoints folder only
             plan.reason = (
-                "a multi-process run replays with the local executor, not on Ray"
-                if plan.launch
-                else "a run restored from its own torch.save replays with the local executor"
-            )
-        if plan.status == READY and executor != "local" and plan.starts:
-            plan.status = SKIP  # the parent run's checkpoint is not shipped to a Ray task
-            plan.reason = (
-                "a run started from another run's checkpoint (flor.load_checkpoint) replays "
-                "with the local executor, not on Ray"
+                "a run started from a checkpoint outside the project's checkpoints folder "
+                "(flor.load_checkpoint) replays with the local executor, not on Ray"
             )
         if plan.status == READY:
             assert plan.mode is not None
@@ -311,6 +304,12 @@ def plan_replay(
         warnings=warnings,
         denser_estimate_s=denser,
     )
+
+
+def _outside_checkpoints(starts: list[dict]) -> bool:
+    """Whether a flor.load_checkpoint call of the run loaded a file outside the project's
+    checkpoints folder (recorded as an absolute path): a Ray task cannot be sent it."""
+    return any(Path(str(s.get("path") or "")).is_absolute() for s in starts)
 
 
 def _version_files(project: Path, version: str | None, cache: dict[str, frozenset[str]]):
