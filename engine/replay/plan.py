@@ -247,16 +247,7 @@ def plan_replay(
                     _version_files(project, run.version, listed) if files else (),
                 )
                 plan.inputs, plan.at_risk = inputs.restore, inputs.at_risk
-                plan.hide = inputs.hide
-                if plan.hide and executor != "local":  # a Ray task's folder shows them
-                    plan.status = SKIP
-                    plan.reason = (
-                        f"the run created {', '.join(plan.hide[:3])}, which its replay must "
-                        "not see: it replays with the local executor, not on Ray"
-                    )
-                    work.pop(run.run_id)
-                    plans.append(plan)
-                    continue
+                plan.hide = inputs.hide  # a Ray task removes them after its copy too
                 plan.notes = [
                     *([found.summary] if found.summary else []),
                     *plan.notes,
