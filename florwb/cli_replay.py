@@ -135,11 +135,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def _executor(args: argparse.Namespace):
     if args.executor == "local":
         return "local"
-    from florwb_engine.replay.ray_executor import RayOptions, RayUnavailable, connect
+    from florwb_engine.replay.ray_executor import (
+        RayOptions,
+        RayUnavailable,
+        connect,
+        require_ray,
+        will_start,
+    )
 
     options = RayOptions(args.address, args.gpus_per_task, args.cpus_per_task)
     try:  # before planning: an unreachable cluster or a missing Ray is said at once
-        connect(options)
+        if will_start(options):  # started by the replay, so its start is in the estimate
+            require_ray()
+        else:
+            connect(options)
     except RayUnavailable as exc:
         raise ReplayCommandError(str(exc)) from None
     return options

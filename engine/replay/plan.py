@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -207,7 +208,7 @@ def plan_replay(
         seen_inputs = {run.run_id: run_inputs.load(con, run.run_id) for run in runs}
         seen_files = {run.run_id: run_inputs.load_files(con, run.run_id) for run in runs}
         launched = ddp_launch.launches(con, [run.run_id for run in runs])
-    gpus = ddp_launch.gpus_here() if launched else 0
+    gpus = _gpus_for(executor) if launched else 0
     placer = Placer(project, names)
     listed: dict[str, frozenset[str]] = {}  # version -> its files
     plans = []
@@ -295,6 +296,18 @@ def plan_replay(
         warnings=warnings,
         denser_estimate_s=denser,
     )
+
+
+def _gpus_for(executor: ExecutorName) -> int:
+    """The GPUs one replay of a multi-process run can have: this machine's, or on Ray the
+    largest node's of the connected cluster (a run's processes are one task on one node)."""
+    if executor != "local":
+        ray = sys.modules.get("ray")  # the CLI connects before it plans
+        if ray is not None and ray.is_initialized():
+            from florwb_engine.replay.ray_executor import largest_node
+
+            return int(largest_node()[1])
+    return ddp_launch.gpus_here()
 
 
 def _outside_checkpoints(starts: list[dict]) -> bool:

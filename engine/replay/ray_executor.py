@@ -32,6 +32,7 @@ import io
 import json
 import os
 import signal
+import sys
 import tarfile
 import tempfile
 import threading
@@ -85,13 +86,20 @@ class Shipment:
         return self.code_bytes + self.checkpoint_bytes
 
 
+def require_ray() -> None:
+    """RayUnavailable, with the install hint, where Ray is not installed."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise RayUnavailable(INSTALL_HINT) from None
+
+
 def connect(options: RayOptions) -> bool:
     """Connect to (or start) Ray; True when this call started it (then the caller shuts
     it down). RayUnavailable, with the reason in one line, when it cannot."""
-    try:
-        import ray
-    except ImportError:
-        raise RayUnavailable(INSTALL_HINT) from None
+    require_ray()
+    import ray
+
     if ray.is_initialized():
         return False
     address = options.address or os.environ.get("RAY_ADDRESS") or None
@@ -103,13 +111,38 @@ def connect(options: RayOptions) -> bool:
     return True
 
 
-def cluster_slots(options: RayOptions) -> int:
-    """How many tasks of `options.cpus_per_task` CPUs the connected cluster runs at once."""
-    import ray
+def will_start(options: RayOptions) -> bool:
+    """Whether connecting starts Ray on this machine: no cluster named (`--address`,
+    RAY_ADDRESS) and none connected."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return False
+    return not (options.address or os.environ.get("RAY_ADDRESS"))
 
-    cpus = float(ray.cluster_resources().get("CPU", 1.0))
+
+def cluster_slots(options: RayOptions) -> int:
+    """How many tasks of `options.cpus_per_task` CPUs the cluster runs at once: the
+    connected one's, or this machine's where the replay will start Ray (ray.init gives it
+    every CPU)."""
     per_task = options.cpus_per_task or 1.0
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+    else:
+        cpus = float(os.cpu_count() or 1)
     return max(1, int(cpus // per_task))
+
+
+def start_s() -> float:
+    """What a replay on Ray pays once before its segments run (cost.py): Ray's start where
+    the replay starts it, then the workers' imports; with a connected cluster whose warm
+    workers are up, next to nothing."""
+    from florwb_engine.replay.cost import RAY_IMPORT_S, RAY_INIT_S, RAY_WARM_S
+
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return RAY_INIT_S + RAY_IMPORT_S
+    return RAY_WARM_S if warm_pool_up() else RAY_IMPORT_S
 
 
 def code_archive(code_dir: Path) -> bytes:
@@ -494,6 +527,19 @@ def warm_pool(n: int) -> list[Any]:
         ).remote(idle_seconds())
         for i in range(n)
     ]
+
+
+def warm_pool_up() -> bool:
+    """Whether the connected cluster has this florwb's first warm worker already."""
+    import ray
+
+    from florwb_engine.replay.forkserver import code_key
+
+    try:
+        ray.get_actor(f"warm-{code_key()}-0", namespace=NAMESPACE)
+    except ValueError:
+        return False
+    return True
 
 
 class WarmWorker:
