@@ -1,28 +1,40 @@
-"""Replay segments as Ray tasks: the same segments, specs and journals as the local fork
-server, run on the nodes of a Ray cluster instead of this box.
+"""Replay segments on a Ray cluster: the same segments, specs and journals as the local
+fork server, run on the nodes of a Ray cluster instead of this box.
 
-Nothing is assumed shared between this machine and the nodes: each task gets the version's
-code (a tar of the materialised copy, from the private version store), the checkpoints its
-segment restores (iterations first-1 .. last) and its replay spec, all through Ray's object
-store. On the node the task rebuilds the layout a local replay has (the code at the project's
-own absolute path inside a mirror, so `..` and the run's working directory map the same; a
-private `.florwb/` holding the journal and the shipped checkpoints), runs the old script
-in a process forked from a fork server the Ray worker keeps between its tasks (so only its
-first segment pays `import torch`), and returns the journal bytes. The driver writes them
-where a local worker would have written its journal, so ingestion, the fidelity check and
-cancel are the executor's own (executor.py), unchanged.
+Nothing is assumed shared between this machine and the nodes: each segment gets the
+version's code (a tar of the materialised copy, from the private version store), the files
+it restores (flor.checkpointing's checkpoints of iterations first-1 .. last, the script's
+own mirrored saves of those iterations, every rank's RNG states, a parent run's checkpoint
+it loaded) and its replay spec, through Ray's object store, each version's code and each
+file put there once per replay. On the node the segment rebuilds the layout a local replay
+has (the code at the project's own absolute path inside a mirror, so `..` and the run's
+working directory map the same; a private `.florwb/` holding the journal and the shipped
+files), runs the old script as it was launched and returns its journals (one per rank). The
+driver writes them where a local worker would have written them, so ingestion, the fidelity
+check and cancel are the executor's own (executor.py), unchanged.
+
+Where a segment runs:
+- a single-process run on CPU: on a warm worker, a detached Ray actor that keeps a fork
+  server (forkserver.py) with the scripts' imports done between replays, so a replay on a
+  cluster that replayed before forks its scripts from a warm interpreter, as the local
+  executor does with its shared fork server, and starts no Ray worker of its own;
+- a run on GPUs, or a multi-process run (torchrun, mp.spawn): a Ray task of its own that
+  holds the resources of all its processes on one node and relaunches the recorded
+  launcher there (ddp_launch.py), from the fork server its Ray worker keeps.
 
 Files the snapshot left out (data folders, large files) are copied from the project's path
 when the node has that path (a local cluster, a shared filesystem), within the copy budget
-of contain.py, so the old script's writes never reach the user's files; elsewhere the
-script reads them as it would on a fresh checkout. Left-out files that changed since the
-run are restored from git on this machine (executor._prepare) and shipped with the code.
-The cluster's Python needs florwb and the script's imports installed, as any Ray job does.
+of contain.py, so the old script's writes never reach the user's files, and the files the
+run created are removed again; elsewhere the script reads them as it would on a fresh
+checkout. Left-out files that changed since the run are restored from git on this machine
+(executor._prepare) and shipped with the code. The cluster's Python needs florwb and the
+script's imports installed, as any Ray job does.
 
-Cancel (Ctrl-C, or the `cancel` event): every task is cancelled through Ray, which raises
-KeyboardInterrupt in the task; the task stops its script's process group. A task still
-there after 3 s is force-cancelled: its Ray worker is killed, and its fork server, no
-longer listened to, stops the script.
+Cancel (Ctrl-C, or the `cancel` event): a warm worker is told to stop its segment, a task
+is cancelled through Ray (KeyboardInterrupt in the task); either stops the script's process
+group (SIGTERM, SIGKILL after 3 s). A task still there after 3 s is force-cancelled (its
+Ray worker killed, and its fork server, no longer listened to, stops the script); a warm
+worker that does not answer within GIVE_UP_S is killed the same way.
 """
 
 from __future__ import annotations
@@ -315,9 +327,10 @@ class _Driver:
     def _job(self, task: SegmentTask) -> _Job:
         """Put the task's code (once per version) and files (once per replay) into the
         object store; what it put is the segment's shipment."""
-        assert task.code_dir is not None
+        code_dir = task.code_dir
+        assert code_dir is not None
         spec = ReplaySpec.load(task.spec_path)
-        code_ref, code_bytes = self._put_once(task.code_dir, lambda: code_archive(task.code_dir))
+        code_ref, code_bytes = self._put_once(code_dir, lambda: code_archive(code_dir))
         folder = Path(spec.checkpoint_dir).parent
         files, file_bytes = {}, 0
         for name in segment_files(spec):
@@ -420,31 +433,48 @@ class _Driver:
                 ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=POLL_S)
                 for ref in ready:
                     job, actor = self.pending.pop(ref)
-                    self._ended(job, ref)
-                    if actor is not None:
+                    if self._ended(job, ref) and actor is not None:
                         free.append(actor)
                     if job.task.returncode == 0 and (self.pending or queue):
                         self._dispatch(queue, free)
                         if not self.cancel.is_set():
                             self.ingest_early(self.store)
                 self._dispatch(queue, free)
+                if queue and not free and not any(a for _j, a in self.pending.values()):
+                    self._lost(queue)  # every warm worker died: the rest cannot run
             except KeyboardInterrupt:  # Ctrl-C where the handler is not installed
                 self.cancel.set()
+        if queue:  # a warm worker died and took the last one with it
+            self._lost(queue)
 
-    def _ended(self, job: _Job, ref: Any) -> None:
+    def _lost(self, queue: list[_Job]) -> None:
+        from florwb_engine.replay.executor import Progress
+
+        for job in queue:
+            task = job.task
+            task.returncode = -1
+            task.log_path.write_text("ray: the replay's warm workers died before it ran\n")
+            total = task.segment.last - task.segment.first + 1
+            self.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "failed"))
+        queue.clear()
+
+    def _ended(self, job: _Job, ref: Any) -> bool:
+        """Land what the segment returned; False when its warm worker died with it."""
         import ray
-        from ray.exceptions import RayError, TaskCancelledError
+        from ray.exceptions import RayActorError, RayError, TaskCancelledError
 
         from florwb_engine.replay.executor import Progress
 
         task = job.task
         total = task.segment.last - task.segment.first + 1
+        alive = True
         try:
             out = ray.get(ref)
         except TaskCancelledError:
             task.returncode = -signal.SIGTERM
             task.log_path.write_text("cancelled\n")
         except RayError as exc:
+            alive = not isinstance(exc, RayActorError)
             task.returncode = -1
             task.log_path.write_text(f"ray: {str(exc).strip()[-2000:]}\n")
         else:
@@ -458,6 +488,7 @@ class _Driver:
             else "failed"
         )
         self.notify(Progress(task.plan.run_id, task.segment.index, done, total, state))
+        return alive
 
     def _give_up(self) -> None:
         """Cancelled and not confirmed: the warm workers still running are killed (their
