@@ -316,10 +316,11 @@ class _Driver:
         modules = [m for j in queue for m in script_imports(j.task.plan.code or "")]
         for actor in pool:  # torch and the rest imported while the others are shipped
             actor.preload.remote(list(dict.fromkeys(modules)))
-        remote = ray.remote(max_retries=0)(run_segment)
-        fits = largest_node()
-        for job in jobs:
-            if not job.warm:
+        own = [j for j in jobs if not j.warm]
+        if own:
+            remote = ray.remote(max_retries=0)(run_segment)
+            fits = largest_node()
+            for job in own:
                 self._submit(job, remote, fits)
         free = list(pool)
         self._wait(queue, free)
