@@ -21,7 +21,8 @@ from conftest import florwb, git, recorded_project, run_py, write
 from conftest_app import copy_demo
 
 from florwb_engine.replay import ddp_launch, execute, plan_replay
-from florwb_engine.replay.ray_executor import RayOptions, task_resources
+from florwb_engine.replay.ray_executor import RayOptions, segment_files, task_resources
+from florwb_engine.replay.spec import ReplaySpec
 from florwb_engine.store import Store
 
 ray = pytest.importorskip("ray")  # the `ray` extra is in `dev`: present wherever tests run
@@ -340,3 +341,44 @@ def test_a_run_restored_from_its_own_saves_replays_on_ray(tmp_path, ray_address)
     (run,) = plan_replay(project, ["picked"], workers=2, executor="ray").ready()
     assert run.mirrored and run.segments[-1].first > 0  # restored from a mirrored save
     _local_and_ray(project, "picked", ray_address, workers=2)
+
+
+def test_a_segment_ships_the_files_it_restores_and_only_those(tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    folder = checkpoints / "run"
+    names = ["epoch-1.pt", "epoch-2.pt", "epoch-5.pt", "start-rng.json", "s1.pth", "r1.pt"]
+    for name in [*names, "rank1/epoch-1.pt", "rank1/start-rng.json", "rank1/epoch-5.pt"]:
+        write(folder / name, name)
+    write(
+        folder / "epoch-000002.saves.json",
+        json.dumps({"rng": "r1.pt", "saves": [{"file": "s1.pth"}]}),
+    )
+    write(checkpoints / "parent" / "last.pt", "parent's")
+    spec = ReplaySpec(
+        replay_id="r",
+        run_id="run",
+        segment=0,
+        mode="inner",
+        main_loop="epoch",
+        first=2,
+        last=3,
+        checkpoint_dir=str(folder),
+        checkpoints={"1": "epoch-1.pt", "2": "epoch-2.pt", "5": "epoch-5.pt"},
+        start_rng=str(folder / "start-rng.json"),
+        world_size=2,
+        mirrored={"2": "epoch-000002.saves.json"},
+        starts=[{"path": "parent/last.pt"}, {"path": "/elsewhere/x.pt"}],
+    )
+    assert sorted(segment_files(spec)) == sorted(
+        [
+            "run/epoch-1.pt",
+            "run/epoch-2.pt",
+            "run/epoch-000002.saves.json",
+            "run/s1.pth",
+            "run/r1.pt",
+            "run/start-rng.json",
+            "run/rank1/epoch-1.pt",
+            "run/rank1/start-rng.json",
+            "parent/last.pt",
+        ]
+    )
