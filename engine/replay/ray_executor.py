@@ -18,9 +18,9 @@ Where a segment runs:
   server (forkserver.py) with the scripts' imports done between replays, so a replay on a
   cluster that replayed before forks its scripts from a warm interpreter, as the local
   executor does with its shared fork server, and starts no Ray worker of its own;
-- a run on GPUs, or a multi-process run (torchrun, mp.spawn): a Ray task of its own that
-  holds the resources of all its processes on one node and relaunches the recorded
-  launcher there (ddp_launch.py), from the fork server its Ray worker keeps.
+- a run on GPUs, or a multi-process run (torchrun, mp.spawn): a worker of its own (an
+  actor for that segment alone, killed when it ends) that holds the resources of all its
+  processes on one node and relaunches the recorded launcher there (ddp_launch.py).
 
 Files the snapshot left out (data folders, large files) are copied from the project's path
 when the node has that path (a local cluster, a shared filesystem), within the copy budget
@@ -30,11 +30,11 @@ checkout. Left-out files that changed since the run are restored from git on thi
 (executor._prepare) and shipped with the code. The cluster's Python needs florwb and the
 script's imports installed, as any Ray job does.
 
-Cancel (Ctrl-C, or the `cancel` event): a warm worker is told to stop its segment, a task
-is cancelled through Ray (KeyboardInterrupt in the task); either stops the script's process
-group (SIGTERM, SIGKILL after 3 s). A task still there after 3 s is force-cancelled (its
-Ray worker killed, and its fork server, no longer listened to, stops the script); a warm
-worker that does not answer within GIVE_UP_S is killed the same way.
+Cancel (Ctrl-C, or the `cancel` event): every worker running a segment is told to stop it;
+it stops the script's process group (SIGTERM, SIGKILL after 3 s) and whatever the script's
+launcher started in sessions of its own (torchrun's ranks). A worker of a segment's own
+that has not started by then is killed; one that does not answer within GIVE_UP_S is
+killed (its fork server, no longer listened to, stops the script).
 """
 
 from __future__ import annotations
@@ -300,12 +300,11 @@ class _Driver:
         self.shipped: dict[int, Shipment] = {}
         self._put: dict[Path, tuple[Any, int]] = {}  # what is in the object store already
         self._resources: dict[str, tuple[float, float]] = {}
-        # ref -> (job, the warm worker running it or None for a task of its own)
+        # ref -> (job, the worker running it: a warm one, or its own when in `own`)
         self.pending: dict[Any, tuple[_Job, Any]] = {}
+        self.own: set[Any] = set()
 
     def run(self, tasks: list[SegmentTask], workers: int) -> None:
-        import ray
-
         jobs = []
         for task in tasks:
             if self.cancel.is_set():
@@ -318,10 +317,9 @@ class _Driver:
             actor.preload.remote(list(dict.fromkeys(modules)))
         own = [j for j in jobs if not j.warm]
         if own:
-            remote = ray.remote(max_retries=0)(run_segment)
             fits = largest_node()
             for job in own:
-                self._submit(job, remote, fits)
+                self._submit(job, fits)
         free = list(pool)
         self._wait(queue, free)
 
@@ -373,9 +371,12 @@ class _Driver:
         self._put[key] = (ray.put(data), len(data))
         return self._put[key][0], len(data)
 
-    def _submit(self, job: _Job, remote, fits: tuple[float, float]) -> None:
-        """A task of its own holding the run's processes' CPUs and GPUs; refused at once,
-        with the reason, when no node of the cluster has them (Ray would wait forever)."""
+    def _submit(self, job: _Job, fits: tuple[float, float]) -> None:
+        """A worker of its own (an actor for this segment alone, killed when it ends)
+        holding the run's processes' CPUs and GPUs; refused at once, with the reason, when
+        no node of the cluster has them (Ray would wait forever)."""
+        import ray
+
         from florwb_engine.replay.executor import Progress
 
         task = job.task
@@ -388,8 +389,14 @@ class _Driver:
             )
             self.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "failed"))
             return
-        ref = remote.options(num_cpus=job.cpus, num_gpus=job.gpus).remote(job.payload, job.refs)
-        self.pending[ref] = (job, None)
+        actor = (
+            ray.remote(WarmWorker)
+            .options(num_cpus=job.cpus, num_gpus=job.gpus, max_concurrency=4, max_restarts=0)
+            .remote(0.0)
+        )
+        ref = actor.run.remote(job.payload, job.refs)
+        self.pending[ref] = (job, actor)
+        self.own.add(ref)
         task.request = len(self.pending)
         self.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "running"))
 
@@ -416,25 +423,26 @@ class _Driver:
                 if self.cancel.is_set() and cancelled_at is None:
                     cancelled_at = time.monotonic()
                     queue.clear()
-                    for ref, (job, actor) in self.pending.items():
-                        if actor is None:
-                            ray.cancel(ref, force=False)
-                        else:  # the warm worker stops the script (SIGTERM, then SIGKILL)
-                            actor.stop.remote(job.payload["key"])
+                    for job, actor in self.pending.values():  # it stops the script's processes
+                        actor.stop.remote(job.payload["key"])  # (SIGTERM, then SIGKILL)
                 elif cancelled_at is not None:
                     waited = time.monotonic() - cancelled_at
-                    if waited > STOP_GRACE_S and not forced:
-                        forced = True
-                        for ref, (_job, actor) in self.pending.items():
-                            if actor is None:
-                                ray.cancel(ref, force=True)
+                    if waited > 2 * STOP_GRACE_S + 1 and not forced:
+                        forced = True  # a worker of its own not even started: it goes
+                        for ref in self.own & set(self.pending):
+                            ray.kill(self.pending[ref][1])
                     elif waited > STOP_GRACE_S + GIVE_UP_S:  # Ray never answered
                         self._give_up()
                         break
                 ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=POLL_S)
                 for ref in ready:
                     job, actor = self.pending.pop(ref)
-                    if self._ended(job, ref) and actor is not None:
+                    alive = self._ended(job, ref)
+                    if ref in self.own:
+                        self.own.discard(ref)
+                        with contextlib.suppress(Exception):  # gone already
+                            ray.kill(actor)  # its resources go back to the cluster
+                    elif alive:
                         free.append(actor)
                     if job.task.returncode == 0 and (self.pending or queue):
                         self._dispatch(queue, free)
@@ -477,7 +485,10 @@ class _Driver:
         except RayError as exc:
             alive = not isinstance(exc, RayActorError)
             task.returncode = -1
-            task.log_path.write_text(f"ray: {str(exc).strip()[-2000:]}\n")
+            if self.cancel.is_set():  # its worker killed on cancel
+                task.log_path.write_text("cancelled\n")
+            else:
+                task.log_path.write_text(f"ray: {str(exc).strip()[-2000:]}\n")
         else:
             task.returncode = _land(task, out)
         done = total if task.returncode == 0 else 0
@@ -497,9 +508,8 @@ class _Driver:
         import ray
 
         for job, actor in self.pending.values():
-            if actor is not None:
-                with contextlib.suppress(Exception):  # gone already
-                    ray.kill(actor)
+            with contextlib.suppress(Exception):  # gone already
+                ray.kill(actor)
             job.task.returncode = -signal.SIGKILL
             job.task.log_path.write_text("cancelled; Ray did not confirm\n")
         self.pending.clear()
@@ -575,7 +585,8 @@ def warm_pool_up() -> bool:
 
 
 class WarmWorker:
-    """A warm worker (an actor): runs one segment at a time from its fork server."""
+    """A Ray actor that runs one segment at a time from its fork server: a warm worker
+    (detached, kept between replays; `idle_s`: how long) or a segment's own (idle_s 0)."""
 
     def __init__(self, idle_s: float) -> None:
         self._server: ForkServer | None = None
@@ -625,13 +636,7 @@ class WarmWorker:
 # ---------------------------------------------------------------- on the node
 
 
-def run_segment(job: dict, refs: dict) -> dict:
-    """One segment as a Ray task of its own (a multi-process run, or one on GPUs): from
-    the fork server its Ray worker keeps; ray.cancel stops it."""
-    return _run_job(_warm_server(), job, refs, None)
-
-
-def _run_job(server: ForkServer, job: dict, refs: dict, stop: threading.Event | None) -> dict:
+def _run_job(server: ForkServer, job: dict, refs: dict, stop: threading.Event) -> dict:
     """Unpack the segment, run the old script as it was launched, return its journals."""
     import ray
 
@@ -698,26 +703,11 @@ def _run_job(server: ForkServer, job: dict, refs: dict, stop: threading.Event | 
         shutil.rmtree(base, ignore_errors=True)
 
 
-# A Ray worker process outlives its tasks within a job: its fork server (forkserver.py) is
-# kept, so only its first task pays `import torch`.
-_WARM: ForkServer | None = None
-
-
-def _warm_server() -> ForkServer:
-    global _WARM
-    if _WARM is None or _WARM.lost():
-        log = Path(tempfile.gettempdir()) / f"florwb-ray-forkserver-{os.getpid()}.log"
-        _WARM = ForkServer(log)
-    return _WARM
-
-
 def _wait_for_worker(
-    server: ForkServer, request: int, log_path: Path, stop: threading.Event | None
+    server: ForkServer, request: int, log_path: Path, stop: threading.Event
 ) -> int:
-    """The segment's exit code. When `stop` is set (a warm worker told to stop) or on
-    KeyboardInterrupt (ray.cancel of a task) the script's process group gets SIGTERM,
-    SIGKILL after STOP_GRACE_S."""
-    pid: int | None = None
+    """The segment's exit code. When `stop` is set (the worker was told to stop) the
+    script's processes are stopped (_stop_worker)."""
     try:
         while True:
             server.poll(POLL_S)
@@ -725,21 +715,20 @@ def _wait_for_worker(
             if isinstance(started, str):  # could not fork: say why where stderr would be
                 log_path.write_text(started + "\n")
                 return -1
-            pid = started
-            if pid is not None and pid in server.exited:
-                return server.exited.pop(pid)
-            if stop is not None and stop.is_set() and pid is not None:
-                _stop_worker(server, pid)
+            if started is not None and started in server.exited:
+                return server.exited.pop(started)
+            if started is not None and stop.is_set():
+                _stop_worker(server, started)
                 return -signal.SIGTERM
-    except KeyboardInterrupt:
-        if pid is not None:
-            _stop_worker(server, pid)
-        raise
     finally:
         server.started.pop(request, None)
 
 
 def _stop_worker(server: ForkServer, pid: int) -> None:
+    """SIGTERM to the script's process group, SIGKILL after STOP_GRACE_S; a launcher's
+    processes in sessions of their own (torchrun starts each rank so) that outlive it are
+    killed after it."""
+    family = descendants(pid)
     signal_worker(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
     while pid not in server.exited and time.monotonic() < deadline:
@@ -749,7 +738,30 @@ def _stop_worker(server: ForkServer, pid: int) -> None:
         deadline = time.monotonic() + STOP_GRACE_S
         while pid not in server.exited and time.monotonic() < deadline:
             server.poll(POLL_S)
+    for child in family:
+        signal_worker(child, signal.SIGKILL)
     server.exited.pop(pid, None)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (children first), from /proc; none where there is none."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # ended meanwhile
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _threads_env(job: dict) -> dict[str, str]:
