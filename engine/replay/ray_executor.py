@@ -389,11 +389,10 @@ class _Driver:
             )
             self.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "failed"))
             return
-        actor = (
-            ray.remote(WarmWorker)
-            .options(num_cpus=job.cpus, num_gpus=job.gpus, max_concurrency=4, max_restarts=0)
-            .remote(0.0)
-        )
+        own: Any = ray.remote(WarmWorker)
+        actor = own.options(
+            num_cpus=job.cpus, num_gpus=job.gpus, max_concurrency=4, max_restarts=0
+        ).remote(0.0)
         ref = actor.run.remote(job.payload, job.refs)
         self.pending[ref] = (job, actor)
         self.own.add(ref)
