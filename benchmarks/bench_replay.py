@@ -27,13 +27,15 @@ Two measurements, each in throwaway git repos, in one run of this script:
 
      replay_workers1_s, replay_workers2_s, replay_workers2_speedup (= workers1 / workers2)
 
-3. With `--executor ray` (only this part): the epoch-level statement over --runs recorded
-   runs, replayed by the local fork server and as Ray tasks on a local Ray cluster started
-   once by the benchmark (`florwb replay NAME --executor ray --address ADDR`), --rounds
-   rounds in ABBA order after an untimed warm-up of each; medians, and the bytes shipped
-   per segment (code + checkpoints).
+3. With `--executor ray` (only this part): the epoch-level and the step-level statement over
+   --runs recorded runs (--small-epochs, default 3, of --small-steps), each replayed by the
+   local fork server and on a local Ray cluster started once by the benchmark (`florwb
+   replay NAME --executor ray --address ADDR`), --rounds rounds in ABBA order after an
+   untimed warm-up of each; medians, and the bytes put into the object store per segment
+   (code + checkpoints, each once per replay).
 
-     replay_local_s, replay_ray_s, replay_ray_over_local (= ray / local)
+     replay_local_s_<level>, replay_ray_s_<level>, replay_ray_over_local_<level> (= ray /
+     local; level epoch or step), replay_ray_over_local (the worse of the two)
      replay_ray_bytes_per_segment
 
 4. Real-script shapes (`--parts real`; in the default run): each script in
@@ -698,21 +700,25 @@ def part_real(args) -> None:
 
 
 def part_ray(args) -> None:
-    """The epoch-level statement over --runs recorded runs, replayed by the local fork
-    server and by Ray tasks on a local Ray cluster (started once here, as a cluster
-    would be up already), --rounds rounds in ABBA order after one untimed warm-up each."""
+    """An epoch-level and a step-level statement over --runs recorded runs, each replayed
+    by the local fork server and by Ray on a local Ray cluster (started once here, as a
+    cluster would be up already), --rounds rounds in ABBA order after one untimed warm-up
+    each (the warm-up starts the local shared fork server and Ray's warm workers)."""
     try:
         import ray
     except ImportError:
         raise SystemExit("--executor ray needs Ray: pip install 'florwb[ray]'") from None
     epochs = args.small_epochs or 3
     steps = args.small_steps
-    note(f"== 3. epoch-level statement, {args.runs} runs x {epochs} epochs x {steps} steps")
+    note(f"== 3. local and Ray, {args.runs} runs x {epochs} epochs x {steps} steps")
     context = ray.init(include_dashboard=False, log_to_driver=False)
     address = context.address_info["gcs_address"]
     note(f"Ray {ray.__version__} started here: {ray.cluster_resources().get('CPU', 0):.0f} CPU(s)")
     env = backend_env("florwb", BENCH_EPOCHS=str(epochs), BENCH_STEPS=str(steps))
     flags = {"local": [], "ray": ["--executor", "ray", "--address", address]}
+    levels = {"epoch": EPOCH_NAME, "step": STEP_NAME}
+    times = {(level, ex): [] for level in levels for ex in flags}
+    shipped: list[dict] = []
     try:
         with temp_git_repo(TRAIN_SCRIPT) as repo:
             new_project(repo, "florwb")
@@ -722,48 +728,55 @@ def part_ray(args) -> None:
             ]
             note(f"recorded {args.runs} runs: {', '.join(f'{w:.1f}' for w in walls)} s")
             add_statement(repo, EPOCH_ANCHOR, EPOCH_STATEMENT)
-            times: dict[str, list[float]] = {"local": [], "ray": []}
-            shipped: list[dict] = []
-            values: dict[str, list] = {}
-            for r in range(args.rounds + 1):
-                for ex in ("local", "ray") if r % 2 == 0 else ("ray", "local"):
-                    copy = fresh_copy(repo, f"{ex}-{r}")
-                    ran = florwb_cli(copy, "replay", EPOCH_NAME, "--yes", "--json", *flags[ex])
-                    report = json.loads(ran.stdout)
-                    res = report["result"]
-                    note(
-                        f"{'warm-up' if r == 0 else f'round {r}'} {ex}: {ran.wall:.2f} s wall, "
-                        f"estimate {report['plan']['estimate_s']:.1f} s "
-                        f"(calibration {report['plan']['calibration']:.2f}), executor "
-                        f"{res['elapsed_s']:.2f} s, status {res['status']}; {load()}"
-                    )
-                    if r:
-                        times[ex].append(ran.wall)
-                    if ex == "ray":
-                        shipped.extend(res["shipped"].values())
-                    rows = florwb_json(copy, "dataframe", EPOCH_NAME, "--format", "json")
-                    got = sorted(
-                        (x["run_id"], int(x["epoch"]), x[EPOCH_NAME])
-                        for x in rows
-                        if x.get(EPOCH_NAME) is not None
-                    )
-                    values.setdefault(ex, got)
-                    shutil.rmtree(copy, ignore_errors=True)
-            if values["local"] != values["ray"]:
-                note(f"FAIL local and Ray replays gave different {EPOCH_NAME} values")
-            else:
-                note(f"local and Ray: identical {len(values['local'])} {EPOCH_NAME} values")
+            add_statement(repo, STEP_ANCHOR, STEP_STATEMENT)
+            for level, name in levels.items():
+                values: dict[str, list] = {}
+                for r in range(args.rounds + 1):
+                    for ex in ("local", "ray") if r % 2 == 0 else ("ray", "local"):
+                        copy = fresh_copy(repo, f"{level}-{ex}-{r}")
+                        ran = florwb_cli(copy, "replay", name, "--yes", "--json", *flags[ex])
+                        report = json.loads(ran.stdout)
+                        res = report["result"]
+                        note(
+                            f"{level} {'warm-up' if r == 0 else f'round {r}'} {ex}: "
+                            f"{ran.wall:.2f} s wall, estimate "
+                            f"{report['plan']['estimate_s']:.1f} s (calibration "
+                            f"{report['plan']['calibration']:.2f}), executor "
+                            f"{res['elapsed_s']:.2f} s, status {res['status']}; {load()}"
+                        )
+                        if r:
+                            times[(level, ex)].append(ran.wall)
+                        if ex == "ray":
+                            shipped.extend(res["shipped"].values())
+                        rows = florwb_json(copy, "dataframe", name, "--format", "json")
+                        keys = [k for k in ("epoch", "step") if k in (rows[0] if rows else {})]
+                        got = sorted(
+                            (x["run_id"], *(int(x[k]) for k in keys), x[name])
+                            for x in rows
+                            if x.get(name) is not None
+                        )
+                        values.setdefault(ex, got)
+                        shutil.rmtree(copy, ignore_errors=True)
+                if values["local"] != values["ray"]:
+                    note(f"FAIL local and Ray replays gave different {name} values")
+                else:
+                    note(f"local and Ray: identical {len(values['local'])} {name} values")
     finally:
         ray.shutdown()
-    code = median([s["code_bytes"] for s in shipped])
-    ckpt = median([s["checkpoint_bytes"] for s in shipped])
+    code = sum(s["code_bytes"] for s in shipped) / max(1, len(shipped))
+    ckpt = sum(s["checkpoint_bytes"] for s in shipped) / max(1, len(shipped))
     note(
-        f"shipped per segment (median of {len(shipped)}): "
-        f"{code:.0f} B code + {ckpt:.0f} B checkpoints"
+        f"put into the object store per segment (mean of {len(shipped)}; each version's "
+        f"code and each checkpoint once per replay): {code:.0f} B code + {ckpt:.0f} B checkpoints"
     )
-    result("replay_local_s", median(times["local"]), "s")
-    result("replay_ray_s", median(times["ray"]), "s")
-    result("replay_ray_over_local", median(times["ray"]) / median(times["local"]), "x")
+    ratios = []
+    for level in levels:
+        local, on_ray = median(times[(level, "local")]), median(times[(level, "ray")])
+        result(f"replay_local_s_{level}", local, "s")
+        result(f"replay_ray_s_{level}", on_ray, "s")
+        result(f"replay_ray_over_local_{level}", on_ray / local, "x")
+        ratios.append(on_ray / local)
+    result("replay_ray_over_local", max(ratios), "x")  # the worse of the two
     result("replay_ray_bytes_per_segment", code + ckpt, "B")
 
 

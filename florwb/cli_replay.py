@@ -129,10 +129,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def _executor(args: argparse.Namespace):
     if args.executor == "local":
         return "local"
-    from florwb_engine.replay.ray_executor import RayOptions, connect
+    from florwb_engine.replay.ray_executor import RayOptions, connect, require_ray, will_start
 
     options = RayOptions(args.address, args.gpus_per_task, args.cpus_per_task)
-    connect(options)  # before planning: an unreachable cluster or a missing Ray is said at once
+    # before planning: an unreachable cluster or a missing Ray is said at once (RayUnavailable)
+    if will_start(options):  # started by the replay, so its start is in the estimate
+        require_ray()
+    else:
+        connect(options)
     return options
 
 

@@ -1,11 +1,13 @@
 """Replay on a Ray cluster: one real local cluster for the module (ray.init with 2 CPUs; the
-CLI connects to it by address), the demo project replayed through Ray and through the local
-fork server must give the same rows, and a cancelled Ray replay must leave nothing."""
+CLI connects to it by address). The demo project, a run launched by torchrun (2 ranks, gloo)
+and a run restored from its own torch.save replayed through Ray and through the local fork
+server must give the same rows, and a cancelled Ray replay must leave nothing."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,11 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import florwb, git, run_py, write
+from conftest import florwb, git, recorded_project, run_py, write
 from conftest_app import copy_demo
 
-from florwb_engine.replay import execute, plan_replay
-from florwb_engine.replay.ray_executor import RayOptions, task_resources
+from florwb_engine.replay import ddp_launch, execute, plan_replay
+from florwb_engine.replay.ray_executor import RayOptions, segment_files, task_resources
+from florwb_engine.replay.spec import ReplaySpec
 from florwb_engine.store import Store
 
 ray = pytest.importorskip("ray")  # the `ray` extra is in `dev`: present wherever tests run
@@ -38,8 +41,8 @@ def ray_address():
 def _rows(project: Path, source_like: str = "2%") -> list[tuple]:
     """The replayed values, without the replay id that tells two replays apart."""
     frame = Store(project).query(
-        "SELECT run_id, name, value, epoch, step FROM logs "
-        f"WHERE source LIKE '{source_like}' ORDER BY run_id, name, epoch, step, value"
+        "SELECT run_id, rank, name, value, epoch, step FROM logs "
+        f"WHERE source LIKE '{source_like}' ORDER BY run_id, rank, name, epoch, step, value"
     )
     return [tuple(row) for row in frame.itertuples(index=False)]
 
@@ -70,10 +73,16 @@ def test_ray_replay_gives_the_local_replays_rows(tmp_path, ray_address):
     }
     rows = _rows(remote)
     assert rows and rows == _rows(local)
-    # every segment got its code and checkpoints shipped, and said how many bytes
+    # each version's code and each checkpoint went into the object store once, however
+    # many segments read them: per segment, the bytes it put there first
     shipped = result["shipped"]
-    assert len(shipped) == sum(len(r["segments"]) for r in out["plan"]["runs"])
-    assert all(s["code_bytes"] > 0 and s["checkpoint_bytes"] > 0 for s in shipped.values())
+    ready = [r for r in out["plan"]["runs"] if r["status"] == "ready"]
+    assert len(shipped) == sum(len(r["segments"]) for r in ready)
+    assert sum(s["code_bytes"] > 0 for s in shipped.values()) == len({r["version"] for r in ready})
+    folders = [remote / ".florwb" / "checkpoints" / r["run_id"] for r in ready]
+    files = [p for folder in folders for p in folder.rglob("*")]
+    put = sum(s["checkpoint_bytes"] for s in shipped.values())
+    assert 0 < put <= sum(p.stat().st_size for p in files if p.is_file())
     assert not any((remote / ".florwb" / "replays").iterdir())
 
 
@@ -218,3 +227,158 @@ def test_ctrl_c_on_a_ray_replay_cancels_it(repo, tmp_path, ray_address):
     finally:
         proc.kill()  # no-op when it ended
         hold.unlink()  # a script that outlived its task ends too
+
+
+# Two ranks (gloo), each drawing its own data: a replay matches only when every rank gets
+# its own RNG states back from the run's checkpoints (rank 1's live in `rank1/`).
+DDP = """
+import torch
+import torch.distributed as dist
+import florwb as flor
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+net = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+torch.manual_seed(100 + rank)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+flor.set_checkpoint_budget(1.0)
+with flor.checkpointing(model=net, optimizer=opt):
+    for epoch in flor.loop("epoch", range(3)):
+        for step in flor.loop("step", range(3)):
+            loss = (net(torch.randn(8, 4)) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            flor.log("loss", loss.item())
+dist.destroy_process_group()
+"""
+
+
+def _local_and_ray(project: Path, name: str, ray_address: str, workers: int) -> None:
+    """Replay `name` in `project` with the local executor and in a copy of it on Ray: the
+    same verdicts, compared values and rows."""
+    other = project.parent / "on-ray"
+    shutil.copytree(project, other, symlinks=True)
+    plan = plan_replay(project, [name], workers=workers)
+    assert plan.ready(), plan.runs
+    local = execute(plan)
+    plan = plan_replay(other, [name], workers=workers, executor="ray")
+    assert plan.ready(), plan.runs
+    remote = execute(plan, executor=RayOptions(address=ray_address))
+    assert local.status == remote.status == "finished", (local.runs, remote.runs)
+    assert [(r.verdict, r.compared, r.rows) for r in remote.runs] == [
+        (r.verdict, r.compared, r.rows) for r in local.runs
+    ]
+    assert remote.runs[0].compared > 0
+    rows = _rows(other)
+    assert rows and rows == _rows(project)
+
+
+def test_a_torchrun_run_replays_on_ray_as_one_task_of_both_ranks(tmp_path, ray_address):
+    project = tmp_path / "project"
+    project.mkdir()
+    git(project, "init", "-q")
+    write(project / "train.py", DDP)
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "ddp")
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+        + ["--master_port", str(ddp_launch.free_port()), "train.py"],
+        cwd=project,
+        check=True,
+        capture_output=True,
+        timeout=180,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    write(
+        project / "train.py",
+        DDP.replace(
+            '            flor.log("loss", loss.item())\n',
+            '            flor.log("loss", loss.item())\n'
+            '            flor.log("wsum", sum(p.sum().item() for p in net.parameters()))\n',
+        ),
+    )
+    _local_and_ray(project, "wsum", ray_address, workers=1)
+    filled = [row for row in _rows(project.parent / "on-ray") if row[2] == "wsum"]
+    assert {row[1] for row in filled} == {0, 1} and len(filled) == 18  # both ranks' steps
+
+
+# Saves its own checkpoint every epoch (no flor.checkpointing): a segment that starts after
+# epoch 0 is restored from the mirrored torch.save, with the RNG states taken with it.
+OWN = """
+import os
+import torch
+import florwb as flor
+
+torch.manual_seed(0)
+net = torch.nn.Linear(4, 1)
+opt = torch.optim.Adam(net.parameters(), lr=0.05)
+x, y = torch.randn(32, 4), torch.randn(32, 1)
+assert not os.path.exists("ckpt.pth"), "the replay found the file the run created"
+for epoch in flor.loop("epoch", range(4)):
+    for step in flor.loop("step", range(3)):
+        idx = torch.randint(0, 32, (8,))
+        loss = ((net(x[idx]) - y[idx]) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        flor.log("loss", loss.item())
+    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict()}, "ckpt.pth")
+"""
+
+
+def test_a_run_restored_from_its_own_saves_replays_on_ray(tmp_path, ray_address):
+    project = tmp_path / "project"
+    recorded_project(project, OWN, files={".gitignore": "ckpt.pth\n"})
+    write(
+        project / "train.py",
+        OWN.replace(
+            '        flor.log("loss", loss.item())\n',
+            '        flor.log("loss", loss.item())\n        flor.log("picked", idx.sum().item())\n',
+        ),
+    )
+    (run,) = plan_replay(project, ["picked"], workers=2, executor="ray").ready()
+    assert run.mirrored and run.segments[-1].first > 0  # restored from a mirrored save
+    _local_and_ray(project, "picked", ray_address, workers=2)
+
+
+def test_a_segment_ships_the_files_it_restores_and_only_those(tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    folder = checkpoints / "run"
+    names = ["epoch-1.pt", "epoch-2.pt", "epoch-5.pt", "start-rng.json", "s1.pth", "r1.pt"]
+    for name in [*names, "rank1/epoch-1.pt", "rank1/start-rng.json", "rank1/epoch-5.pt"]:
+        write(folder / name, name)
+    write(
+        folder / "epoch-000002.saves.json",
+        json.dumps({"rng": "r1.pt", "saves": [{"file": "s1.pth"}]}),
+    )
+    write(checkpoints / "parent" / "last.pt", "parent's")
+    spec = ReplaySpec(
+        replay_id="r",
+        run_id="run",
+        segment=0,
+        mode="inner",
+        main_loop="epoch",
+        first=2,
+        last=3,
+        checkpoint_dir=str(folder),
+        checkpoints={"1": "epoch-1.pt", "2": "epoch-2.pt", "5": "epoch-5.pt"},
+        start_rng=str(folder / "start-rng.json"),
+        world_size=2,
+        mirrored={"2": "epoch-000002.saves.json"},
+        starts=[{"path": "parent/last.pt"}, {"path": "/elsewhere/x.pt"}],
+    )
+    assert sorted(segment_files(spec)) == sorted(
+        [
+            "run/epoch-1.pt",
+            "run/epoch-2.pt",
+            "run/epoch-000002.saves.json",
+            "run/s1.pth",
+            "run/r1.pt",
+            "run/start-rng.json",
+            "run/rank1/epoch-1.pt",
+            "run/rank1/start-rng.json",
+            "parent/last.pt",
+        ]
+    )

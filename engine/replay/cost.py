@@ -41,6 +41,11 @@ LOCAL_START_S = 0.35
 # `bench_replay.py --executor ray` on a busy 2-core box.
 RAY_START_S = 1.0
 RAY_IMPORT_S = 3.0
+# Once per replay on Ray, where its warm workers (ray_executor.warm_pool) are up already:
+# finding them and shipping; and where the replay starts Ray on this machine itself, Ray's
+# own start (ray.init of a local cluster: 9-20 s on a busy 2-core box).
+RAY_WARM_S = 0.5
+RAY_INIT_S = 10.0
 RAY_BYTES_PER_S = 100e6  # object-store transfer of code and checkpoints to the node
 PREFIX_FLOOR_S = 0.2
 PREFIX_EPOCHS = 2.0
@@ -269,10 +274,15 @@ def schedule(costs: list[float], workers: int) -> float:
 
 def replay_estimate(costs: list[float], workers: int, executor: ExecutorName = "local") -> float:
     """The replay's wall time: its segments scheduled on the workers, plus what it pays once
-    (on Ray: the workers' imports, side by side)."""
+    (on Ray: starting Ray where the replay does, and its workers' imports where they are not
+    warm already: ray_executor.start_s)."""
     if not costs:
         return 0.0
-    once = REPLAY_FIXED_S + (RAY_IMPORT_S if executor == "ray" else 0.0)
+    once = REPLAY_FIXED_S
+    if executor == "ray":
+        from florwb_engine.replay.ray_executor import start_s
+
+        once += start_s()
     return once + schedule(costs, workers)
 
 

@@ -205,7 +205,9 @@ def execute(
                 from florwb_engine.replay import ray_executor
 
                 result.shipped.update(
-                    ray_executor.run_all(prepared, store, on_progress, cancel, remote, ingest_early)
+                    ray_executor.run_all(
+                        prepared, store, on_progress, cancel, remote, ingest_early, plan.workers
+                    )
                 )
             ingested = profiler.spans.get("ingest", 0.0) - ingested
             profiler.run_s += max(0.0, time.time() - began - ingested)
@@ -379,11 +381,18 @@ def _code_folder(
         _link_missing(project, code_dir)  # writes through them land in the overlay
     elif containment is not None:
         contain.copy_missing(project, code_dir, SKIP_LINKS)
-    for path in run.hide:  # a link or copy of the user's file, in the replay's own folder
+    hide_created(code_dir, run.hide)
+    return code_dir
+
+
+def hide_created(code_dir: Path, hide: list[str]) -> None:
+    """Remove the links or copies of files the run created from the replay's own folder:
+    the old script must not find what it wrote in a later run of its own (the Ray
+    executor's tasks too, after copying the left-out files on their node)."""
+    for path in hide:
         target = code_dir / path
         if not _behind_link(code_dir, path) and (target.is_symlink() or target.is_file()):
             target.unlink()
-    return code_dir
 
 
 def _behind_link(code_dir: Path, path: str) -> bool:

@@ -541,10 +541,9 @@ _VOLATILE = {"_", "OLDPWD", "PWD", "SHLVL", "COLUMNS", "LINES", "WINDOWID", "OST
 _VOLATILE_PREFIXES = ("TERM", "SSH_", "TMUX", "STY", "PYTEST_", "DISPLAY", "XAUTHORITY")
 
 
-def server_key() -> str:
-    """What a shared server must have in common with a replay: the Python, florwb's code
-    (each engine file's size and time: an upgrade or an edit starts a new server) and the
-    environment the server imported its modules under."""
+def code_key() -> str:
+    """The Python, the user and florwb's code (each engine file's size and time): what a
+    warm interpreter kept between replays must share with the replay it serves."""
     engine = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
     digest.update(f"{sys.executable}\0{sys.version}\0{os.getuid()}\0".encode())
@@ -553,6 +552,14 @@ def server_key() -> str:
         for name in sorted(f for f in files if f.endswith(".py")):
             st = os.stat(os.path.join(folder, name))
             digest.update(f"{folder}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return digest.hexdigest()[:20]
+
+
+def server_key() -> str:
+    """What a shared server must have in common with a replay: the Python, florwb's code
+    (each engine file's size and time: an upgrade or an edit starts a new server) and the
+    environment the server imported its modules under."""
+    digest = hashlib.sha256(code_key().encode())
     env = {
         k: v
         for k, v in os.environ.items()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -208,7 +209,7 @@ def plan_replay(
         seen_inputs = {run.run_id: run_inputs.load(con, run.run_id) for run in runs}
         seen_files = {run.run_id: run_inputs.load_files(con, run.run_id) for run in runs}
         launched = ddp_launch.launches(con, [run.run_id for run in runs])
-    gpus = ddp_launch.gpus_here() if launched else 0
+    gpus = _gpus_for(executor) if launched else 0
     placer = Placer(project, names)
     listed: dict[str, frozenset[str]] = {}  # version -> its files
     plans = []
@@ -220,18 +221,11 @@ def plan_replay(
         if plan.status == READY and not strict:
             use_saved_state(project, plan, facts[run.run_id])
             whole_state_or_none(project, plan, facts[run.run_id])
-        if plan.status == READY and executor != "local" and (plan.launch or plan.mirrored):
-            plan.status = SKIP  # ray_executor.py ships flor.checkpointing's files, one process
+        if plan.status == READY and executor != "local" and _outside_checkpoints(plan.starts):
+            plan.status = SKIP  # ray_executor.py ships files of the checkpoints folder only
             plan.reason = (
-                "a multi-process run replays with the local executor, not on Ray"
-                if plan.launch
-                else "a run restored from its own torch.save replays with the local executor"
-            )
-        if plan.status == READY and executor != "local" and plan.starts:
-            plan.status = SKIP  # the parent run's checkpoint is not shipped to a Ray task
-            plan.reason = (
-                "a run started from another run's checkpoint (flor.load_checkpoint) replays "
-                "with the local executor, not on Ray"
+                "a run started from a checkpoint outside the project's checkpoints folder "
+                "(flor.load_checkpoint) replays with the local executor, not on Ray"
             )
         if plan.status == READY:
             assert plan.mode is not None
@@ -255,16 +249,7 @@ def plan_replay(
                     _version_files(project, run.version, listed) if files else (),
                 )
                 plan.inputs, plan.at_risk = inputs.restore, inputs.at_risk
-                plan.hide = inputs.hide
-                if plan.hide and executor != "local":  # a Ray task's folder shows them
-                    plan.status = SKIP
-                    plan.reason = (
-                        f"the run created {', '.join(plan.hide[:3])}, which its replay must "
-                        "not see: it replays with the local executor, not on Ray"
-                    )
-                    work.pop(run.run_id)
-                    plans.append(plan)
-                    continue
+                plan.hide = inputs.hide  # a Ray task removes them after its copy too
                 plan.notes = [
                     *([found.summary] if found.summary else []),
                     *plan.notes,
@@ -312,6 +297,24 @@ def plan_replay(
         warnings=warnings,
         denser_estimate_s=denser,
     )
+
+
+def _gpus_for(executor: ExecutorName) -> int:
+    """The GPUs one replay of a multi-process run can have: this machine's, or on Ray the
+    largest node's of the connected cluster (a run's processes are one task on one node)."""
+    if executor != "local":
+        ray = sys.modules.get("ray")  # the CLI connects before it plans
+        if ray is not None and ray.is_initialized():
+            from florwb_engine.replay.ray_executor import largest_node
+
+            return int(largest_node()[1])
+    return ddp_launch.gpus_here()
+
+
+def _outside_checkpoints(starts: list[dict]) -> bool:
+    """Whether a flor.load_checkpoint call of the run loaded a file outside the project's
+    checkpoints folder (recorded as an absolute path): a Ray task cannot be sent it."""
+    return any(Path(str(s.get("path") or "")).is_absolute() for s in starts)
 
 
 def _version_files(project: Path, version: str | None, cache: dict[str, frozenset[str]]):

@@ -1,36 +1,50 @@
-"""Replay segments as Ray tasks: the same segments, specs and journals as the local fork
-server, run on the nodes of a Ray cluster instead of this box.
+"""Replay segments on a Ray cluster: the same segments, specs and journals as the local
+fork server, run on the nodes of a Ray cluster instead of this box.
 
-Nothing is assumed shared between this machine and the nodes: each task gets the version's
-code (a tar of the materialised copy, from the private version store), the checkpoints its
-segment restores (iterations first-1 .. last) and its replay spec, all through Ray's object
-store. On the node the task rebuilds the layout a local replay has (the code at the project's
-own absolute path inside a mirror, so `..` and the run's working directory map the same; a
-private `.florwb/` holding the journal and the shipped checkpoints), runs the old script
-in a process forked from a fork server the Ray worker keeps between its tasks (so only its
-first segment pays `import torch`), and returns the journal bytes. The driver writes them
-where a local worker would have written its journal, so ingestion, the fidelity check and
-cancel are the executor's own (executor.py), unchanged.
+Nothing is assumed shared between this machine and the nodes: each segment gets the
+version's code (a tar of the materialised copy, from the private version store), the files
+it restores (flor.checkpointing's checkpoints of iterations first-1 .. last, the script's
+own mirrored saves of those iterations, every rank's RNG states, a parent run's checkpoint
+it loaded) and its replay spec, through Ray's object store, each version's code and each
+file put there once per replay. On the node the segment rebuilds the layout a local replay
+has (the code at the project's own absolute path inside a mirror, so `..` and the run's
+working directory map the same; a private `.florwb/` holding the journal and the shipped
+files), runs the old script as it was launched and returns its journals (one per rank). The
+driver writes them where a local worker would have written them, so ingestion, the fidelity
+check and cancel are the executor's own (executor.py), unchanged.
+
+Where a segment runs:
+- a single-process run on CPU: on a warm worker, a detached Ray actor that keeps a fork
+  server (forkserver.py) with the scripts' imports done between replays, so a replay on a
+  cluster that replayed before forks its scripts from a warm interpreter, as the local
+  executor does with its shared fork server, and starts no Ray worker of its own;
+- a run on GPUs, or a multi-process run (torchrun, mp.spawn): a worker of its own (an
+  actor for that segment alone, killed when it ends) that holds the resources of all its
+  processes on one node and relaunches the recorded launcher there (ddp_launch.py).
 
 Files the snapshot left out (data folders, large files) are copied from the project's path
 when the node has that path (a local cluster, a shared filesystem), within the copy budget
-of contain.py, so the old script's writes never reach the user's files; elsewhere the
-script reads them as it would on a fresh checkout. Left-out files that changed since the
-run are restored from git on this machine (executor._prepare) and shipped with the code.
-The cluster's Python needs florwb and the script's imports installed, as any Ray job does.
+of contain.py, so the old script's writes never reach the user's files, and the files the
+run created are removed again; elsewhere the script reads them as it would on a fresh
+checkout. Left-out files that changed since the run are restored from git on this machine
+(executor._prepare) and shipped with the code. The cluster's Python needs florwb and the
+script's imports installed, as any Ray job does.
 
-Cancel (Ctrl-C, or the `cancel` event): every task is cancelled through Ray, which raises
-KeyboardInterrupt in the task; the task stops its script's process group. A task still
-there after 3 s is force-cancelled: its Ray worker is killed, and its fork server, no
-longer listened to, stops the script.
+Cancel (Ctrl-C, or the `cancel` event): every worker running a segment is told to stop it;
+it stops the script's process group (SIGTERM, SIGKILL after 3 s) and whatever the script's
+launcher started in sessions of its own (torchrun's ranks). A worker of a segment's own
+that has not started by then is killed; one that does not answer within GIVE_UP_S is
+killed (its fork server, no longer listened to, stops the script).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
+import sys
 import tarfile
 import tempfile
 import threading
@@ -42,9 +56,9 @@ from typing import TYPE_CHECKING, Any
 
 from florwb_engine.contract.replay_spec import ENV, ReplaySpec
 from florwb_engine.errors import FlorwbError
-from florwb_engine.journal import replay_journal_name
 from florwb_engine.project import journal_dir, store_dir
 from florwb_engine.replay.cores import recorded_thread_env, recorded_threads, thread_env
+from florwb_engine.replay.ddp_launch import launch_argv, launch_env, segment_journals
 from florwb_engine.replay.forkserver import ForkServer, script_imports, signal_worker
 from florwb_engine.store import Store
 
@@ -85,13 +99,20 @@ class Shipment:
         return self.code_bytes + self.checkpoint_bytes
 
 
+def require_ray() -> None:
+    """RayUnavailable, with the install hint, where Ray is not installed."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise RayUnavailable(INSTALL_HINT) from None
+
+
 def connect(options: RayOptions) -> bool:
     """Connect to (or start) Ray; True when this call started it (then the caller shuts
     it down). RayUnavailable, with the reason in one line, when it cannot."""
-    try:
-        import ray
-    except ImportError:
-        raise RayUnavailable(INSTALL_HINT) from None
+    require_ray()
+    import ray
+
     if ray.is_initialized():
         return False
     address = options.address or os.environ.get("RAY_ADDRESS") or None
@@ -103,13 +124,38 @@ def connect(options: RayOptions) -> bool:
     return True
 
 
-def cluster_slots(options: RayOptions) -> int:
-    """How many tasks of `options.cpus_per_task` CPUs the connected cluster runs at once."""
-    import ray
+def will_start(options: RayOptions) -> bool:
+    """Whether connecting starts Ray on this machine: no cluster named (`--address`,
+    RAY_ADDRESS) and none connected."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return False
+    return not (options.address or os.environ.get("RAY_ADDRESS"))
 
-    cpus = float(ray.cluster_resources().get("CPU", 1.0))
+
+def cluster_slots(options: RayOptions) -> int:
+    """How many tasks of `options.cpus_per_task` CPUs the cluster runs at once: the
+    connected one's, or this machine's where the replay will start Ray (ray.init gives it
+    every CPU)."""
     per_task = options.cpus_per_task or 1.0
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+    else:
+        cpus = float(os.cpu_count() or 1)
     return max(1, int(cpus // per_task))
+
+
+def start_s() -> float:
+    """What a replay on Ray pays once before its segments run (cost.py): Ray's start where
+    the replay starts it, then the workers' imports; with a connected cluster whose warm
+    workers are up, next to nothing."""
+    from florwb_engine.replay.cost import RAY_IMPORT_S, RAY_INIT_S, RAY_WARM_S
+
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return RAY_INIT_S + RAY_IMPORT_S
+    return RAY_WARM_S if warm_pool_up() else RAY_IMPORT_S
 
 
 def code_archive(code_dir: Path) -> bytes:
@@ -132,6 +178,37 @@ def segment_checkpoints(spec: ReplaySpec) -> dict[str, str]:
     return {i: name for i, name in spec.checkpoints.items() if i in wanted}
 
 
+def segment_files(spec: ReplaySpec) -> list[str]:
+    """Every file the segment may read from the project's checkpoints folder, relative to
+    it: flor.checkpointing's checkpoints of iterations first-1 .. last, the script's own
+    mirrored saves of those iterations (manifest, saved files, RNG states), the run's
+    RNG states at its start, each rank's copies of those (`rank<r>/`), and the files of
+    other runs its flor.load_checkpoint calls loaded."""
+    folder = Path(spec.checkpoint_dir)
+    names = list(segment_checkpoints(spec).values())
+    for i in range(spec.first - 1, spec.last + 1):
+        manifest = spec.mirrored.get(str(i))
+        if manifest is None:
+            continue
+        names.append(manifest)
+        try:
+            listed = json.loads((folder / manifest).read_text())
+        except (OSError, ValueError):  # the replay says so where it restores it
+            continue
+        names.extend(str(s["file"]) for s in listed.get("saves", ()) if s.get("file"))
+        if listed.get("rng"):
+            names.append(str(listed["rng"]))
+    if spec.start_rng:
+        names.append(Path(spec.start_rng).name)
+    ranks = [f"rank{r}/{name}" for r in range(1, spec.world_size) for name in names]
+    found = [f"{spec.run_id}/{name}" for name in names + ranks if (folder / name).is_file()]
+    for start in spec.starts:  # relative to the checkpoints folder (record/lineage.py)
+        path = str(start.get("path") or "")
+        if path and not Path(path).is_absolute() and (folder.parent / path).is_file():
+            found.append(path)
+    return list(dict.fromkeys(found))
+
+
 def task_resources(project: Path, run_id: str, options: RayOptions) -> tuple[float, float]:
     """(CPUs, GPUs) one of the run's segments asks Ray for: the flags, else one CPU and the
     GPUs the run used (run_context: device_kind 'cuda', gpu_count)."""
@@ -146,6 +223,29 @@ def task_resources(project: Path, run_id: str, options: RayOptions) -> tuple[flo
     return cpus, gpus
 
 
+def launch_resources(launch: dict, options: RayOptions) -> tuple[float, float]:
+    """(CPUs, GPUs) of the one task that relaunches a multi-process run: per process the
+    flags (else one CPU, and one GPU when the run used GPUs), times the processes."""
+    nproc = int(launch.get("nproc") or 1)
+    cpus = options.cpus_per_task if options.cpus_per_task is not None else 1.0
+    if options.gpus_per_task is not None:
+        gpus = options.gpus_per_task
+    else:
+        gpus = 1.0 if launch.get("devices") else 0.0
+    return cpus * nproc, gpus * nproc
+
+
+def largest_node() -> tuple[float, float]:
+    """(CPUs, GPUs) of the connected cluster's largest live node: what one task can hold."""
+    import ray
+
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    return (
+        max((float(r.get("CPU", 0)) for r in nodes), default=0.0),
+        max((float(r.get("GPU", 0)) for r in nodes), default=0.0),
+    )
+
+
 # ---------------------------------------------------------------- the driver
 
 
@@ -156,77 +256,263 @@ def run_all(
     cancel: threading.Event,
     options: RayOptions,
     ingest_early: Callable[[Store], None],
+    workers: int = 1,
 ) -> dict[int, Shipment]:
     """Run every task on Ray, writing each returned journal where a local worker writes
-    it and setting each task's returncode; the bytes shipped per segment are returned."""
+    it and setting each task's returncode; the bytes each segment put into the object
+    store are returned. At most `workers` single-process segments run at once, on as
+    many warm workers; a multi-process run or one on GPUs is a task of its own."""
     from florwb_engine.replay.executor import sigint_sets_cancel
 
     started_here = connect(options)
     import ray
 
-    notify = on_progress or (lambda _p: None)
     try:
-        remote = ray.remote(max_retries=0)(run_segment)
-        shipped: dict[int, Shipment] = {}
-        pending: dict[Any, SegmentTask] = {}
+        driver = _Driver(store, on_progress, cancel, options, ingest_early)
         with sigint_sets_cancel(cancel):  # Ctrl-C while submitting cancels what was submitted
-            _submit(tasks, remote, options, pending, shipped, notify, cancel)
-            _wait(pending, store, notify, cancel, ingest_early)
-        return shipped
+            driver.run(tasks, workers)
+        return driver.shipped
     finally:
         if started_here:
             ray.shutdown()
 
 
-def _submit(tasks, remote, options, pending, shipped, notify, cancel) -> None:
-    """Ship each task's code (once per version), checkpoints and spec, and start it."""
-    import ray
+@dataclass
+class _Job:
+    task: SegmentTask
+    payload: dict  # what the node needs, in JSON-able form
+    refs: dict  # {"code": ref, "files": {relative path: ref}}: fetched on the node
+    cpus: float
+    gpus: float
 
-    from florwb_engine.replay.executor import Progress
+    @property
+    def warm(self) -> bool:
+        """Runs on a warm worker: one process and no GPU (resources Ray need not hold)."""
+        return not self.payload["launch"] and not self.gpus
 
-    archives: dict[Path, Any] = {}
-    blobs: dict[Path, Any] = {}
-    resources: dict[str, tuple[float, float]] = {}
-    for task in tasks:
-        if cancel.is_set():
-            return
-        assert task.code_dir is not None
-        if task.code_dir not in archives:
-            archives[task.code_dir] = code_archive(task.code_dir)
-            blobs[task.code_dir] = ray.put(archives[task.code_dir])
+
+class _Driver:
+    def __init__(self, store, on_progress, cancel, options, ingest_early) -> None:
+        self.store = store
+        self.notify = on_progress or (lambda _p: None)
+        self.cancel = cancel
+        self.options = options
+        self.ingest_early = ingest_early
+        self.shipped: dict[int, Shipment] = {}
+        self._put: dict[Path, tuple[Any, int]] = {}  # what is in the object store already
+        self._resources: dict[str, tuple[float, float]] = {}
+        # ref -> (job, the worker running it: a warm one, or its own when in `own`)
+        self.pending: dict[Any, tuple[_Job, Any]] = {}
+        self.own: set[Any] = set()
+
+    def run(self, tasks: list[SegmentTask], workers: int) -> None:
+        jobs = []
+        for task in tasks:
+            if self.cancel.is_set():
+                return
+            jobs.append(self._job(task))
+        queue = [j for j in jobs if j.warm]
+        pool = warm_pool(max(1, min(workers, len(queue)))) if queue else []
+        modules = [m for j in queue for m in script_imports(j.task.plan.code or "")]
+        for actor in pool:  # torch and the rest imported while the others are shipped
+            actor.preload.remote(list(dict.fromkeys(modules)))
+        own = [j for j in jobs if not j.warm]
+        if own:
+            fits = largest_node()
+            for job in own:
+                self._submit(job, fits)
+        free = list(pool)
+        self._wait(queue, free)
+
+    def _job(self, task: SegmentTask) -> _Job:
+        """Put the task's code (once per version) and files (once per replay) into the
+        object store; what it put is the segment's shipment."""
+        code_dir = task.code_dir
+        assert code_dir is not None
         spec = ReplaySpec.load(task.spec_path)
-        files = {}
-        sizes = 0
-        for name in segment_checkpoints(spec).values():
-            path = Path(spec.checkpoint_dir) / name
-            if path not in blobs:
-                blobs[path] = ray.put(path.read_bytes())
-            files[name] = blobs[path]
-            sizes += path.stat().st_size
-        if spec.start_rng:
-            path = Path(spec.start_rng)
-            if path not in blobs:
-                blobs[path] = ray.put(path.read_bytes())
-            files[path.name] = blobs[path]
-            sizes += path.stat().st_size
-        if task.plan.run_id not in resources:
-            resources[task.plan.run_id] = task_resources(task.project, task.plan.run_id, options)
-        cpus, gpus = resources[task.plan.run_id]
-        job = {
+        code_ref, code_bytes = self._put_once(code_dir, lambda: code_archive(code_dir))
+        folder = Path(spec.checkpoint_dir).parent
+        files, file_bytes = {}, 0
+        for name in segment_files(spec):
+            files[name], size = self._put_once(folder / name, (folder / name).read_bytes)
+            file_bytes += size
+        self.shipped[task.segment.index] = Shipment(code_bytes, file_bytes)
+        launch = task.plan.launch
+        if launch:
+            cpus, gpus = launch_resources(launch, self.options)
+        else:
+            if task.plan.run_id not in self._resources:
+                self._resources[task.plan.run_id] = task_resources(
+                    task.project, task.plan.run_id, self.options
+                )
+            cpus, gpus = self._resources[task.plan.run_id]
+        processes = int(launch["nproc"]) if launch else 1
+        assert task.plan.script is not None
+        payload = {
+            "key": f"{spec.replay_id}:{spec.segment}",
             "spec": spec.__dict__,
             "project": str(task.project),
-            "script": str(Path(task.argv[0]).relative_to(task.code_dir)),
-            "argv": task.argv[1:],
+            "script": task.plan.script,
+            "argv": task.plan.argv[1:],
             "cwd": _relative_cwd(task),
-            "threads": max(1, int(cpus)),
+            "threads": max(1, int(cpus // processes)),
             "recorded_threads": task.plan.threads,  # the run's own, where it recorded them
+            "launch": launch,
+            "hide": task.plan.hide,
         }
-        ref = remote.options(num_cpus=cpus, num_gpus=gpus).remote(job, blobs[task.code_dir], files)
-        pending[ref] = task
-        task.request = len(pending)
-        shipped[task.segment.index] = Shipment(len(archives[task.code_dir]), sizes)
+        return _Job(task, payload, {"code": code_ref, "files": files}, cpus, gpus)
+
+    def _put_once(self, key: Path, read: Callable[[], bytes]) -> tuple[Any, int]:
+        """(object ref, bytes put now): 0 bytes when an earlier segment put it."""
+        import ray
+
+        if key in self._put:
+            return self._put[key][0], 0
+        data = read()
+        self._put[key] = (ray.put(data), len(data))
+        return self._put[key][0], len(data)
+
+    def _submit(self, job: _Job, fits: tuple[float, float]) -> None:
+        """A worker of its own (an actor for this segment alone, killed when it ends)
+        holding the run's processes' CPUs and GPUs; refused at once, with the reason, when
+        no node of the cluster has them (Ray would wait forever)."""
+        import ray
+
+        from florwb_engine.replay.executor import Progress
+
+        task = job.task
         total = task.segment.last - task.segment.first + 1
-        notify(Progress(task.plan.run_id, task.segment.index, 0, total, "running"))
+        if job.cpus > fits[0] or job.gpus > fits[1]:
+            task.returncode = -1
+            task.log_path.write_text(
+                f"florwb: the segment needs {job.cpus:g} CPU(s) and {job.gpus:g} GPU(s) on one "
+                f"node; the cluster's largest node has {fits[0]:g} and {fits[1]:g}\n"
+            )
+            self.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "failed"))
+            return
+        own: Any = ray.remote(WarmWorker)
+        actor = own.options(
+            num_cpus=job.cpus, num_gpus=job.gpus, max_concurrency=4, max_restarts=0
+        ).remote(0.0)
+        ref = actor.run.remote(job.payload, job.refs)
+        self.pending[ref] = (job, actor)
+        self.own.add(ref)
+        task.request = len(self.pending)
+        self.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "running"))
+
+    def _dispatch(self, queue: list[_Job], free: list[Any]) -> None:
+        from florwb_engine.replay.executor import Progress
+
+        while queue and free and not self.cancel.is_set():
+            job, actor = queue.pop(0), free.pop(0)
+            ref = actor.run.remote(job.payload, job.refs)
+            self.pending[ref] = (job, actor)
+            task = job.task
+            task.request = len(self.pending)
+            total = task.segment.last - task.segment.first + 1
+            self.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "running"))
+
+    def _wait(self, queue: list[_Job], free: list[Any]) -> None:
+        import ray
+
+        cancelled_at: float | None = None
+        forced = False
+        self._dispatch(queue, free)
+        while self.pending:
+            try:
+                if self.cancel.is_set() and cancelled_at is None:
+                    cancelled_at = time.monotonic()
+                    queue.clear()
+                    for job, actor in self.pending.values():  # it stops the script's processes
+                        actor.stop.remote(job.payload["key"])  # (SIGTERM, then SIGKILL)
+                elif cancelled_at is not None:
+                    waited = time.monotonic() - cancelled_at
+                    if waited > 2 * STOP_GRACE_S + 1 and not forced:
+                        forced = True  # a worker of its own not even started: it goes
+                        for ref in self.own & set(self.pending):
+                            ray.kill(self.pending[ref][1])
+                    elif waited > STOP_GRACE_S + GIVE_UP_S:  # Ray never answered
+                        self._give_up()
+                        break
+                ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=POLL_S)
+                for ref in ready:
+                    job, actor = self.pending.pop(ref)
+                    alive = self._ended(job, ref)
+                    if ref in self.own:
+                        self.own.discard(ref)
+                        with contextlib.suppress(Exception):  # gone already
+                            ray.kill(actor)  # its resources go back to the cluster
+                    elif alive:
+                        free.append(actor)
+                    if job.task.returncode == 0 and (self.pending or queue):
+                        self._dispatch(queue, free)
+                        if not self.cancel.is_set():
+                            self.ingest_early(self.store)
+                self._dispatch(queue, free)
+                if queue and not free and not any(a for _j, a in self.pending.values()):
+                    self._lost(queue)  # every warm worker died: the rest cannot run
+            except KeyboardInterrupt:  # Ctrl-C where the handler is not installed
+                self.cancel.set()
+        if queue:  # a warm worker died and took the last one with it
+            self._lost(queue)
+
+    def _lost(self, queue: list[_Job]) -> None:
+        from florwb_engine.replay.executor import Progress
+
+        for job in queue:
+            task = job.task
+            task.returncode = -1
+            task.log_path.write_text("ray: the replay's warm workers died before it ran\n")
+            total = task.segment.last - task.segment.first + 1
+            self.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "failed"))
+        queue.clear()
+
+    def _ended(self, job: _Job, ref: Any) -> bool:
+        """Land what the segment returned; False when its warm worker died with it."""
+        import ray
+        from ray.exceptions import RayActorError, RayError, TaskCancelledError
+
+        from florwb_engine.replay.executor import Progress
+
+        task = job.task
+        total = task.segment.last - task.segment.first + 1
+        alive = True
+        try:
+            out = ray.get(ref)
+        except TaskCancelledError:
+            task.returncode = -signal.SIGTERM
+            task.log_path.write_text("cancelled\n")
+        except RayError as exc:
+            alive = not isinstance(exc, RayActorError)
+            task.returncode = -1
+            if self.cancel.is_set():  # its worker killed on cancel
+                task.log_path.write_text("cancelled\n")
+            else:
+                task.log_path.write_text(f"ray: {str(exc).strip()[-2000:]}\n")
+        else:
+            task.returncode = _land(task, out)
+        done = total if task.returncode == 0 else 0
+        state: SegmentState = (
+            "finished"
+            if task.returncode == 0
+            else "cancelled"
+            if self.cancel.is_set()
+            else "failed"
+        )
+        self.notify(Progress(task.plan.run_id, task.segment.index, done, total, state))
+        return alive
+
+    def _give_up(self) -> None:
+        """Cancelled and not confirmed: the warm workers still running are killed (their
+        fork servers, no longer listened to, stop the scripts) and the tasks written off."""
+        import ray
+
+        for job, actor in self.pending.values():
+            with contextlib.suppress(Exception):  # gone already
+                ray.kill(actor)
+            job.task.returncode = -signal.SIGKILL
+            job.task.log_path.write_text("cancelled; Ray did not confirm\n")
+        self.pending.clear()
 
 
 def _relative_cwd(task: SegmentTask) -> str:
@@ -238,101 +524,147 @@ def _relative_cwd(task: SegmentTask) -> str:
     return str(task.cwd)
 
 
-def _wait(pending, store, notify, cancel, ingest_early) -> None:
-    import ray
-    from ray.exceptions import RayError, TaskCancelledError
-
-    from florwb_engine.replay.executor import Progress
-
-    cancelled_at: float | None = None
-    forced_at: float | None = None
-    while pending:
-        try:
-            if cancel.is_set() and cancelled_at is None:
-                cancelled_at = time.monotonic()
-                for ref in pending:
-                    ray.cancel(ref, force=False)
-            elif cancelled_at is not None and time.monotonic() - cancelled_at > STOP_GRACE_S:
-                if forced_at is None:
-                    forced_at = time.monotonic()
-                    for ref in pending:
-                        ray.cancel(ref, force=True)
-                elif time.monotonic() - forced_at > GIVE_UP_S:  # Ray never answered
-                    for task in pending.values():
-                        task.returncode = -signal.SIGKILL
-                        task.log_path.write_text("cancelled; Ray did not confirm\n")
-                    pending.clear()
-                    break
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
-            for ref in ready:
-                task = pending.pop(ref)
-                total = task.segment.last - task.segment.first + 1
-                try:
-                    out = ray.get(ref)
-                except TaskCancelledError:
-                    task.returncode = -signal.SIGTERM
-                    task.log_path.write_text("cancelled\n")
-                except RayError as exc:
-                    task.returncode = -1
-                    task.log_path.write_text(f"ray: {str(exc).strip()[-2000:]}\n")
-                else:
-                    task.returncode = _land(task, out)
-                done = total if task.returncode == 0 else 0
-                state: SegmentState = (
-                    "finished"
-                    if task.returncode == 0
-                    else "cancelled"
-                    if cancel.is_set()
-                    else "failed"
-                )
-                notify(Progress(task.plan.run_id, task.segment.index, done, total, state))
-                if task.returncode == 0 and pending and not cancel.is_set():
-                    ingest_early(store)
-        except KeyboardInterrupt:  # Ctrl-C where the handler is not installed
-            cancel.set()
-
-
 def _land(task: SegmentTask, out: dict) -> int:
-    """Write what the task returned where a local worker leaves it; its returncode."""
+    """Write what the task returned where a local worker leaves it (its journal, one per
+    rank for a multi-process run); its returncode."""
     task.log_path.write_bytes(out["log"])
-    if out["journal"] is not None:
-        spec = ReplaySpec.load(task.spec_path)
-        target = journal_dir(task.project) / replay_journal_name(spec.replay_id, spec.segment)
-        target.parent.mkdir(parents=True, exist_ok=True)
+    journals = journal_dir(task.project)
+    journals.mkdir(parents=True, exist_ok=True)
+    for name, data in out["journals"].items():
+        target = journals / Path(name).name
         tmp = target.with_name(target.name + ".tmp")
-        tmp.write_bytes(out["journal"])
+        tmp.write_bytes(data)
         os.replace(tmp, target)
     return int(out["returncode"])
+
+
+# ---------------------------------------------------------------- warm workers
+
+NAMESPACE = "florwb"
+
+
+def warm_pool(n: int) -> list[Any]:
+    """`n` warm workers: Ray actors that outlive the replay (detached) and keep a fork
+    server with the scripts' imports done, so a replay forks its scripts from a warm
+    interpreter as the local executor does. They hold no Ray resources (the replay runs
+    at most `workers` segments at once, as many as the cluster has task slots) and end
+    after FLORWB_FORKSERVER_IDLE_S without a segment. Named by florwb's code, so a
+    changed florwb never talks to an old one."""
+    import ray
+
+    from florwb_engine.replay.forkserver import code_key, idle_seconds
+
+    actor = ray.remote(WarmWorker)
+    key = code_key()
+    return [
+        actor.options(
+            name=f"warm-{key}-{i}",
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_concurrency=4,  # stop() reaches a worker busy in run()
+            max_restarts=0,
+            scheduling_strategy="SPREAD",
+        ).remote(idle_seconds())
+        for i in range(n)
+    ]
+
+
+def warm_pool_up() -> bool:
+    """Whether the connected cluster has this florwb's first warm worker already."""
+    import ray
+
+    from florwb_engine.replay.forkserver import code_key
+
+    try:
+        ray.get_actor(f"warm-{code_key()}-0", namespace=NAMESPACE)
+    except ValueError:
+        return False
+    return True
+
+
+class WarmWorker:
+    """A Ray actor that runs one segment at a time from its fork server: a warm worker
+    (detached, kept between replays; `idle_s`: how long) or a segment's own (idle_s 0)."""
+
+    def __init__(self, idle_s: float) -> None:
+        self._server: ForkServer | None = None
+        self._lock = threading.Lock()  # one segment at a time: two replays take turns
+        self._stops: dict[str, threading.Event] = {}
+        self._busy = 0
+        self._used = time.monotonic()
+        if idle_s > 0:
+            threading.Thread(target=self._end_when_idle, args=(idle_s,), daemon=True).start()
+
+    def preload(self, modules: list[str]) -> int:
+        with self._lock:
+            self._warm().preload(modules)
+        return os.getpid()
+
+    def run(self, job: dict, refs: dict) -> dict:
+        stop = self._stops.setdefault(job["key"], threading.Event())
+        self._busy += 1
+        try:
+            with self._lock:
+                if stop.is_set():
+                    return {"returncode": -signal.SIGTERM, "journals": {}, "log": b"cancelled\n"}
+                return _run_job(self._warm(), job, refs, stop)
+        finally:
+            self._stops.pop(job["key"], None)
+            self._busy -= 1
+            self._used = time.monotonic()
+
+    def stop(self, key: str) -> None:
+        self._stops.setdefault(key, threading.Event()).set()
+
+    def _warm(self) -> ForkServer:
+        if self._server is None or self._server.lost():
+            log = Path(tempfile.gettempdir()) / f"florwb-ray-forkserver-{os.getpid()}.log"
+            self._server = ForkServer(log)
+        return self._server
+
+    def _end_when_idle(self, idle_s: float) -> None:
+        while True:
+            time.sleep(min(idle_s, 5.0))
+            if not self._busy and time.monotonic() - self._used > idle_s:
+                if self._server is not None:
+                    self._server.close()
+                os._exit(0)
 
 
 # ---------------------------------------------------------------- on the node
 
 
-def run_segment(job: dict, code: bytes, files: dict[str, Any]) -> dict:
-    """One segment, inside a Ray task: unpack, run the old script, return its journal."""
+def _run_job(server: ForkServer, job: dict, refs: dict, stop: threading.Event) -> dict:
+    """Unpack the segment, run the old script as it was launched, return its journals."""
     import ray
+
+    from florwb_engine.replay import contain
+    from florwb_engine.replay.executor import SKIP_LINKS, hide_created
+    from florwb_engine.replay.mirror import mirrored_project
 
     base = Path(tempfile.mkdtemp(prefix="florwb-ray-"))
     try:
         # the mirror of the project's ancestry, as a local replay has it (mirror.py)
-        from florwb_engine.replay import contain
-        from florwb_engine.replay.executor import SKIP_LINKS
-        from florwb_engine.replay.mirror import mirrored_project
-
         project = Path(job["project"])
         mirror = base / "code"
         code_dir = mirrored_project(mirror, project)
-        with tarfile.open(fileobj=io.BytesIO(code), mode="r:gz") as tar:
+        with tarfile.open(fileobj=io.BytesIO(ray.get(refs["code"])), mode="r:gz") as tar:
             tar.extractall(code_dir, filter="data")
         if project.is_dir():  # copies, never links: the script's writes stay in the task
             contain.copy_missing(project, code_dir, SKIP_LINKS)
+        hide_created(code_dir, job["hide"])  # files the run created: absent, as locally
         home = base / "home"  # the task's own project: journal and checkpoints
         spec = ReplaySpec(**job["spec"])
-        ckpt_dir = store_dir(home) / "checkpoints" / spec.run_id
+        checkpoints = store_dir(home) / "checkpoints"
+        ckpt_dir = checkpoints / spec.run_id
         ckpt_dir.mkdir(parents=True)
-        values = ray.get(list(files.values())) if files else []
-        for name, data in zip(files, values):
-            (ckpt_dir / name).write_bytes(data)
+        names = list(refs["files"])
+        for name, data in zip(names, ray.get([refs["files"][n] for n in names])):
+            target = checkpoints / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
         spec.checkpoint_dir = str(ckpt_dir)
         if spec.start_rng:
             spec.start_rng = str(ckpt_dir / Path(spec.start_rng).name)
@@ -348,20 +680,22 @@ def run_segment(job: dict, code: bytes, files: dict[str, Any]) -> dict:
             ENV: str(spec_path),
             "FLORWB_PROJECT": str(home),
             **_threads_env(job),
+            **launch_env(job["launch"]),  # a free port here for mp.spawn
         }
         log_path = base / "stderr.log"
         script = code_dir / job["script"]
-        server = _warm_server()
         server.preload(
             script_imports(script.read_text(errors="replace")), [project, code_dir, script.parent]
         )
-        request = server.start([str(script), *job["argv"]], cwd, env, log_path)
-        returncode = _wait_for_worker(server, request, log_path)
-        journal = journal_dir(home) / replay_journal_name(spec.replay_id, spec.segment)
+        # a multi-process run starts as it was launched, its rendezvous on this node
+        argv = launch_argv(job["launch"], [str(script), *job["argv"]])
+        request = server.start(argv, cwd, env, log_path)
+        returncode = _wait_for_worker(server, request, log_path, stop)
+        journals = segment_journals(journal_dir(home), spec.replay_id, spec.segment)
         return {
             "returncode": returncode,
-            "journal": journal.read_bytes() if journal.exists() else None,
-            "log": log_path.read_bytes()[-64_000:],
+            "journals": {p.name: p.read_bytes() for p in journals if p.exists()},
+            "log": log_path.read_bytes()[-64_000:] if log_path.exists() else b"",
         }
     finally:
         import shutil
@@ -369,23 +703,11 @@ def run_segment(job: dict, code: bytes, files: dict[str, Any]) -> dict:
         shutil.rmtree(base, ignore_errors=True)
 
 
-# The Ray worker process outlives its tasks: its fork server (forkserver.py) is kept, so
-# only the first segment on a worker pays `import torch`; later ones fork a warm process.
-_WARM: ForkServer | None = None
-
-
-def _warm_server() -> ForkServer:
-    global _WARM
-    if _WARM is None or _WARM.lost():
-        log = Path(tempfile.gettempdir()) / f"florwb-ray-forkserver-{os.getpid()}.log"
-        _WARM = ForkServer(log)
-    return _WARM
-
-
-def _wait_for_worker(server: ForkServer, request: int, log_path: Path) -> int:
-    """The segment's exit code. On KeyboardInterrupt (ray.cancel) the script's process
-    group gets SIGTERM, SIGKILL after STOP_GRACE_S, before the interrupt goes on."""
-    pid: int | None = None
+def _wait_for_worker(
+    server: ForkServer, request: int, log_path: Path, stop: threading.Event
+) -> int:
+    """The segment's exit code. When `stop` is set (the worker was told to stop) the
+    script's processes are stopped (_stop_worker)."""
     try:
         while True:
             server.poll(POLL_S)
@@ -393,18 +715,20 @@ def _wait_for_worker(server: ForkServer, request: int, log_path: Path) -> int:
             if isinstance(started, str):  # could not fork: say why where stderr would be
                 log_path.write_text(started + "\n")
                 return -1
-            pid = started
-            if pid is not None and pid in server.exited:
-                return server.exited.pop(pid)
-    except KeyboardInterrupt:
-        if pid is not None:
-            _stop_worker(server, pid)
-        raise
+            if started is not None and started in server.exited:
+                return server.exited.pop(started)
+            if started is not None and stop.is_set():
+                _stop_worker(server, started)
+                return -signal.SIGTERM
     finally:
         server.started.pop(request, None)
 
 
 def _stop_worker(server: ForkServer, pid: int) -> None:
+    """SIGTERM to the script's process group, SIGKILL after STOP_GRACE_S; a launcher's
+    processes in sessions of their own (torchrun starts each rank so) that outlive it are
+    killed after it."""
+    family = descendants(pid)
     signal_worker(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
     while pid not in server.exited and time.monotonic() < deadline:
@@ -414,10 +738,34 @@ def _stop_worker(server: ForkServer, pid: int) -> None:
         deadline = time.monotonic() + STOP_GRACE_S
         while pid not in server.exited and time.monotonic() < deadline:
             server.poll(POLL_S)
+    for child in family:
+        signal_worker(child, signal.SIGKILL)
     server.exited.pop(pid, None)
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (children first), from /proc; none where there is none."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # ended meanwhile
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def _threads_env(job: dict) -> dict[str, str]:
-    """The task's threads: the run's recorded settings, else one per CPU it was given."""
+    """The task's threads: the run's recorded settings, else its CPUs shared by its
+    processes."""
     recorded = recorded_threads(job.get("recorded_threads"))
     return recorded_thread_env(recorded) if recorded is not None else thread_env(job["threads"])
