@@ -81,6 +81,12 @@ TAB_FOCUS = {
 }
 
 
+def _showing(pane: Widget) -> bool:
+    """Whether a pane can take an update: attached, and still holding its widgets (the app's
+    teardown removes a pane's children before the pane; a late message must not reach them)."""
+    return pane.is_attached and bool(pane.children)
+
+
 class WorkbenchApp(App[int]):
     """`WorkbenchApp(project).run()`; returns the exit code."""
 
@@ -264,7 +270,7 @@ class WorkbenchApp(App[int]):
     @on(HistoryLoaded)
     def _history_loaded(self, message: HistoryLoaded) -> None:
         history = message.history
-        if not self._history_pane.is_attached:  # the app is closing
+        if not _showing(self._history_pane):  # the app is closing
             return
         self._history = history
         self._history_pane.show(history)
@@ -290,7 +296,7 @@ class WorkbenchApp(App[int]):
         if self.on_ready is not None:
             self.on_ready()
         self._monitor.start_watching()
-        if self._replay.is_attached:
+        if _showing(self._replay):
             self._replay.reload_replays()
 
     @on(ChartRequested)
@@ -318,14 +324,14 @@ class WorkbenchApp(App[int]):
         for run in live:
             total = run.total if run.total is not None else "?"
             labels[run.run_id] = f"{run.done}/{total} {run.loop or ''}".strip()
-        if self._history_pane.is_attached:
+        if _showing(self._history_pane):
             self._history_pane.set_live(labels)
-        if self._replay.is_attached:
+        if _showing(self._replay):
             self._replay.show_live(live)
 
     @on(PendingChanged)
     def _pending_changed(self, message: PendingChanged) -> None:
-        if self._history_pane.is_attached:
+        if _showing(self._history_pane):
             self._banner.show(message.pending)
             self._history_pane.set_pending(message.pending)
 
@@ -396,7 +402,7 @@ class WorkbenchApp(App[int]):
 
     def _refresh_statements(self) -> None:
         """The diff rebuilds only while its tab is shown; otherwise when it is next shown."""
-        if self._statements.is_attached and self._active_tab() == "statements":
+        if _showing(self._statements) and self._active_tab() == "statements":
             self._statements.refresh_if_stale()
 
     # --- replay ---------------------------------------------------------------------------
@@ -435,14 +441,14 @@ class WorkbenchApp(App[int]):
         plan, server = confirmed
         if len(self.screen_stack) > 1:
             self.pop_screen()
-        if self._replay.is_attached:
+        if _showing(self._replay):
             self._replay.start(plan)
         self.action_show_tab("replay")
         self._runner.start(plan, server)
 
     @on(ReplayProgressed)
     def _replay_progressed(self, message: ReplayProgressed) -> None:
-        if self._replay.is_attached:
+        if _showing(self._replay):
             self._replay.progress(message.progress)
         self._chart_data_changed()
 
@@ -451,7 +457,7 @@ class WorkbenchApp(App[int]):
         if self._quit_when_replay_ends:  # cancelled on the way out: its rows are removed now
             self.exit()
             return
-        if self._replay.is_attached:
+        if _showing(self._replay):
             self._replay.ended(message.result)
             self._replay.reload_replays()
         status = message.result.status if message.result else "failed"
@@ -503,7 +509,7 @@ class WorkbenchApp(App[int]):
         monitor = self._monitor
         monitor.reload()
         monitor.check_pending()
-        if self._replay.is_attached:
+        if _showing(self._replay):
             self._replay.reload_replays()
         self._invalidate_statements()
 

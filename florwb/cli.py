@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from florwb.cli_checkpoints import add_parser as add_checkpoints_parser
 from florwb.cli_instrument import add_parser as add_instrument_parser
 from florwb.cli_io import add_parser as add_io_parser
+from florwb.cli_propagate import add_parsers as add_propagate_parsers
 from florwb.cli_replay import add_parsers as add_replay_parsers
 from florwb.output import json_safe, write_chunks, write_frame, write_rows, write_table
 from florwb_engine.errors import FlorwbError
@@ -273,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_doctor)
 
     add_replay_parsers(sub)
+    add_propagate_parsers(sub)
     add_instrument_parser(sub)
     add_checkpoints_parser(sub)
     add_io_parser(sub)

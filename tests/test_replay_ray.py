@@ -20,9 +20,9 @@ import pytest
 from conftest import florwb, git, recorded_project, run_py, write
 from conftest_app import copy_demo
 
+from florwb_engine.contract.replay_spec import ReplaySpec
 from florwb_engine.replay import ddp_launch, execute, plan_replay
 from florwb_engine.replay.ray_executor import RayOptions, segment_files, task_resources
-from florwb_engine.replay.spec import ReplaySpec
 from florwb_engine.store import Store
 
 ray = pytest.importorskip("ray")  # the `ray` extra is in `dev`: present wherever tests run

@@ -1,6 +1,6 @@
 """Regenerate screenshots/*.svg: every workbench screen and state, from the demo project.
 
-    python -m florwb.screenshots [OUTDIR] [--demo DIR] [--size 80x24]
+    python tools/screenshots.py [OUTDIR] [--demo DIR] [--size 80x24]
 
 Builds the demo project in a temp folder (or copies DIR, an existing `florwb demo`
 folder), drives the real app headless through each state and saves an SVG of each with
@@ -312,7 +312,7 @@ async def _chart_shots(pilot, app, shot: Callable) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m florwb.screenshots", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python tools/screenshots.py", description=__doc__)
     parser.add_argument("outdir", nargs="?", default="screenshots", type=Path)
     parser.add_argument("--demo", type=Path, help="an existing demo folder to copy")
     parser.add_argument("--size", default="80x24", help="terminal size, e.g. 80x24")
