@@ -31,15 +31,23 @@ def _fails() -> None:
         raise RuntimeError("a wrapped failure") from exc
 
 
+async def _failed_in_a_worker(pilot, seen: Seen, fn, description: str):
+    """`fn` run in a worker of the app once its panes are ready; the worker, once the
+    failure's modal is up."""
+    app = pilot.app
+    await wait_until(pilot, seen.ready, what="the panes")
+    worker = run_in_thread(app, fn, group="test", description=description)
+    with pytest.raises(WorkerFailed):
+        await worker.wait()
+    await wait_until(pilot, lambda: isinstance(app.screen, ErrorScreen), what="the modal")
+    return worker
+
+
 async def test_an_unexpected_worker_failure_keeps_its_traceback(demo: Path):
     app = make_app(demo, watch=False)
     seen = Seen()
     async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
-        await wait_until(pilot, seen.ready, what="the panes")
-        worker = run_in_thread(app, _fails, group="test", description="testing a failure")
-        with pytest.raises(WorkerFailed):
-            await worker.wait()
-        await wait_until(pilot, lambda: isinstance(app.screen, ErrorScreen), what="the modal")
+        worker = await _failed_in_a_worker(pilot, seen, _fails, "testing a failure")
         changes = seen.of(Worker.StateChanged)
         assert [m.worker for m in changes if m.state is WorkerState.ERROR] == [worker]
         screen = app.screen
@@ -74,11 +82,7 @@ async def test_an_expected_failure_is_its_one_line_under_its_title(demo: Path):
 
     seen = Seen()
     async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
-        await wait_until(pilot, seen.ready, what="the panes")
-        worker = run_in_thread(app, refused, group="test", description="planning")
-        with pytest.raises(WorkerFailed):
-            await worker.wait()
-        await wait_until(pilot, lambda: isinstance(app.screen, ErrorScreen), what="the modal")
+        await _failed_in_a_worker(pilot, seen, refused, "planning")
         screen = app.screen
         assert isinstance(screen, ErrorScreen)
         assert (screen.title_text, screen.message) == (
