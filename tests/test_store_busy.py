@@ -53,6 +53,11 @@ def release(proc: subprocess.Popen) -> None:
     proc.wait(timeout=60)
 
 
+def _flat(text: str) -> str:
+    """Screen text with its line breaks and runs of spaces as single spaces."""
+    return " ".join(text.split())
+
+
 async def test_the_workbench_says_who_holds_the_catalog_and_loads_once_it_is_free(
     demo: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -60,16 +65,23 @@ async def test_the_workbench_says_who_holds_the_catalog_and_loads_once_it_is_fre
     with held(demo) as holder:
         app = make_app(demo)
         async with app.run_test(size=(100, 30)) as pilot:
-            text = await wait_for(
-                pilot, lambda t: f"(PID {holder.pid}," in t, what="who holds the catalog"
+            # the summary wraps the line where the holder's PID length puts the break
+            text = _flat(
+                await wait_for(
+                    pilot,
+                    lambda t: f"(PID {holder.pid}," in _flat(t),
+                    what="who holds the catalog",
+                )
             )
             assert "The catalog is held by another process" in text and "retrying" in text
             assert "Loading the version history" not in text
             # past several give-ups of 1 s, it still says so, with the time growing
-            text = await wait_for(
-                pilot,
-                lambda t: any(f"retrying… {s} s" in t for s in range(3, 60)),
-                what="retrying visibly past the lock wait",
+            text = _flat(
+                await wait_for(
+                    pilot,
+                    lambda t: any(f"retrying… {s} s" in _flat(t) for s in range(3, 60)),
+                    what="retrying visibly past the lock wait",
+                )
             )
             assert f"(PID {holder.pid}," in text
             release(holder)
