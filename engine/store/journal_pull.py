@@ -18,7 +18,6 @@ A `HOST:PATH` source is first copied over ssh (tar streams) into a private folde
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from florwb_engine import settings
+from florwb_engine.atomic import write_atomic
 from florwb_engine.errors import FlorwbError
 from florwb_engine.journal import SUFFIX
 from florwb_engine.project import STORE_DIRNAME, checkpoint_dir, journal_dir
@@ -158,15 +158,10 @@ def _is_prefix(shorter: Path, longer: Path) -> bool:
 
 
 def _copy_whole(src: Path, dest: Path) -> None:
-    """`src` at `dest`, appearing whole (temp file, rename), with `src`'s times."""
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".pull")
-    os.close(fd)
-    try:
-        shutil.copy2(src, tmp)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """`src` at `dest`, appearing whole (atomic.write_atomic), with `src`'s times."""
+    with open(src, "rb") as theirs:
+        write_atomic(dest, lambda out: shutil.copyfileobj(theirs, out), durable=False)
+    shutil.copystat(src, dest)
 
 
 def _add_missing(src: Path, dest: Path) -> int:
