@@ -18,6 +18,10 @@ timings print `RESULT <name> <value> <unit>`, and the processes' output goes und
                      RNG (dropout, torch.randn on the device) restored at each segment
   replay_nccl        a 1-GPU torchrun run on the NCCL backend records as one run and its
                      replay equals a forward torchrun of today's script
+  log_side_stream    flor.log of CUDA scalars computed on a stream of the script's own
+                     (torch.cuda.stream), changed in place on that stream after the call,
+                     interleaved with values logged on the default stream: no synchronising
+                     call, and every stored value equals what .item() gives
 """
 
 from __future__ import annotations
@@ -181,6 +185,64 @@ dist.destroy_process_group()
 """
 NCCL_EPOCH = '        flor.log("shift", shift)\n'
 NCCL_ADD = '        flor.log("wsum", sum(p.double().sum() for p in net.parameters()))\n'
+SIDE = """
+import contextlib
+import json
+import os
+import threading
+import warnings
+
+import torch
+import florwb as flor
+
+dev = os.environ.get("GPU_CHECK_DEVICE", "cuda")  # cpu: a dry run of this script's logic
+torch.zeros(1, device=dev)
+steps = flor.arg("steps", 300)
+cuda = dev == "cuda"
+side = torch.cuda.Stream() if cuda else None
+on_side = (lambda: torch.cuda.stream(side)) if cuda else contextlib.nullcontext
+a = torch.randn(512, 512, device=dev) / 512
+acc = torch.zeros((), device=dev)
+count = torch.zeros((), device=dev, dtype=torch.int64)
+if cuda:
+    side.wait_stream(torch.cuda.current_stream())  # a and acc exist before the side stream reads
+kept = {"side": [], "side_count": [], "main": [], "temp": []}
+caught = []
+debug = torch.cuda.set_sync_debug_mode if cuda else lambda mode: None
+
+
+def note(message, category, filename, lineno, file=None, line=None):
+    caught.append((threading.current_thread().name, f"{filename}:{lineno}", str(message)))
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("always")
+    warnings.showwarning = note
+    debug("warn")
+    for step in flor.loop("step", range(steps)):
+        with on_side():
+            b = a @ a  # queued on the side stream
+            acc += b[step % 512, 0]
+            count += 1
+            flor.log("side", acc)
+            flor.log("side_count", count)
+            flor.log("temp", (b * 2)[0, 1])  # a temporary freed right after the call
+            kept["side"].append(acc.clone())
+            kept["side_count"].append(count.clone())
+            kept["temp"].append((b * 2)[0, 1].clone())
+            acc.mul_(0.5)  # in place after the call, on the same stream
+            count += 1000
+        flor.log("main", a[0, step % 512] * 3)  # the default stream, between side values
+        kept["main"].append((a[0, step % 512] * 3).clone())
+    debug(0)
+syncs = [f"{w}: {t}" for th, w, t in caught if th == "MainThread" and "ynchroniz" in t]
+syncs = [t for t in syncs if "prototype feature" not in t]
+flor.commit()
+if cuda:
+    torch.cuda.synchronize()
+expected = {name: [t.item() for t in ts] for name, ts in kept.items()}
+print(json.dumps({"syncs": syncs, "expected": expected}))
+"""
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "gpu-check",
@@ -322,6 +384,28 @@ def check_log_call_latency() -> str:
     print(f"RESULT cuda_busy_item_call_s {out['item']:.6g} s", flush=True)
     assert out["flor_log"] < out["item"] / 10, out
     return f"flor.log {out['flor_log'] * 1e6:.0f} us vs .item() {out['item'] * 1e6:.0f} us"
+
+
+@check
+def check_log_side_stream() -> str:
+    from florwb_engine.store import Store
+    from florwb_engine.store.values import decode_value
+
+    root = project("log_side_stream", SIDE)
+    report = json.loads(sh([sys.executable, "train.py"], root, "log_side_stream.log").stdout)
+    assert report["syncs"] == [], f"synchronising calls in florwb: {report['syncs'][:5]}"
+    run_id = Store(root).runs()[0]["run_id"]
+    rows = Store(root).query(
+        f"SELECT name, value, text, vtype FROM logs WHERE run_id = '{run_id}' ORDER BY seq"
+    )
+    logged: dict = {}
+    for name, value, text, vtype in rows.itertuples(index=False):
+        logged.setdefault(name, []).append(decode_value(value, text, vtype))
+    for name, want in report["expected"].items():
+        got = logged.get(name)
+        assert got == want, f"{name}: stored {got[:3] if got else got} != .item() {want[:3]}"
+    n = sum(len(v) for v in report["expected"].values())
+    return f"{n} values from a side stream and the default stream stored exactly, 0 syncs"
 
 
 def _replay(root: Path, names: list[str], run_id: str, mode: str, workers: int) -> str:

@@ -64,9 +64,9 @@ if [ "$QUICK" = 0 ] && python3 -c "import pytest" 2>/dev/null; then
   step stand_in_tests 90 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/test_device_path.py
 fi
 if [ "$QUICK" = 1 ]; then
-  step gpu_check 60 python3 benchmarks/gpu_check.py "$OUT/gpu_check" log_no_sync
+  step gpu_check 90 python3 benchmarks/gpu_check.py "$OUT/gpu_check" log_no_sync log_side_stream
 else
-  step gpu_check 220 python3 benchmarks/gpu_check.py "$OUT/gpu_check"
+  step gpu_check 260 python3 benchmarks/gpu_check.py "$OUT/gpu_check"
 fi
 # flordb adds a fourth backend (a run of it per round); --quick times one round of the overhead
 ROUNDS=$([ "$QUICK" = 1 ] && echo 1 || echo 2)
