@@ -1,6 +1,6 @@
 """Propagation on real code evolving in realistic ways: correct / wrong / refused shares.
 
-Issue 13's target (at most 0.5% wrong placements, at least 99% correct) was set on a
+The propagation target (at most 0.5% wrong placements, at least 99% correct) is set on a
 held-out set of real before/after pairs that this repository does not have. This is the
 closest honest stand-in: real Python code already on this machine (the installed torch,
 textual, duckdb, libcst packages and the standard library, read at run time, never
@@ -14,7 +14,7 @@ One pair:
   anchor, at its indentation. The anchor is a statement alone on its line(s); the probe
   reads the name the anchor binds (an assignment to a plain name), or, for a compound
   anchor (if/for/while/with/try), a parameter of the function (bound on every path);
-* the OLD file is the window with 1 to 3 realistic edits (the shapes of issue 13):
+* the OLD file is the window with 1 to 3 realistic edits (the shapes real histories show):
   `move` (statements of the anchor's block moved up or down, past independent siblings
   only: nothing one binds is touched by a statement it crosses), `else` (an early-return
   `if` followed by the rest of the block <-> an `if/else` whose branches both end the

@@ -239,7 +239,7 @@ class WorkbenchApp(App[int]):
 
     @on(StoreWaiting)
     def _store_waiting(self, message: StoreWaiting) -> None:
-        """Another process holds the catalog (issue 14, defect 7): said where the history
+        """Another process holds the catalog: said where the history
         shows, or in the title bar once it is on screen, until the history loads."""
         self.sub_title = waiting_line(message.holder, message.waited_s)
         self._holder_shown = True

@@ -614,8 +614,8 @@ def _collect(
     by_run: dict[str, list[SegmentTask]] = {}
     for task in tasks:
         by_run.setdefault(task.plan.run_id, []).append(task)
-    # On cancel, a run whose every segment ended well is kept (issue 14, defect 5: cancel
-    # used to throw away finished work); the others are removed as if never started.
+    # On cancel, a run whose every segment ended well is kept (its work is finished and
+    # verified); the others are removed as if never started.
     complete = {
         run_id for run_id, run_tasks in by_run.items() if all(t.returncode == 0 for t in run_tasks)
     }

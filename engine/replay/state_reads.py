@@ -1,4 +1,4 @@
-"""What state a placed statement reads that checkpoints may not hold (issue 11, item 1).
+"""What state a placed statement reads that checkpoints may not hold.
 
 A checkpoint holds the registered objects' state_dicts, the RNG states and, since this
 module exists, the registered modules' gradients. A replay that skips inner loops (OUTER)

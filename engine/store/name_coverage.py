@@ -1,7 +1,7 @@
 """Which logged names some run still lacks: what a replay could still fill in.
 
 A name a run has, recorded or from any replay that did not diverge (a diverged replay's
-values are withheld: store/verdicts.py), is done for that run (issue 14, defect 4),
+values are withheld: store/verdicts.py), is done for that run,
 so the offer to replay a working-tree statement lasts exactly while some finished run of
 its script lacks it: gone once every run was replayed, still there after a cancelled
 replay, and there for older versions even when the newest version records the name.

@@ -103,7 +103,7 @@ class LiveMonitor(Widget):
     def reload(self, *, initial: bool = False) -> None:
         """Read the history now (in a worker); posts HistoryLoaded. While another process
         holds the catalog, posts StoreWaiting (who holds it, for how long) and keeps
-        retrying, instead of a loading message that never changes (issue 14, defect 7)."""
+        retrying, instead of a loading message that never changes."""
         metric = self.metric
         if self._busy_since is None:
             self._busy_since = time.monotonic()

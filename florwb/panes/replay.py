@@ -66,7 +66,7 @@ class RunProgressRow(Horizontal):
 
 
 # The past replays' columns with widths fixed up front: filled while the tab was hidden,
-# auto-sized columns came out ~6 cells wide the first time (issue 14, defect 8).
+# auto-sized columns come out ~6 cells wide the first time.
 # They fit 80 columns with the cell padding: the whole replay id, the longest status.
 PAST_COLUMNS = (
     ("replay", 20),
@@ -124,7 +124,7 @@ class ReplayPane(Vertical):
         self.running = False
         self.result: Any | None = None
         # The running replay's rows by run id. No widget ids: the rows of the previous
-        # replay are still being removed when the next one's are mounted (issue 14, 1).
+        # replay may still be being removed when the next one's are mounted.
         self.rows: dict[str, RunProgressRow] = {}
         self.replays: dict[str, ReplayRow] = {}  # the past replays listed, by id
 

@@ -47,7 +47,7 @@ CELL_TEXT = {
 
 def tree_status(table: StatementTable, name: str) -> str:
     """The working-tree cell's look: ● only where some version's runs have the statement
-    (recorded or replayed); a statement no run has yet reads + new (issue 14, defect 8)."""
+    (recorded or replayed); a statement no run has yet reads + new."""
     cell = table.cells[(name, WORKING)]
     if cell.status != "in tree":
         return cell.status
@@ -175,7 +175,7 @@ class StatementsPane(Vertical, can_focus=False):
         table.clear(columns=True)
         table.add_column("statement", key="name")
         # The working tree right after the statement names, both fixed: however many versions
-        # scroll by on a narrow terminal, that column is never cut (issue 14, defect 8).
+        # scroll by on a narrow terminal, that column is never cut.
         self.order = [v for v in message.versions if v == WORKING] + [
             v for v in message.versions if v != WORKING
         ]

@@ -1,5 +1,5 @@
 """A yes/no question before something that loses work, such as quitting while a replay
-runs (issue 14, defect 5: `q` used to quit without asking)."""
+runs: `q` asks before it throws a running replay away."""
 
 from __future__ import annotations
 

@@ -457,7 +457,7 @@ def system_lines(samples: list[SystemSample]) -> list[Text]:
 
 
 def _where_time_goes(detail: RunDetail) -> list:
-    """Where the run ran and where its loop time went (issue 14's "where time goes")."""
+    """Where the run ran and where its loop time went ."""
     run = detail.run
     parts: list = [
         _section("Where time goes"),

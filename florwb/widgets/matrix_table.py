@@ -1,5 +1,5 @@
 """The log-statement matrix: a DataTable that also answers the vim keys (j/k/h/l/g/G) the
-rest of the workbench uses (issue 14, defect 8: j/k did nothing there)."""
+rest of the workbench uses, so moving through it works like every other table."""
 
 from __future__ import annotations
 
