@@ -49,7 +49,7 @@ import duckdb
 
 from florwb_engine import journal, processes
 from florwb_engine import project as projects
-from florwb_engine.store import repair
+from florwb_engine.store import journal_pull, repair
 from florwb_engine.store.db import (
     DB_FILENAME,
     Served,
@@ -222,8 +222,11 @@ def _write_record(store_dir: Path, record: dict[str, Any]) -> None:
 
 
 def _journal_sizes(store_dir: Path) -> dict[str, int]:
-    sizes = {}
-    for path in projects.journal_dir(store_dir.parent).glob(f"*{journal.SUFFIX}"):
+    """Each journal's size, and each pulled journal's answer about its writer (its mtime:
+    a pull can turn a rank killed without a journal growing)."""
+    folder = projects.journal_dir(store_dir.parent)
+    sizes = journal_pull.answers(folder)
+    for path in folder.glob(f"*{journal.SUFFIX}"):
         try:
             sizes[path.name] = path.stat().st_size
         except FileNotFoundError:
