@@ -21,7 +21,7 @@ from sshd import Node, as_host
 
 from florwb_engine.project import journal_dir
 from florwb_engine.replay import ddp_launch
-from florwb_engine.store import Store
+from florwb_engine.store import Store, snapshot
 from florwb_engine.store.journal_pull import PULLED, pull
 from florwb_engine.store.queries import load_run_detail
 
@@ -210,7 +210,7 @@ def _killed(proc: subprocess.Popen) -> None:
 
 
 def test_a_rank_of_another_host_reads_running_while_written_and_killed_once_gone(
-    tmp_path: Path, node_b: Node
+    tmp_path: Path, node_b: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home, other, port = _launch(tmp_path)
     writer = _writing(as_host("node-b", [sys.executable, "train.py"]), other, port)
@@ -230,11 +230,17 @@ def test_a_rank_of_another_host_reads_running_while_written_and_killed_once_gone
     # A path to node-b's copy asks no host, so the rank still reads as running...
     florwb(home, "pull", str(other))
     assert florwb(home, "runs", "--json").stdout.count('"status": "running"') == 1
-    # ...until node-b is asked: its journal has no writer there, so it holds all it ever will
-    pulled = florwb(home, "pull", f"node-b:{other}", env=node_b.env)
-    journal = journal_dir(home) / f"{run.run_id}.rank1.journal"
-    assert f"run {run.run_id}: ranks 1 of 2: killed" in pulled.stdout
-    assert "still written" not in pulled.stderr
+    # ...until node-b is asked: its journal has no writer there, so it holds all it ever will.
+    # A reader is not served the snapshot that said running, however recent it is.
+    monkeypatch.setattr(snapshot, "FRESH_S", 600.0)
+    for name, value in node_b.env.items():
+        monkeypatch.setenv(name, value)
+    with Store(home).pinned():  # someone reads the latest snapshot
+        assert Store(home).run_rows()[0].status == "running"
+        report = pull(home, f"node-b:{other}")
+        journal = journal_dir(home) / f"{run.run_id}.rank1.journal"
+        assert report.unchanged == [journal.name] and not report.writing
+        assert Store(home).run_rows()[0].status == "killed"
     assert journal.read_bytes() == (journal_dir(other) / journal.name).read_bytes()
     assert (journal_dir(home) / f"{journal.name}{PULLED}").is_file()
 
@@ -253,9 +259,12 @@ def test_a_rank_of_another_host_reads_running_while_written_and_killed_once_gone
     frame = store.dataframe("rank_epoch")  # flor.dataframe's
     assert sorted(frame["rank_epoch"].tolist()) == [0, 1, 2, 10, 11]
 
+    answer = journal_dir(home) / f"{journal.name}{PULLED}"
+    kept = answer.read_bytes(), answer.stat().st_mtime_ns
     again = florwb(home, "pull", f"node-b:{other}", env=node_b.env)  # changes nothing
     assert "pulled 0 new and 0 grown journals, 0 checkpoint files; 1 unchanged" in again.stdout
     assert "ranks 1 of 2: killed" in again.stdout
+    assert (answer.read_bytes(), answer.stat().st_mtime_ns) == kept
 
 
 def test_a_killed_rank_of_this_host_pulled_from_a_path_reads_killed(tmp_path: Path) -> None:

@@ -224,7 +224,7 @@ def _merge(project: Path, other: Path, source: str, writers: Writers | None) -> 
         getattr(report, outcome).append(path.name)
         report.runs.setdefault(run_id, []).append(rank)
         answer = writers.journals.get(path.name) if writers is not None else None
-        if answer is not None and outcome != "conflicts" and writers is not None:
+        if writers is not None and answer is not None and outcome != "conflicts":
             state = _keep_answer(ours / path.name, writers.host, *answer, path.stat().st_size)
             if state == "live":
                 report.writing.append(path.name)
@@ -246,17 +246,21 @@ def _merge(project: Path, other: Path, source: str, writers: Writers | None) -> 
 
 def _keep_answer(journal: Path, host: str, state: str, size: int, copied: int) -> str:
     """The host's answer kept beside `journal` (`<journal>.pulled`), what it says. A writer
-    said gone whose journal was copied longer than it was then was not gone: kept as live."""
+    said gone whose journal was copied longer than it was then was not gone: kept as live.
+    The same answer again leaves the file as it was (when it was first given)."""
     if state != "gone" or copied != size:
         state = "live"
-    answer = {
-        "host": host,
-        "writer": state,
-        "size": size,
-        "asked": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+    answer = {"host": host, "writer": state, "size": size}
+    kept = journal.with_name(journal.name + PULLED)
+    try:
+        before = json.loads(kept.read_text())
+    except (OSError, ValueError):
+        before = None
+    if isinstance(before, dict) and all(before.get(k) == v for k, v in answer.items()):
+        return state
+    answer["asked"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     data = json.dumps(answer).encode()
-    write_atomic(journal.with_name(journal.name + PULLED), lambda f: f.write(data), durable=False)
+    write_atomic(kept, lambda f: f.write(data), durable=False)
     return state
 
 
