@@ -281,18 +281,6 @@ def writer_gone(journal: Path, host: str | None) -> bool:
     )
 
 
-def answers(journal_dir: Path) -> dict[str, int]:
-    """Each pulled answer's file name -> its modification time (ns): a reader's snapshot
-    taken before a pull changed one is stale though no journal grew (store/snapshot.py)."""
-    found = {}
-    for path in journal_dir.glob(f"*{SUFFIX}{PULLED}"):
-        try:
-            found[path.name] = path.stat().st_mtime_ns
-        except FileNotFoundError:
-            continue
-    return found
-
-
 def _merge_one(theirs: Path, ours: Path) -> str:
     """added, grown, unchanged or conflicts: what this journal's merge did."""
     if not ours.exists():
