@@ -266,7 +266,7 @@ SSH = Var(
     "ssh",
     _text,
     "a command",
-    "the ssh command `florwb pull HOST:PATH` runs, with its options (`ssh -i KEY`)",
+    "the ssh command `florwb pull HOST:PATH` runs, with its options (`ssh -F CONFIG`)",
 )
 REPLAY: Var[str | None] = Var(
     "FLORWB_REPLAY",

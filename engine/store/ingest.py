@@ -793,7 +793,7 @@ def _is_dead(con, path: Path, run_id: str, rank: int | None = None, source: str 
         )
         if row is not None and row[2] == "running" and row[0] is None and row[1] is None:
             return not journal.writer_alive(path)
-        return run_ranks.is_dead(con, run_id, rank)
+        return run_ranks.is_dead(con, run_id, rank, path)
     row = fetch_one(con, "SELECT host, pid, pid_ticks, status FROM runs WHERE run_id = ?", [run_id])
     if row is None or row[3] != "running":
         return False

@@ -14,10 +14,24 @@ bytes are already here (or more of them) is left alone, and one that differs oth
 named as a conflict and not touched. Files are written whole (temp file, rename) and keep
 their modification time: a killed rank's end is its journal's last write (store/run_ranks.py).
 A `HOST:PATH` source is first copied over ssh (tar streams) into a private folder.
+
+A rank on another host that dies without an end event leaves nothing here to tell: its
+process is not on this machine and its writer's lock (journal.JournalWriter) is on the
+other's. So a `HOST:PATH` pull first asks that host, before it reads a byte, which of its
+rank journals still have a writer (a stdlib-only Python probe of the writer's lock, as
+journal.writer_alive does here), and keeps the answer beside each journal it merged
+(`<journal>.pulled`: the host that answered, live or gone, the journal's size then); the
+journal's bytes are never changed. A journal whose writer was gone when asked held all it
+ever will, so ingestion reads its rank as killed, ended at its last write
+(`writer_gone`); one still written reads as running until a later pull says otherwise.
+The answer counts only for a rank recorded on the host that gave it and only while the
+journal here is the size it was then. A path source is not asked: its ranks recorded on
+this host are checked here (their processes), those of another host read as running.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -25,6 +39,7 @@ import subprocess
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from florwb_engine import settings
@@ -37,6 +52,33 @@ from florwb_engine.project import STORE_DIRNAME, checkpoint_dir, journal_dir
 _RANK_JOURNAL = re.compile(r"^(?!replay-)(?P<run>.+)\.rank(?P<rank>\d+)" + re.escape(SUFFIX) + "$")
 _REMOTE = re.compile(r"^(?P<host>[^/:]+):(?P<path>.*)$")
 _BLOCK = 1 << 20
+# Beside a pulled journal: what its host answered about its writer (module doc).
+PULLED = ".pulled"
+# Run on the other host in its store folder, with the Python found there (no florwb needed):
+# {"host": name, "journals": {file: ["live" | "gone", size]}}. An empty journal gets no
+# answer (its writer may be between creating it and locking it), nor one on a filesystem
+# without locks.
+_WRITERS = r"""
+import fcntl, glob, json, os, socket
+found = {}
+for p in glob.glob("journal/*.rank*.journal"):
+    try:
+        fd = os.open(p, os.O_RDONLY)
+    except OSError:
+        continue
+    try:
+        size = os.fstat(fd).st_size
+        if size:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            found[os.path.basename(p)] = ["gone", size]
+    except BlockingIOError:
+        found[os.path.basename(p)] = ["live", size]
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+print(json.dumps({"host": socket.gethostname(), "journals": found}))
+"""
 
 
 class PullError(FlorwbError):
@@ -54,6 +96,7 @@ class PullReport:
     files: int = 0  # checkpoint and RNG files added (never replaced)
     runs: dict[str, list[int]] = field(default_factory=dict)  # run id -> ranks pulled
     notes: list[str] = field(default_factory=list)
+    writing: list[str] = field(default_factory=list)  # still written on their host when asked
 
     @property
     def changed(self) -> bool:
@@ -67,16 +110,30 @@ def pull(project: Path, source: str) -> PullReport:
     if match and not Path(source).exists():
         with tempfile.TemporaryDirectory(prefix="florwb-pull-") as tmp:
             copy = Path(tmp)
-            _fetch(match["host"], match["path"], copy)
-            return _merge(project, copy, source)
-    return _merge(project, Path(source), source)
+            notes: list[str] = []
+            writers = _fetch(match["host"], match["path"], copy, notes)
+            report = _merge(project, copy, source, writers)
+            report.notes += notes
+            return report
+    return _merge(project, Path(source), source, None)
 
 
-def _fetch(host: str, path: str, dest: Path) -> None:
-    """The remote copy's rank journals, then the checkpoint folders of their runs, as tar
-    streams over ssh (`FLORWB_SSH`, default `ssh`: a command line, e.g. `ssh -i KEY`), with
-    their modification times."""
+@dataclass
+class Writers:
+    """What the other host answered before its journals were read: its name, and for each
+    rank journal whether a process there still writes it ("live" or "gone") and its size."""
+
+    host: str
+    journals: dict[str, tuple[str, int]]
+
+
+def _fetch(host: str, path: str, dest: Path, notes: list[str]) -> Writers | None:
+    """Which of the remote copy's rank journals are still written (asked first: a writer
+    gone then wrote its last byte before the copy), then those journals and the checkpoint
+    folders of their runs, as tar streams over ssh (`FLORWB_SSH`, default `ssh`: a command
+    line, e.g. `ssh -F CONFIG`), with their modification times."""
     store = shlex.quote(f"{path.rstrip('/') or '/'}/{STORE_DIRNAME}")
+    writers = _ask_writers(host, store, notes)
     journals = "journal/*.rank*" + SUFFIX
     _untar(host, f"cd {store} && tar --format=pax -cf - {journals}", dest / STORE_DIRNAME)
     runs = sorted(
@@ -90,22 +147,66 @@ def _fetch(host: str, path: str, dest: Path) -> None:
             "| tar --format=pax -cf - -T -",
             dest / STORE_DIRNAME,
         )
+    return writers
+
+
+def _ask_writers(host: str, store: str, notes: list[str]) -> Writers | None:
+    """The other host's answer (`_WRITERS`); None, with a note, when it gives none (no
+    python3 there): its ranks without an end then read as running."""
+    command = f"cd {store} && python3 -c {shlex.quote(_WRITERS)}"
+    proc = _ssh(host, command, subprocess.PIPE)
+    try:
+        answer = json.loads(proc.stdout)
+        writers = Writers(
+            str(answer["host"]),
+            {str(k): (str(v[0]), int(v[1])) for k, v in answer["journals"].items()},
+        )
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        why = _last_line(proc.stderr) or "no answer"
+        notes.append(
+            f"{host} could not say which of its journals are still written ({why}): "
+            "its ranks without an end read as running until a pull that can"
+        )
+        return None
+    return writers
 
 
 def _untar(host: str, command: str, dest: Path) -> None:
-    ssh = shlex.split(settings.read(settings.SSH))
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile() as stream:
-        proc = subprocess.run([*ssh, host, command], stdout=stream, stderr=subprocess.PIPE)
+        proc = _ssh(host, command, stream)
         if proc.returncode != 0:
-            why = proc.stderr.decode(errors="replace").strip()[-500:]
-            raise PullError(f"reading {host} failed ({proc.returncode}): {why}")
+            raise PullError(f"reading {host} failed ({proc.returncode}): {_last_line(proc.stderr)}")
         stream.seek(0)
         with tarfile.open(fileobj=stream, mode="r|") as tar:
             tar.extractall(dest, filter="data")  # no path outside dest, no devices
 
 
-def _merge(project: Path, other: Path, source: str) -> PullReport:
+_SSH_FAILED = 255  # ssh's own exit status: it could not connect or log in
+
+
+def _ssh(host: str, command: str, stdout) -> subprocess.CompletedProcess:
+    """`command` run on `host` through FLORWB_SSH; ssh itself failing (no connection, no
+    login) is a PullError naming its reason in one line."""
+    ssh = shlex.split(settings.read(settings.SSH))
+    try:
+        proc = subprocess.run(
+            [*ssh, host, command], stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.PIPE
+        )
+    except OSError as exc:  # FLORWB_SSH names no program that runs
+        raise PullError(f"cannot run {ssh[0] if ssh else 'ssh'}: {exc.strerror}") from None
+    if proc.returncode == _SSH_FAILED:
+        raise PullError(f"ssh to {host} failed: {_last_line(proc.stderr) or 'no reason given'}")
+    return proc
+
+
+def _last_line(stderr: bytes) -> str:
+    """The last line a command wrote to stderr (ssh ends its lines with CR LF), cut short."""
+    lines = stderr.decode(errors="replace").replace("\r", "").strip().splitlines()
+    return lines[-1].strip()[-300:] if lines else ""
+
+
+def _merge(project: Path, other: Path, source: str, writers: Writers | None) -> PullReport:
     theirs = journal_dir(other)
     if not theirs.is_dir():
         raise PullError(f"{source}: no florwb journals there ({STORE_DIRNAME}/journal)")
@@ -122,6 +223,15 @@ def _merge(project: Path, other: Path, source: str) -> PullReport:
         outcome = _merge_one(path, ours / path.name)
         getattr(report, outcome).append(path.name)
         report.runs.setdefault(run_id, []).append(rank)
+        answer = writers.journals.get(path.name) if writers is not None else None
+        if writers is not None and answer is not None and outcome != "conflicts":
+            state = _keep_answer(ours / path.name, writers.host, *answer, path.stat().st_size)
+            if state == "live":
+                report.writing.append(path.name)
+                report.notes.append(
+                    f"{path.name} is still written on {writers.host}: its rank reads as "
+                    "running; pull again for what it writes next"
+                )
     for run_id, pulled in report.runs.items():
         report.files += _add_missing(
             checkpoint_dir(other) / run_id, checkpoint_dir(project) / run_id
@@ -132,6 +242,43 @@ def _merge(project: Path, other: Path, source: str) -> PullReport:
                 "version; replay it there (pull the other nodes into rank 0's copy)"
             )
     return report
+
+
+def _keep_answer(journal: Path, host: str, state: str, size: int, copied: int) -> str:
+    """The host's answer kept beside `journal` (`<journal>.pulled`), what it says. A writer
+    said gone whose journal was copied longer than it was then was not gone: kept as live.
+    The same answer again leaves the file as it was (when it was first given)."""
+    if state != "gone" or copied != size:
+        state = "live"
+    answer = {"host": host, "writer": state, "size": size}
+    kept = journal.with_name(journal.name + PULLED)
+    try:
+        before = json.loads(kept.read_text())
+    except (OSError, ValueError):
+        before = None
+    if isinstance(before, dict) and all(before.get(k) == v for k, v in answer.items()):
+        return state
+    answer["asked"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    data = json.dumps(answer).encode()
+    write_atomic(kept, lambda f: f.write(data), durable=False)
+    return state
+
+
+def writer_gone(journal: Path, host: str | None) -> bool:
+    """A pulled rank journal (recorded on `host`) whose writer was gone when that host was
+    last asked, the journal here being the size it was then: it holds all it ever will."""
+    try:
+        answer = json.loads(journal.with_name(journal.name + PULLED).read_text())
+        size = journal.stat().st_size
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(answer, dict)
+        and host is not None
+        and answer.get("host") == host
+        and answer.get("writer") == "gone"
+        and answer.get("size") == size
+    )
 
 
 def _merge_one(theirs: Path, ours: Path) -> str:

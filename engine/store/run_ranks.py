@@ -19,13 +19,14 @@ import json
 import socket
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from florwb_engine import processes
 from florwb_engine.journal_events import End, Start
-from florwb_engine.store import run_context
+from florwb_engine.store import journal_pull, run_context
 from florwb_engine.store.db import fetch_one
 from florwb_engine.store.runs import RunStatus
 from florwb_engine.store.schema import RANK_SHIFT
@@ -140,15 +141,19 @@ def mark_killed(
     _combine(con, run_id)
 
 
-def is_dead(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> bool:
-    """A rank with no end whose process is gone from this host was killed."""
+def is_dead(con: duckdb.DuckDBPyConnection, run_id: str, rank: int, journal: Path) -> bool:
+    """A rank with no end whose process is gone was killed: on this host its process says;
+    a rank of another host, pulled from it, is dead once that host answered a pull that no
+    process writes its journal any more (store/journal_pull.py)."""
     row = fetch_one(
         con,
         "SELECT host, pid, pid_ticks, status FROM run_ranks WHERE run_id = ? AND rank = ?",
         [run_id, rank],
     )
-    if row is None or row[3] != "running" or row[0] != socket.gethostname():
+    if row is None or row[3] != "running":
         return False
+    if row[0] != socket.gethostname():
+        return journal_pull.writer_gone(journal, row[0])
     return row[1] is not None and processes.is_gone(row[1], row[2])
 
 

@@ -49,7 +49,7 @@ import duckdb
 
 from florwb_engine import journal, processes
 from florwb_engine import project as projects
-from florwb_engine.store import repair
+from florwb_engine.store import journal_pull, repair
 from florwb_engine.store.db import (
     DB_FILENAME,
     Served,
@@ -222,12 +222,20 @@ def _write_record(store_dir: Path, record: dict[str, Any]) -> None:
 
 
 def _journal_sizes(store_dir: Path) -> dict[str, int]:
+    """Each journal's size, and when each pulled journal's answer about its writer was
+    written (its mtime, ns): a pull can turn a rank killed without a journal growing."""
     sizes = {}
-    for path in projects.journal_dir(store_dir.parent).glob(f"*{journal.SUFFIX}"):
-        try:
-            sizes[path.name] = path.stat().st_size
-        except FileNotFoundError:
-            continue
+    answer = journal.SUFFIX + journal_pull.PULLED
+    with contextlib.suppress(FileNotFoundError):
+        with os.scandir(projects.journal_dir(store_dir.parent)) as entries:
+            for entry in entries:
+                try:
+                    if entry.name.endswith(journal.SUFFIX):
+                        sizes[entry.name] = entry.stat().st_size
+                    elif entry.name.endswith(answer):
+                        sizes[entry.name] = entry.stat().st_mtime_ns
+                except FileNotFoundError:  # removed since listed
+                    continue
     return sizes
 
 
