@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 
 from florwb_engine import project as projects
+from florwb_engine.journal import SUFFIX
 from florwb_engine.store import ingest, repair
 from florwb_engine.store.catalog import Store
 from florwb_engine.store.db import DB_FILENAME, StoreError
@@ -116,7 +117,8 @@ def _check_journals(project: Path, store: Store, report: DoctorReport) -> None:
             continue
         if open_to := ingest.writable_by_others(path):
             report.problems.append(open_to)
-    report.found.append(f"journals: {len(files)} files")
+    journals = sum(path.name.endswith(SUFFIX) for path in files)  # not the pull answers beside
+    report.found.append(f"journals: {journals} files")
     if unreadable:
         report.problems.append("journals unreadable: " + ", ".join(unreadable))
     for error in store.last_ingest.errors:
