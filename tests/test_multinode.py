@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from conftest import florwb, write
+from conftest import florwb, torchrun_node, write
 
 from florwb_engine.project import journal_dir
 from florwb_engine.replay import ddp_launch
@@ -38,25 +37,13 @@ dist.destroy_process_group()
 """
 
 
-def _node(project: Path, port: int) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1"]
-        + ["--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{port}", "train.py"],
-        cwd=project,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-
-
 def test_two_nodes_in_two_copies_pull_into_one_run_idempotently(tmp_path: Path) -> None:
     first = tmp_path / "node-a" / "project"
     write(first / "train.py", TRAIN)
     second = tmp_path / "node-b" / "project"
     shutil.copytree(first, second)
     port = ddp_launch.free_port()
-    nodes = [_node(first, port), _node(second, port)]
+    nodes = [torchrun_node(first, port), torchrun_node(second, port)]
     for node in nodes:
         _, err = node.communicate(timeout=240)
         assert node.returncode == 0, err[-3000:]
