@@ -152,8 +152,14 @@ def test_a_two_node_run_replays_across_two_ray_nodes_with_the_local_rows(cluster
     live = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert len({n["node_id"] for n in nodes}) == 2 and {n["node_id"] for n in nodes} <= live
     assert sorted(n["ranks"] for n in nodes) == [[0], [1]]
-    # the placement group went with the segment: its CPUs are free again
-    assert ray.available_resources().get("CPU") == 2.0
+    assert _groups_removed()
+
+
+def _groups_removed() -> bool:
+    """Whether every placement group made on the cluster went with its segment (none left
+    holding the nodes' CPUs)."""
+    groups = ray.util.placement_group_table().values()
+    return bool(groups) and all(g["state"] == "REMOVED" for g in groups)
 
 
 def _alive(pid: int) -> bool:
@@ -205,6 +211,7 @@ def test_cancel_stops_both_nodes_launchers_and_ranks(cluster, two_node_run):
         assert store.query("SELECT status FROM replays").status.tolist() == ["cancelled"]
         assert store.query("SELECT count(*) AS n FROM logs WHERE source != 'record'").n[0] == 0
         assert not list((repo / ".florwb" / "journal").glob("replay-*"))
+        assert _groups_removed()
     finally:
         hold.unlink()
         for m in markers:
@@ -245,3 +252,19 @@ def test_a_node_launch_meets_at_the_rendezvous_it_is_given():
     ]
     first = ray_nodes.node_job(job, 0, 2, "10.0.0.5:29411")["launch"]["rendezvous"]
     assert first["host"] is True
+
+
+def test_locally_a_multi_node_run_needs_all_its_gpus_on_this_machine():
+    def launch() -> ddp_launch.Launch:
+        return ddp_launch.Launch("torchrun", world_size=4, nproc=4, devices=2, nnodes=2)
+
+    note, refusal = ddp_launch.fit(launch(), "inner", here=4)
+    assert refusal is None and "one node of 4 processes" in (note or "")
+    note, refusal = ddp_launch.fit(launch(), "inner", here=2)  # 2 GPUs: not 4 ranks' worth
+    assert note is None and "it needs 4; this machine has 2" in (refusal or "")
+    alone = launch()
+    note, refusal = ddp_launch.fit(alone, "outer", here=2)
+    assert refusal is None and alone.nproc == 1 and "rank 0 alone" in (note or "")
+    spread = launch()  # on Ray each node gets a node of its own: 2 GPUs per node fit
+    note, refusal = ddp_launch.fit(spread, "inner", here=2, across_nodes=True)
+    assert refusal is None and spread.nproc == 4 and "placement group" in (note or "")

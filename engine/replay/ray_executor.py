@@ -20,7 +20,9 @@ Where a segment runs:
   executor does with its shared fork server, and starts no Ray worker of its own;
 - a run on GPUs, or a multi-process run (torchrun, mp.spawn): a worker of its own (an
   actor for that segment alone, killed when it ends) that holds the resources of all its
-  processes on one node and relaunches the recorded launcher there (ddp_launch.py).
+  processes on one node and relaunches the recorded launcher there (ddp_launch.py);
+- a torchrun run of several nodes: a placement group with one node actor per recorded
+  node, meeting at a rendezvous (ray_nodes.py).
 
 Files the snapshot left out (data folders, large files) are copied from the project's path
 when the node has that path (a local cluster, a shared filesystem), within the copy budget

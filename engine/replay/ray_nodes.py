@@ -52,7 +52,7 @@ def spans_nodes(launch: dict | None) -> bool:
     """Whether a plan's launch is replayed across nodes: a torchrun run of several nodes
     with all its ranks (not rank 0 alone, ddp_launch.fit)."""
     return (
-        bool(launch)
+        launch is not None
         and launch.get("launcher") == TORCHRUN
         and int(launch.get("nnodes") or 1) > 1
         and int(launch.get("nproc") or 1) == int(launch.get("world_size") or 1)
