@@ -128,7 +128,9 @@ def test_a_two_node_run_replays_across_two_ray_nodes_with_the_local_rows(cluster
     assert expected.status == "finished", expected.runs
 
     proc = florwb(
-        remote, "replay", "w", "--executor", "ray", "--address", cluster, "--yes", "--json"
+        remote,
+        *("replay", "w", "--executor", "ray", "--address", cluster, "--workers", "1"),
+        *("--yes", "--json"),
     )
     out = json.loads(proc.stdout)
     (planned,) = out["plan"]["runs"]
@@ -145,9 +147,14 @@ def test_a_two_node_run_replays_across_two_ray_nodes_with_the_local_rows(cluster
 
     # one bundle per recorded node, on two different Ray nodes of this cluster, each
     # node's launcher returning its own rank's journal
+    assert [len(r["segments"]) for r in out["plan"]["runs"]] == [1]
     (shipment,) = result["shipped"].values()
     placement = shipment["placement"]
     assert placement["strategy"] == ray_nodes.SPREAD
+    assert (
+        placement["line"]
+        == "2 nodes of 1 CPU(s) and 0 GPU(s) each: one per Ray node (STRICT_SPREAD)"
+    )
     nodes = placement["nodes"]
     live = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert len({n["node_id"] for n in nodes}) == 2 and {n["node_id"] for n in nodes} <= live
@@ -268,3 +275,24 @@ def test_locally_a_multi_node_run_needs_all_its_gpus_on_this_machine():
     spread = launch()  # on Ray each node gets a node of its own: 2 GPUs per node fit
     note, refusal = ddp_launch.fit(spread, "inner", here=2, across_nodes=True)
     assert refusal is None and spread.nproc == 4 and "placement group" in (note or "")
+
+
+def test_a_segment_fails_with_the_node_that_failed_first_and_keeps_every_journal():
+    """Node 1 failed; node 0, stopped after it (a world missing a node cannot finish),
+    ended second with SIGTERM: the segment's exit code is node 1's."""
+    outs = [
+        {"returncode": -15, "journals": {"replay-r-0.rank0.journal": b"a"}, "log": b"stopped\n"},
+        {"returncode": 1, "journals": {"replay-r-0.rank1.journal": b"b"}, "log": b"boom\n"},
+    ]
+    placement = {"line": "2 nodes ...", "nodes": [{"node_id": "n0" * 8}, {"node_id": "n1" * 8}]}
+    out = ray_nodes.combined(outs, placement, ended=[1, 0])
+    assert out["returncode"] == 1
+    assert out["journals"] == {"replay-r-0.rank0.journal": b"a", "replay-r-0.rank1.journal": b"b"}
+    assert out["log"].decode().splitlines() == [
+        "florwb: 2 nodes ...",
+        "florwb: node 0 (n0n0n0n0n0n0):",
+        "stopped",
+        "florwb: node 1 (n1n1n1n1n1n1):",
+        "boom",
+    ]
+    assert ray_nodes.combined([outs[0], outs[0]], placement, ended=[0, 1])["returncode"] == -15

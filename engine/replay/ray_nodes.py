@@ -165,9 +165,9 @@ def node_job(job: dict, node: int, nnodes: int, endpoint: str) -> dict:
 def combined(outs: list[dict], placement: dict, ended: list[int]) -> dict:
     """One segment's result from its nodes' results (`ended`: the nodes in the order they
     ended): every node's journals, the exit code of the node that failed first (0 when
-    all finished), each node's log under a line naming it."""
+    all finished), the placement's line, then each node's log under a line naming it."""
     failed = [outs[i]["returncode"] for i in ended if outs[i]["returncode"] != 0]
-    log = b"".join(
+    log = f"florwb: {placement['line']}\n".encode() + b"".join(
         f"florwb: node {i} ({placement['nodes'][i]['node_id'][:12]}):\n".encode() + o["log"]
         for i, o in enumerate(outs)
     )
