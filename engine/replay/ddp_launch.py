@@ -112,7 +112,7 @@ def fit(
             return f"launched as {launch.world_size} processes: replayed the same way", None
         if across_nodes:
             return (
-                f"launched on {nodes} nodes of {launch.world_size // nodes} processes: "
+                f"launched on {nodes} nodes, {launch.world_size // nodes} process(es) each: "
                 f"replayed on Ray as {nodes} launchers, one per bundle of a placement group "
                 "(STRICT_SPREAD over as many Ray nodes; PACK where the cluster has fewer and "
                 "they fit)",
