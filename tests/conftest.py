@@ -55,6 +55,22 @@ def run_py(project: Path, script: str, *args: str, check: bool = True, env=None,
     return proc
 
 
+def torchrun_node(project: Path, port: int, nnodes: int = 2) -> subprocess.Popen:
+    """One node of a `torchrun --nnodes` launch of train.py in `project`, one process,
+    meeting the other nodes at a c10d rendezvous on this machine's `port` (wait with
+    `communicate`; stderr is piped)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}"]
+        + ["--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{port}"]
+        + ["train.py"],
+        cwd=project,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
 def florwb(project: Path, *args: str, check: bool = True, env=None):
     proc = subprocess.run(
         [sys.executable, "-m", "florwb.cli", *args],

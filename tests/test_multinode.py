@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import florwb, run_py, write
+from conftest import florwb, run_py, torchrun_node, write
 from sshd import Node, as_host
 
 from florwb_engine.project import journal_dir
@@ -54,18 +54,6 @@ def node_b(tmp_path_factory) -> Iterator[Node]:
     node.stop()
 
 
-def _node(project: Path, port: int) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1"]
-        + ["--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{port}", "train.py"],
-        cwd=project,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-
-
 def test_two_nodes_in_two_copies_pull_into_one_run_idempotently(
     tmp_path: Path, node_b: Node
 ) -> None:
@@ -74,7 +62,7 @@ def test_two_nodes_in_two_copies_pull_into_one_run_idempotently(
     second = tmp_path / "node-b" / "project"
     shutil.copytree(first, second)
     port = ddp_launch.free_port()
-    nodes = [_node(first, port), _node(second, port)]
+    nodes = [torchrun_node(first, port), torchrun_node(second, port)]
     for node in nodes:
         _, err = node.communicate(timeout=240)
         assert node.returncode == 0, err[-3000:]

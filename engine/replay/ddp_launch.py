@@ -11,7 +11,13 @@ gloo on CPU, NCCL on GPUs). Each rank writes its own replay journal
 A run launched by `torch.multiprocessing.spawn` starts its ranks itself: its replay runs
 the script as it was run (`python script.py`), and the spawned ranks replay.
 
-When this machine has fewer GPUs than the run used per node, the plan says so before
+A run launched on several nodes (`torchrun --nnodes N`) is replayed by the local executor
+on this machine as one node of all its ranks (`--nproc_per_node=<world size> --nnodes=1`):
+every rank keeps its global rank, so its RNG states and journal are its own, while its
+LOCAL_RANK runs 0..world-1 here. On Ray it is replayed across nodes, one launcher per
+recorded node meeting at a c10d rendezvous (ray_nodes.py; the `rendezvous` of a launch).
+
+When this machine has fewer GPUs than the run needs on it, the plan says so before
 anything starts: a statement in the main loop's body or before it (no step re-executed, so
 no gradient all-reduce) is replayed for rank 0 alone as a world of one; a statement inside
 the step loop, which needs every rank's collectives, is refused with the reason.
@@ -51,6 +57,7 @@ class Launch:
     # seconds the recorded launch took from the launcher's start to its slowest rank's
     # first flor call (record/ranks.py); None for runs recorded before it was measured
     start_s: float | None = None
+    nnodes: int = 1  # nodes the run was launched on (torchrun --nnodes)
 
 
 def launches(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, Launch]:
@@ -77,6 +84,7 @@ def launches(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, La
             options=list(info.get("argv") or []),
             devices=(world // nnodes) if device_kind == "cuda" else 0,
             start_s=info.get("start_s"),
+            nnodes=nnodes,
         )
     return found
 
@@ -90,12 +98,38 @@ def gpus_here() -> int:
     return len(proc_gpu_names())
 
 
-def fit(launch: Launch, mode: ReplayMode, here: int) -> tuple[str | None, str | None]:
-    """(note, refusal) for replaying `launch` on a machine with `here` GPUs; the launch's
-    `nproc` is lowered to 1 where only rank 0 can be replayed."""
-    if launch.devices <= here:
-        return f"launched as {launch.world_size} processes: replayed the same way", None
-    have = f"the run used {launch.devices} GPUs per node, this machine has {here}"
+def fit(
+    launch: Launch, mode: ReplayMode, here: int, across_nodes: bool = False
+) -> tuple[str | None, str | None]:
+    """(note, refusal) for replaying `launch` where a node has `here` GPUs; the launch's
+    `nproc` is lowered to 1 where only rank 0 can be replayed. `across_nodes`: a
+    multi-node run keeps one node per recorded node (on Ray), so a node needs the run's
+    GPUs per node; otherwise all its ranks run on one machine and need them all."""
+    nodes = launch.nnodes if launch.launcher == TORCHRUN else 1
+    needed = launch.devices if across_nodes or nodes == 1 else launch.devices * nodes
+    if needed <= here:
+        if nodes == 1:
+            return f"launched as {launch.world_size} processes: replayed the same way", None
+        if across_nodes:
+            return (
+                f"launched on {nodes} nodes, {launch.world_size // nodes} process(es) each: "
+                f"replayed on Ray as {nodes} launchers, one per bundle of a placement group "
+                "(STRICT_SPREAD over as many Ray nodes; PACK where the cluster has fewer and "
+                "they fit)",
+                None,
+            )
+        return (
+            f"launched on {nodes} nodes, {launch.world_size} processes in all: replayed on "
+            f"this machine as one node of {launch.world_size} processes",
+            None,
+        )
+    if nodes == 1 or across_nodes:
+        have = f"the run used {launch.devices} GPUs per node, this machine has {here}"
+    else:
+        have = (
+            f"the run used {launch.devices} GPUs on each of {nodes} nodes, replayed on one "
+            f"machine it needs {needed}; this machine has {here}"
+        )
     if here == 0:
         return None, f"{have}: not even rank 0 can run here"
     if launch.launcher == SPAWN:
@@ -113,12 +147,13 @@ def fit(launch: Launch, mode: ReplayMode, here: int) -> tuple[str | None, str | 
     )
 
 
-def settle(plan: RunPlan, launch: Launch | None, here: int) -> None:
+def settle(plan: RunPlan, launch: Launch | None, here: int, across_nodes: bool = False) -> None:
     """Give a ready run's plan its launch, with the note that says how it starts, or skip
-    it with the reason when this machine cannot run what the statement needs."""
+    it with the reason when this machine cannot run what the statement needs
+    (`across_nodes`: see fit)."""
     if launch is None or plan.mode is None:
         return
-    note, refusal = fit(launch, plan.mode, here)
+    note, refusal = fit(launch, plan.mode, here, across_nodes)
     if refusal is not None:
         plan.status, plan.reason = "skip", refusal
         return
@@ -136,16 +171,27 @@ def free_port() -> int:
 
 def launch_argv(launch: dict | None, argv: list[str]) -> list[str]:
     """The interpreter arguments that start the replay: `argv` (script and its arguments)
-    as it is, or under `-m torch.distributed.run` for a torchrun launch."""
+    as it is, or under `-m torch.distributed.run` for a torchrun launch: on this machine
+    alone, or as one node of several where the launch has a `rendezvous` (ray_nodes.py:
+    nnodes, a c10d endpoint, its id, and whether this node hosts it)."""
     if not launch or launch.get("launcher") != TORCHRUN:
         return argv
+    meet = launch.get("rendezvous")
+    if meet:
+        where = [
+            f"--nnodes={meet['nnodes']}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={meet['endpoint']}",
+            f"--rdzv-id={meet['id']}",
+            f"--rdzv-conf=is_host={1 if meet['host'] else 0}",
+        ]
+    else:
+        where = ["--nnodes=1", "--master_addr=127.0.0.1", f"--master_port={free_port()}"]
     return [
         "-m",
         MODULE,
         f"--nproc_per_node={launch['nproc']}",
-        "--nnodes=1",
-        "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}",
+        *where,
         *launch.get("options", []),
         *argv,
     ]

@@ -217,7 +217,7 @@ def plan_replay(
     for run in runs:
         plan = _plan_run(project, placer, names, run, facts[run.run_id], strict)
         if plan.status == READY:
-            ddp_launch.settle(plan, launched.get(run.run_id), gpus)
+            ddp_launch.settle(plan, launched.get(run.run_id), gpus, executor != "local")
         if plan.status == READY and not strict:
             use_saved_state(project, plan, facts[run.run_id])
             whole_state_or_none(project, plan, facts[run.run_id])

@@ -20,7 +20,9 @@ Where a segment runs:
   executor does with its shared fork server, and starts no Ray worker of its own;
 - a run on GPUs, or a multi-process run (torchrun, mp.spawn): a worker of its own (an
   actor for that segment alone, killed when it ends) that holds the resources of all its
-  processes on one node and relaunches the recorded launcher there (ddp_launch.py).
+  processes on one node and relaunches the recorded launcher there (ddp_launch.py);
+- a torchrun run of several nodes: a placement group with one node actor per recorded
+  node, meeting at a rendezvous (ray_nodes.py).
 
 Files the snapshot left out (data folders, large files) are copied from the project's path
 when the node has that path (a local cluster, a shared filesystem), within the copy budget
@@ -93,6 +95,7 @@ class Shipment:
 
     code_bytes: int
     checkpoint_bytes: int
+    placement: dict | None = None  # a multi-node segment's nodes (ray_nodes.py)
 
     @property
     def total(self) -> int:
@@ -318,9 +321,14 @@ class _Driver:
             actor.preload.remote(list(dict.fromkeys(modules)))
         own = [j for j in jobs if not j.warm]
         if own:
+            from florwb_engine.replay import ray_nodes
+
             fits = largest_node()
             for job in own:
-                self._submit(job, fits)
+                if ray_nodes.spans_nodes(job.payload["launch"]):
+                    ray_nodes.submit(self, job)  # a placement group across nodes
+                else:
+                    self._submit(job, fits)
         free = list(pool)
         self._wait(queue, free)
 
@@ -491,6 +499,8 @@ class _Driver:
                 task.log_path.write_text(f"ray: {str(exc).strip()[-2000:]}\n")
         else:
             task.returncode = _land(task, out)
+            if out.get("placement"):  # where a multi-node segment's nodes ran
+                self.shipped[task.segment.index].placement = out["placement"]
         done = total if task.returncode == 0 else 0
         state: SegmentState = (
             "finished"
