@@ -257,7 +257,6 @@ def test_mirroring_failure_never_breaks_the_users_save(repo):
 
 def _map(body: str, prelude: str = ""):
     """map_save for the torch.save call in `body`, the main loop's body."""
-    import ast
     import textwrap
 
     from florwb_engine.replay.saved_state import map_save
@@ -270,7 +269,7 @@ def _map(body: str, prelude: str = ""):
         + textwrap.indent(textwrap.dedent(body), "    ")
     )
     line = next(i for i, text in enumerate(source.splitlines(), 1) if "torch.save(" in text)
-    return map_save(ast.parse(source), line, "epoch")
+    return map_save(source, line, "epoch")
 
 
 def test_state_expressions_map_onto_the_scripts_objects():
@@ -369,7 +368,6 @@ def test_a_save_without_the_optimizer_the_loop_steps_is_not_restored_from(repo):
 
 
 def test_what_the_main_loop_updates_is_found_through_helpers_and_methods():
-    import ast
     import textwrap
 
     from florwb_engine.replay.saved_state import loop_updates, unheld_updates
@@ -402,8 +400,7 @@ def test_what_the_main_loop_updates_is_found_through_helpers_and_methods():
                     ema.update(self.net)
         """
     )
-    tree = ast.parse(source)
-    found = loop_updates(tree, "epoch")
+    found = loop_updates(source, "epoch")
     assert found == {
         "amp": "amp.step()",
         "self.opt": "amp.step()",
@@ -413,5 +410,10 @@ def test_what_the_main_loop_updates_is_found_through_helpers_and_methods():
         "ema": "ema.update()",
     }
     # plain SGD keeps no state; what the saves or flor.checkpointing hold is covered
-    assert set(unheld_updates(tree, "epoch", {"self.opt"})) == {"amp", "self.sched", "heavy", "ema"}
-    assert set(unheld_updates(tree, "epoch", {"self", "amp", "heavy", "ema"})) == set()
+    assert set(unheld_updates(source, "epoch", {"self.opt"})) == {
+        "amp",
+        "self.sched",
+        "heavy",
+        "ema",
+    }
+    assert set(unheld_updates(source, "epoch", {"self", "amp", "heavy", "ema"})) == set()
