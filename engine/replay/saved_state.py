@@ -45,6 +45,7 @@ from florwb_engine.analysis.loop_state import loop_state, main_loop_of
 from florwb_engine.analysis.mutations import names_bound_anywhere
 from florwb_engine.analysis.nodes import Parsed, iter_children, parse, walk
 from florwb_engine.analysis.purity import QUIET_CALLS
+from florwb_engine.analysis.scopes import scope_nodes
 from florwb_engine.flor_calls import imports_from_nodes, iterates_loop_cst
 from florwb_engine.project import checkpoint_dir, store_dir
 
@@ -252,8 +253,8 @@ def _mapped(
     state: cst.BaseExpression, module: cst.Module, chain: list[cst.CSTNode], loop_index: int
 ) -> tuple[list[list], str | None]:
     """The targets of a save's `state` expression, and why it cannot be used (or None):
-    names are followed to the values surely bound to them where the save runs."""
-    targets, problems = _targets(state, [], _bound_at(chain, loop_index), frozenset())
+    names are followed to the values bound to them where the save runs."""
+    targets, problems = _targets(state, [], _site(chain, loop_index), frozenset())
     bound = names_bound_anywhere(module) | set(dir(builtins))
     for keys, expression, required in list(targets):
         root = _root(expression)
@@ -287,9 +288,19 @@ def _find_save(parsed: Parsed, line: int) -> tuple[cst.Call, list[cst.CSTNode]] 
     return visit(parsed.module, [parsed.module])
 
 
-def _bound_at(chain: list[cst.CSTNode], loop_index: int) -> Bound:
-    """What is surely bound, and to what, where the statement holding the save runs, in
-    the scope the main loop runs in (the function holding it, or the module)."""
+@dataclass(frozen=True)
+class _Site:
+    """Where a save runs: what is surely bound there, and to what (the last binding on
+    every path), and every value the scope the main loop runs in assigns to each name
+    (what may reach the save, through a branch or from an earlier iteration)."""
+
+    bound: Bound
+    assigned: dict[str, list[cst.BaseExpression]]
+
+
+def _site(chain: list[cst.CSTNode], loop_index: int) -> _Site:
+    """The `_Site` of the statement holding the save, in the scope the main loop runs in
+    (the function holding it, or the module)."""
     start = 0
     scope: Scope = chain[0]  # type: ignore[assignment]
     for i in range(loop_index, -1, -1):
@@ -300,7 +311,17 @@ def _bound_at(chain: list[cst.CSTNode], loop_index: int) -> Bound:
     last = max(i for i in range(start, len(chain) - 1) if type(chain[i]) in blocks)
     statements = list(getattr(chain[last], "body", ()))
     index = next(i for i, s in enumerate(statements) if s is chain[last + 1])
-    return SurelyBound(scope, loops_run=True).before(chain[start : last + 1], index)
+    bound = SurelyBound(scope, loops_run=True).before(chain[start : last + 1], index)
+    assigned: dict[str, list[cst.BaseExpression]] = {}
+    for node in scope_nodes(chain[start]):
+        if type(node) is cst.Assign:
+            for target in node.targets:  # type: ignore[attr-defined]
+                if type(target.target) is cst.Name:
+                    assigned.setdefault(target.target.value, []).append(node.value)  # type: ignore[attr-defined]
+        elif type(node) is cst.AnnAssign and node.value is not None:  # type: ignore[attr-defined]
+            if type(node.target) is cst.Name:  # type: ignore[attr-defined]
+                assigned.setdefault(node.target.value, []).append(node.value)  # type: ignore[attr-defined]
+    return _Site(bound, assigned)
 
 
 def _position(body: list[cst.CSTNode], index: int) -> str | None:
@@ -349,7 +370,7 @@ def _quiet(node: cst.CSTNode) -> bool:
 
 
 def _targets(
-    expr: cst.BaseExpression, keys: list, bound: Bound, seen: frozenset[str]
+    expr: cst.BaseExpression, keys: list, site: _Site, seen: frozenset[str]
 ) -> tuple[list[list], list[str]]:
     """[keys, expression, required] per object `expr` saves, and what it cannot map."""
     tp = type(expr)
@@ -364,13 +385,13 @@ def _targets(
             (_key(e.key) if type(e) is cst.DictElement else None, e.value)
             for e in expr.elements  # type: ignore[attr-defined]
         ]
-        return _dict_targets(pairs, keys, bound, seen)
+        return _dict_targets(pairs, keys, site, seen)
     if tp is cst.Call and _name_of(expr.func) == "dict" and not _positional(expr):  # type: ignore[attr-defined]
         pairs = [(a.keyword.value if a.keyword else None, a.value) for a in expr.args]  # type: ignore[attr-defined]
-        return _dict_targets(pairs, keys, bound, seen)
+        return _dict_targets(pairs, keys, site, seen)
     if tp is cst.Name:
         name = expr.value  # type: ignore[attr-defined]
-        followed = _follow(name, keys, bound, seen) if name not in seen else None
+        followed = _follow(name, keys, site, seen) if name not in seen else None
         return followed if followed is not None else ([[keys, name, not keys]], [])
     if _reference(expr):
         return [[keys, _text(expr), not keys]], []
@@ -380,7 +401,7 @@ def _targets(
 
 
 def _dict_targets(
-    pairs: list[tuple[object, cst.BaseExpression]], keys: list, bound: Bound, seen: frozenset[str]
+    pairs: list[tuple[object, cst.BaseExpression]], keys: list, site: _Site, seen: frozenset[str]
 ) -> tuple[list[list], list[str]]:
     targets: list[list] = []
     problems: list[str] = []
@@ -394,32 +415,42 @@ def _dict_targets(
             continue
         if _constant(value) is not _NOT_CONSTANT:
             continue
-        found, missing = _targets(value, [*keys, key], bound, seen)
+        found, missing = _targets(value, [*keys, key], site, seen)
         targets += found
         problems += missing
     return targets, problems
 
 
 def _follow(
-    name: str, keys: list, bound: Bound, seen: frozenset[str]
+    name: str, keys: list, site: _Site, seen: frozenset[str]
 ) -> tuple[list[list], list[str]] | None:
-    """`state = {...}`, `state = dict(...)` or `sd = net.state_dict()`, surely bound where
-    the save runs, followed to what it holds (each branch's value, where an if/else binds
-    it: they must hold the same objects); None where the name is the object itself (`net =
-    Net()`) or its value cannot be told."""
-    binding = bound.get(name)
+    """`state = {...}`, `state = dict(...)` or `sd = net.state_dict()` followed to what it
+    holds; None where the name is the object itself (`net = Net()`). The binding surely
+    reaching the save is followed (each branch's, where an if/else binds it); where that
+    is None (`state = None` before the loop, `state = {...}` in an `if`) or nothing, every
+    such value the scope assigns to it, which must all hold the same objects."""
+    binding = site.bound.get(name)
     if binding is None:
+        values = [v for v in site.assigned.get(name, ()) if _followed(v)]
+    else:
+        options = binding.alternatives or (binding,)
+        if not all(o.kind == ASSIGN and o.index is None for o in options):
+            return None  # a loop target, an import, a `with ... as`: the object itself
+        values = [o.value for o in options if not _is_none(o.value)]  # type: ignore[misc]
+        if not values:  # `state = None` before the loop, set in an `if` of its body
+            values = [v for v in site.assigned.get(name, ()) if _followed(v)]
+        elif not all(_followed(v) for v in values):
+            return None
+    if not values:
         return None
-    options = binding.alternatives or (binding,)
-    if not all(
-        o.kind == ASSIGN and o.index is None and o.value is not None and _followed(o.value)
-        for o in options
-    ):
-        return None
-    results = [_targets(o.value, keys, bound, seen | {name}) for o in options]  # type: ignore[arg-type]
+    results = [_targets(v, keys, site, seen | {name}) for v in values]
     if all(r == results[0] for r in results):
         return results[0]
-    return [], [f"`{name}` (different states on different paths)"]
+    return [], [f"`{name}` (it may hold different objects where the save runs)"]
+
+
+def _is_none(value: cst.BaseExpression | None) -> bool:
+    return value is None or (type(value) is cst.Name and value.value == "None")
 
 
 def _followed(value: cst.BaseExpression) -> bool:
