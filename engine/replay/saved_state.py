@@ -315,12 +315,12 @@ def _site(chain: list[cst.CSTNode], loop_index: int) -> _Site:
     assigned: dict[str, list[cst.BaseExpression]] = {}
     for node in scope_nodes(chain[start]):
         if type(node) is cst.Assign:
-            for target in node.targets:  # type: ignore[attr-defined]
+            for target in node.targets:
                 if type(target.target) is cst.Name:
-                    assigned.setdefault(target.target.value, []).append(node.value)  # type: ignore[attr-defined]
-        elif type(node) is cst.AnnAssign and node.value is not None:  # type: ignore[attr-defined]
-            if type(node.target) is cst.Name:  # type: ignore[attr-defined]
-                assigned.setdefault(node.target.value, []).append(node.value)  # type: ignore[attr-defined]
+                    assigned.setdefault(target.target.value, []).append(node.value)
+        elif type(node) is cst.AnnAssign and node.value is not None:
+            if type(node.target) is cst.Name:
+                assigned.setdefault(node.target.value, []).append(node.value)
     return _Site(bound, assigned)
 
 
@@ -374,8 +374,8 @@ def _targets(
 ) -> tuple[list[list], list[str]]:
     """[keys, expression, required] per object `expr` saves, and what it cannot map."""
     tp = type(expr)
-    if tp is cst.Call and _name_of(expr.func) == "state_dict" and not _positional(expr):  # type: ignore[attr-defined]
-        func = expr.func  # type: ignore[attr-defined]
+    if isinstance(expr, cst.Call) and _name_of(expr.func) == "state_dict" and not _positional(expr):
+        func = expr.func
         receiver = func.value if type(func) is cst.Attribute else None
         if receiver is not None and _reference(receiver):
             return [[keys, _text(receiver), True]], []
@@ -386,8 +386,8 @@ def _targets(
             for e in expr.elements  # type: ignore[attr-defined]
         ]
         return _dict_targets(pairs, keys, site, seen)
-    if tp is cst.Call and _name_of(expr.func) == "dict" and not _positional(expr):  # type: ignore[attr-defined]
-        pairs = [(a.keyword.value if a.keyword else None, a.value) for a in expr.args]  # type: ignore[attr-defined]
+    if isinstance(expr, cst.Call) and _name_of(expr.func) == "dict" and not _positional(expr):
+        pairs = [(a.keyword.value if a.keyword else None, a.value) for a in expr.args]
         return _dict_targets(pairs, keys, site, seen)
     if tp is cst.Name:
         name = expr.value  # type: ignore[attr-defined]
@@ -532,7 +532,7 @@ def _root(expression: str) -> str | None:
 
 
 def _holds_state(expr: cst.CSTNode) -> bool:
-    return any(type(c) is cst.Call and _name_of(c.func) == "state_dict" for c in walk(expr))  # type: ignore[attr-defined]
+    return any(type(c) is cst.Call and _name_of(c.func) == "state_dict" for c in walk(expr))
 
 
 def _label(keys: list, expr: cst.CSTNode) -> str:
@@ -543,9 +543,9 @@ def _label(keys: list, expr: cst.CSTNode) -> str:
 
 def _name_of(func: cst.BaseExpression) -> str | None:
     if type(func) is cst.Attribute:
-        return func.attr.value  # type: ignore[attr-defined]
+        return func.attr.value
     if type(func) is cst.Name:
-        return func.value  # type: ignore[attr-defined]
+        return func.value
     return None
 
 
@@ -579,7 +579,7 @@ def loop_updates(source: str, main_loop: str) -> dict[str, str]:
         f.name.value: f
         for c in walk(module)
         if type(c) is cst.ClassDef and any(n is loop for n in walk(c))
-        for f in getattr(c.body, "body", ())  # type: ignore[attr-defined]
+        for f in getattr(c.body, "body", ())
         if type(f) is cst.FunctionDef
     }
     found: dict[str, str] = {}
@@ -703,7 +703,7 @@ def _stateless_optimizer(module: cst.Module, expression: str) -> bool:
         and type(assign.value) is cst.Call
         and _text(assign.targets[0].target) == expression
     ]
-    return bool(made) and all(_plain_sgd(call) for call in made)  # type: ignore[arg-type]
+    return bool(made) and all(_plain_sgd(call) for call in made)
 
 
 def _plain_sgd(call: cst.Call) -> bool:
