@@ -5,7 +5,8 @@ objects of the script its tensors belong to is read from the `state` expression 
 torch.save call in the code the run executed. `torch.save({"model": net.state_dict(),
 "opt": opt.state_dict()}, path)` maps key `model` to `net` and `opt` to `opt`;
 `torch.save(net, path)` and `torch.save(net.state_dict(), path)` map the whole file to `net`;
-`state = {...}` assigned before the call in the same scope is followed. Values that are not
+`state = {...}` is followed to the values that reach the call (what engine/analysis's
+`SurelyBound` says is bound there; an if/else's branches must agree). Values that are not
 state (`"epoch": epoch`, `loss.item()`) are left alone. A part that holds state florwb cannot
 place (`make_state(net)`, `**extra`, a save outside the main loop's body) makes that save
 unusable, and the plan says which, before the replay starts: a checkpoint restored with one
@@ -15,16 +16,19 @@ A save is used only when it holds the whole state the main loop updates (FLOR's 
 checkpoint restored with one object missing gives wrong values): the receivers of the
 `.step()` calls and the state-like `.update()` calls (`_updates`) in the loop's body and in
 the script's functions and methods it calls (optimizers, schedulers, GradScalers, EMAs),
-with the arguments of
-`scaler.step(opt)`, must each be saved or registered with flor.checkpointing. A plain SGD
-without momentum has no state to save. A model saved alone while Adam trains it makes the
-run re-execute from its first iteration instead, said in the plan (`loop_updates`,
-`unheld_updates`).
+with the arguments of `scaler.step(opt)`, must each be saved or registered with
+flor.checkpointing. A plain SGD without momentum (made by no other call) has no state to
+save. A model saved alone while Adam trains it makes the run re-execute from its first
+iteration instead, said in the plan (`loop_updates`, `unheld_updates`).
 
 Where the save sits in the main loop's body tells which state it holds: after the inner
 loops (or at the end of a body without any) it is the iteration's end state, like
 flor.checkpointing's; before them it is the state the iteration starts from, i.e. the end
 state of the iteration before.
+
+The script is read with libcst through engine/analysis, like every other analysis of it;
+expressions are written one way (`self.net`, `nets[0]`, `d['m']`), which is how
+record/restore_saves.py looks them up in the training process.
 """
 
 from __future__ import annotations
@@ -352,9 +356,8 @@ def _quiet(node: cst.CSTNode) -> bool:
         return _quiet(inner) if tp is cst.Else else all(_quiet(s) for s in inner)
     if tp is cst.Pass or tp is cst.Continue:
         return True
-    if tp is cst.If:
-        orelse = node.orelse  # type: ignore[attr-defined]
-        return _quiet(node.body) and (orelse is None or _quiet(orelse))  # type: ignore[attr-defined]
+    if isinstance(node, cst.If):
+        return _quiet(node.body) and (node.orelse is None or _quiet(node.orelse))
     if tp not in (cst.Expr, cst.Assign, cst.AnnAssign, cst.AugAssign):
         return False
     value = node.value  # type: ignore[attr-defined]
@@ -462,6 +465,7 @@ def _followed(value: cst.BaseExpression) -> bool:
 
 
 _NOT_CONSTANT = object()
+_NAMED_CONSTANTS = {"None": None, "True": True, "False": False}
 
 
 def _constant(node: cst.CSTNode) -> object:
@@ -474,8 +478,8 @@ def _constant(node: cst.CSTNode) -> object:
         except Exception:  # noqa: BLE001 - libcst raises various errors on odd literals
             return _NOT_CONSTANT
         return _NOT_CONSTANT if value is None else value
-    if tp is cst.Name and node.value in ("None", "True", "False"):  # type: ignore[attr-defined]
-        return {"None": None, "True": True, "False": False}[node.value]  # type: ignore[attr-defined]
+    if isinstance(node, cst.Name) and node.value in _NAMED_CONSTANTS:
+        return _NAMED_CONSTANTS[node.value]
     if tp is cst.Ellipsis:
         return ...
     return _NOT_CONSTANT
@@ -499,13 +503,12 @@ def _index(node: cst.Subscript) -> object:
 
 def _reference(expr: cst.BaseExpression) -> bool:
     """A name, attribute chain or constant subscript: something found again at replay."""
-    tp = type(expr)
-    if tp is cst.Name:
+    if isinstance(expr, cst.Name):
         return True
-    if tp is cst.Attribute:
-        return _reference(expr.value)  # type: ignore[attr-defined]
-    if tp is cst.Subscript:
-        return _index(expr) is not _NOT_CONSTANT and _reference(expr.value)  # type: ignore[arg-type, attr-defined]
+    if isinstance(expr, cst.Attribute):
+        return _reference(expr.value)
+    if isinstance(expr, cst.Subscript):
+        return _index(expr) is not _NOT_CONSTANT and _reference(expr.value)
     return False
 
 
