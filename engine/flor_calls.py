@@ -4,10 +4,9 @@ Users write `import florwb as flor`, `import florwb`, `import flordb as flor`, `
 (the 2021 package) or `from florwb import log`; a call is a log (or loop, or arg) call only
 through one of the names those imports bind. Propagation, the instrumenter and replay
 planning all recognise calls through this one module, so a script that one of them sees as
-logging, the others do too. Both parsers are served: libcst, which every analysis of
-a script uses (engine/analysis), and Python's `ast` for the two readers that stay on it
-for speed: propagation's line numbers of log calls (`ast_log_call_lines`, which spares
-libcst's position pass) and the own-save planner (replay/saved_state.py).
+logging, the others do too. Every analysis of a script is on libcst (engine/analysis);
+Python's `ast` serves one reader, for speed: propagation's line numbers of log calls
+(`ast_log_call_lines`, which spares libcst's position pass).
 """
 
 from __future__ import annotations
@@ -58,15 +57,6 @@ class FlorImports:
             return None
         if isinstance(func, cst.Name):
             return self.functions.get(func.value)
-        return None
-
-    def api_of_ast(self, func: ast.expr) -> str | None:
-        """Like `api_of`, for a call's `func` in Python's own `ast` (used where a source is
-        read with `ast`, which is several times faster than libcst)."""
-        if type(func) is ast.Attribute and type(func.value) is ast.Name:
-            return func.attr if func.value.id in self.modules else None
-        if type(func) is ast.Name:
-            return self.functions.get(func.id)
         return None
 
     def alias_of(self, *modules: str) -> str | None:
@@ -124,47 +114,6 @@ def top_level_imports(module: cst.Module) -> FlorImports:
     )
 
 
-def imports_from_ast(tree: ast.AST) -> FlorImports:
-    """Collect flor imports from Python's `ast` (anywhere in the tree)."""
-    modules: dict[str, str] = {}
-    functions: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name in FLOR_MODULES:
-                    modules[alias.asname or alias.name] = alias.name
-        elif isinstance(node, ast.ImportFrom):
-            if node.level or node.module not in FLOR_MODULES:
-                continue
-            for alias in node.names:
-                if alias.name != "*":
-                    functions[alias.asname or alias.name] = alias.name
-    return FlorImports(modules, functions)
-
-
-def ast_call_name(call: ast.Call, imports: FlorImports, api: str) -> str | None:
-    """The literal first argument of `<alias>.<api>("<name>", ...)` in `ast`, else None
-    (e.g. a loop's name for api="loop")."""
-    if imports.api_of_ast(call.func) != api:
-        return None
-    positional = [a for a in call.args if not isinstance(a, ast.Starred)]
-    keywords = {k.arg: k.value for k in call.keywords if k.arg}
-    first = positional[0] if positional else keywords.get("name")
-    if isinstance(first, ast.Constant) and isinstance(first.value, str):
-        return first.value
-    return None
-
-
-def iterates_loop(node: ast.For, imports: FlorImports, name: str | None) -> bool:
-    """Whether a `for` statement iterates `<flor>.loop(name, ...)` (its iterable holds the
-    call, e.g. `for x in flor.loop("epoch", range(n))` or `enumerate(flor.loop(...))`):
-    how replay planning finds the main loop's body in the run's code. No name: no loop."""
-    return name is not None and any(
-        type(sub) is ast.Call and ast_call_name(sub, imports, "loop") == name
-        for sub in ast.walk(node.iter)
-    )
-
-
 def loop_call_name(call: cst.Call, imports: FlorImports) -> str | None:
     """The literal name of `<alias>.loop("<name>", ...)` in libcst, else None."""
     if imports.api_of(call.func) != "loop":
@@ -177,7 +126,10 @@ ANY_LOOP = object()  # iterates_loop_cst's `name` for a flor.loop of any name
 
 
 def iterates_loop_cst(node: cst.For, imports: FlorImports, name: str | object | None) -> bool:
-    """`iterates_loop` for a libcst `for` statement (`name=ANY_LOOP`: any flor.loop)."""
+    """Whether a `for` statement iterates `<flor>.loop(name, ...)` (its iterable holds the
+    call, e.g. `for x in flor.loop("epoch", range(n))` or `enumerate(flor.loop(...))`):
+    how replay planning finds the main loop's body in the run's code. No name: no loop;
+    `name=ANY_LOOP`: any flor.loop."""
     if name is None:
         return False
     stack: list[cst.CSTNode] = [node.iter]

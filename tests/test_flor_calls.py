@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from florwb_engine.analysis.loop_state import loop_state
-from florwb_engine.flor_calls import imports_from_ast, top_level_imports
+from florwb_engine.analysis.nodes import walk
+from florwb_engine.flor_calls import imports_from_nodes, top_level_imports
 from florwb_engine.instrument import instrument
 from florwb_engine.propagate import find_log_statements, propagate
 from florwb_engine.replay.mode import replay_mode
@@ -31,7 +32,7 @@ for epoch in {loop}("epoch", range(3)):
     ],
 )
 def test_every_import_form_is_seen_alike_by_propagation_and_planning(header, loop, log):
-    import ast
+    import libcst
 
     new = header + "\n" + BODY.format(loop=loop, log=log)
     old = new.replace(f'    {log}("loss", loss)\n', "")
@@ -51,10 +52,8 @@ def test_every_import_form_is_seen_alike_by_propagation_and_planning(header, loo
         "inner",
         "the epoch body reads loss after the inner loop sets it, so inner loops are re-executed",
     )
-    assert (
-        imports_from_ast(ast.parse(new)).bound_names
-        == top_level_imports(__import__("libcst").parse_module(new)).bound_names
-    )
+    module = libcst.parse_module(new)
+    assert imports_from_nodes(walk(module)).bound_names == top_level_imports(module).bound_names
 
 
 def test_another_librarys_loop_is_not_taken_for_the_main_loop():
@@ -163,16 +162,14 @@ for epoch in {loop}("epoch", range(2)):
 def test_the_own_save_planner_finds_the_main_loop_through_the_flor_import(header, loop):
     """replay/saved_state maps a torch.save inside the main loop only: the loop is flor's
     (through the script's own import of it), not another library's `.loop("epoch")`."""
-    import ast
-
     from florwb_engine.replay.saved_state import map_save
 
-    tree = ast.parse(SAVE_IN_LOOP.format(header=header, loop=loop))
-    other = map_save(tree, 6, "epoch")  # inside tracker.loop: not the main loop
+    source = SAVE_IN_LOOP.format(header=header, loop=loop)
+    other = map_save(source, 6, "epoch")  # inside tracker.loop: not the main loop
     assert other.problem == "it is not in the body of the main loop 'epoch'"
-    own = map_save(tree, 8, "epoch")
+    own = map_save(source, 8, "epoch")
     assert own.problem is None and own.targets == [[[], "net", True]]
-    unimported = ast.parse(SAVE_IN_LOOP.format(header="", loop="flor.loop"))
+    unimported = SAVE_IN_LOOP.format(header="", loop="flor.loop")
     assert map_save(unimported, 8, "epoch").problem == (
         "it is not in the body of the main loop 'epoch'"
     )  # `flor` bound to nothing florwb knows: no flor loop at all

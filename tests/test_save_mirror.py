@@ -257,7 +257,6 @@ def test_mirroring_failure_never_breaks_the_users_save(repo):
 
 def _map(body: str, prelude: str = ""):
     """map_save for the torch.save call in `body`, the main loop's body."""
-    import ast
     import textwrap
 
     from florwb_engine.replay.saved_state import map_save
@@ -270,7 +269,7 @@ def _map(body: str, prelude: str = ""):
         + textwrap.indent(textwrap.dedent(body), "    ")
     )
     line = next(i for i, text in enumerate(source.splitlines(), 1) if "torch.save(" in text)
-    return map_save(ast.parse(source), line, "epoch")
+    return map_save(source, line, "epoch")
 
 
 def test_state_expressions_map_onto_the_scripts_objects():
@@ -311,6 +310,97 @@ def test_saves_florwb_cannot_map_say_why():
     assert "not in the body of the main loop" in helper.problem
     unbound = _map(steps + 'torch.save({"model": model.state_dict(), "epoch": epoch}, p)')
     assert "cannot map `model` (not defined where the main loop runs)" in unbound.problem
+
+
+def test_a_state_dict_is_followed_to_the_values_that_reach_the_save():
+    """`state` is followed through what is bound where the save runs: the last assignment,
+    each branch of an if/else, or, where only `None` is surely bound, what the loop's body
+    sets it to; values that may differ make the save unusable rather than half-right."""
+    steps = 'for x in flor.loop("step", data):\n    opt.step()\n'
+    literal = _map(
+        steps + 'state = {"model": net.state_dict(), "e": epoch}\ntorch.save(state, p)\n'
+    )
+    assert literal.targets == [[["model"], "net", True], [["e"], "epoch", False]]
+    last = _map(
+        steps + 'state = {"a": opt.state_dict()}\nstate = {"m": net.state_dict()}\n'
+        "torch.save(state, p)\n"
+    )
+    assert last.targets == [[["m"], "net", True]]
+    rebound = _map(steps + "sd = net.state_dict()\nsd = build()\ntorch.save(sd, p)\n")
+    assert rebound.targets == [[[], "sd", True]]  # the object `build()` made, not net
+    branches = (
+        'if epoch:\n    state = {"m": A}\nelse:\n    state = {"m": B}\ntorch.save(state, p)\n'
+    )
+    same = _map(steps + branches.replace("A", "net.state_dict()").replace("B", "net.state_dict()"))
+    assert (same.targets, same.problem) == ([[["m"], "net", True]], None)
+    differ = _map(
+        steps + branches.replace("A", "net.state_dict()").replace("B", "opt.state_dict()")
+    )
+    assert "cannot map `state` (it may hold different objects" in differ.problem
+    best = _map(
+        steps + 'if epoch > 1:\n    state = {"m": net.state_dict()}\ntorch.save(state, p)\n',
+        prelude="state = None\n",
+    )
+    assert (best.targets, best.problem) == ([[["m"], "net", True]], None)
+    spread = _map(steps + "torch.save(dict(model=net.state_dict(), **extra), p)")
+    assert "cannot map `**extra`" in spread.problem
+
+
+def test_a_state_dict_is_followed_in_the_function_holding_the_main_loop():
+    from florwb_engine.replay.saved_state import map_save
+
+    source = (
+        "import torch\nimport florwb as flor\n"
+        "def main(net, opt):\n"
+        "    state = None\n"
+        '    for epoch in flor.loop("epoch", range(3)):\n'
+        "        opt.step()\n"
+        "        if epoch % 2:\n"
+        '            state = {"net": net.state_dict(), "opt": opt.state_dict()}\n'
+        '        torch.save(state, "ckpt.pt")\n'
+    )
+    found = map_save(source, 9, "epoch")
+    assert (found.position, found.problem) == ("end", None)
+    assert found.targets == [[["net"], "net", True], [["opt"], "opt", True]]
+
+
+def test_where_the_save_sits_says_which_iterations_state_it_holds():
+    inner = 'for x in flor.loop("step", data):\n    opt.step()\n'
+    after = _map(inner + 'torch.save(net, p)\nprint(epoch)\nif epoch:\n    flor.log("a", 1)\n')
+    assert (after.position, after.problem) == ("end", None)
+    before = _map('flor.log("e", epoch)\ntorch.save(net, p)\n' + inner)
+    assert (before.position, before.problem) == ("start", None)
+    changed = _map("sched.step()\ntorch.save(net, p)\n" + inner)
+    assert "cannot tell which iteration" in changed.problem
+    no_inner = _map("opt.step()\ntorch.save(net, p)\n")
+    assert (no_inner.position, no_inner.problem) == ("end", None)
+
+
+def test_saved_references_are_written_the_way_the_replay_looks_them_up():
+    steps = 'for x in flor.loop("step", data):\n    opt.step()\n'
+    m = _map(
+        steps + 'torch.save({"a": self . net.state_dict(), "b": nets[0], "c": d["m"]}, p)',
+        prelude="self = nets = d = None\n",
+    )
+    assert m.targets == [
+        [["a"], "self.net", True],
+        [["b"], "nets[0]", False],
+        [["c"], "d['m']", False],
+    ]
+
+
+def test_an_optimizer_made_stateful_anywhere_is_not_taken_for_plain_sgd():
+    from florwb_engine.replay.saved_state import unheld_updates
+
+    source = (
+        "import torch\nimport florwb as flor\n"
+        "opt = torch.optim.SGD(params, lr=0.1)\n"
+        "if fine_tune:\n    opt = torch.optim.Adam(params)\n"
+        'for epoch in flor.loop("epoch", range(3)):\n    opt.step()\n'
+    )
+    assert unheld_updates(source, "epoch", set()) == {"opt": "opt.step()"}
+    plain = source.replace("if fine_tune:\n    opt = torch.optim.Adam(params)\n", "")
+    assert unheld_updates(plain, "epoch", set()) == {}
 
 
 def test_mirroring_can_be_turned_off(repo):
@@ -369,7 +459,6 @@ def test_a_save_without_the_optimizer_the_loop_steps_is_not_restored_from(repo):
 
 
 def test_what_the_main_loop_updates_is_found_through_helpers_and_methods():
-    import ast
     import textwrap
 
     from florwb_engine.replay.saved_state import loop_updates, unheld_updates
@@ -402,8 +491,7 @@ def test_what_the_main_loop_updates_is_found_through_helpers_and_methods():
                     ema.update(self.net)
         """
     )
-    tree = ast.parse(source)
-    found = loop_updates(tree, "epoch")
+    found = loop_updates(source, "epoch")
     assert found == {
         "amp": "amp.step()",
         "self.opt": "amp.step()",
@@ -413,5 +501,10 @@ def test_what_the_main_loop_updates_is_found_through_helpers_and_methods():
         "ema": "ema.update()",
     }
     # plain SGD keeps no state; what the saves or flor.checkpointing hold is covered
-    assert set(unheld_updates(tree, "epoch", {"self.opt"})) == {"amp", "self.sched", "heavy", "ema"}
-    assert set(unheld_updates(tree, "epoch", {"self", "amp", "heavy", "ema"})) == set()
+    assert set(unheld_updates(source, "epoch", {"self.opt"})) == {
+        "amp",
+        "self.sched",
+        "heavy",
+        "ema",
+    }
+    assert set(unheld_updates(source, "epoch", {"self", "amp", "heavy", "ema"})) == set()

@@ -94,7 +94,7 @@ def loop_state(source: str, main_loop: str | None, line: int | None = None) -> L
     if line is not None:
         found = _loop_at(parsed, line)
     else:
-        found = _main_loop(module, imports, main_loop)
+        found = main_loop_of(module, imports, main_loop)
     if found is None:
         return LoopState()
     loop, function = found
@@ -155,7 +155,7 @@ def loop_state(source: str, main_loop: str | None, line: int | None = None) -> L
 # -- finding things ---------------------------------------------------------------------------
 
 
-def _main_loop(
+def main_loop_of(
     module: cst.Module, imports: FlorImports, name: str | None
 ) -> tuple[cst.For, cst.FunctionDef | None] | None:
     """The outermost `for` over `flor.loop(name)` (breadth first), and the function it runs in."""

@@ -249,3 +249,22 @@ def imported_names(node: cst.CSTNode) -> set[str]:
             continue
         stack.extend(child for child, _, _ in iter_children(sub))
     return names
+
+
+def names_bound_anywhere(module: cst.Module) -> set[str]:
+    """Every name the module binds in any of its scopes (assignments, `for` and `as`
+    targets, parameters, imports, defs and classes): a name bound nowhere cannot be found
+    in any frame of the script."""
+    found = bound_names(module) | imported_names(module)
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        sub = stack.pop()
+        tp = type(sub)
+        if tp is cst.AnnAssign:
+            found |= target_names(sub.target)  # type: ignore[attr-defined]
+        elif tp is cst.Param:
+            found.add(sub.name.value)  # type: ignore[attr-defined]
+        elif tp is cst.FunctionDef or tp is cst.ClassDef:
+            found.add(sub.name.value)  # type: ignore[attr-defined]
+        stack.extend(child for child, _, _ in iter_children(sub))
+    return found

@@ -71,3 +71,13 @@ def read_only(func: cst.BaseExpression) -> bool:
             or name.endswith(("Error", "Exception", "Warning"))
         )
     return False
+
+
+# Calls after which a save in the main loop's body still holds the iteration's end state:
+# they log, print, save, format or read, and change no training state (a list of losses
+# appended to is not state a checkpoint restores).
+QUIET_CALLS = frozenset(
+    """log print info debug warning error save write flush state_dict item format str float
+    int len dict append set_postfix set_description round min max time perf_counter
+    join""".split()
+)
