@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from florwb_engine.analysis.loop_state import registered_paths
+from florwb_engine.analysis.loop_state import main_loop_of, registered_paths
 from florwb_engine.analysis.mutations import (
     Dotted,
     bound_names,
@@ -34,11 +34,10 @@ from florwb_engine.analysis.mutations import (
     mutated_paths,
     read_paths,
 )
-from florwb_engine.analysis.nodes import iter_children, parse, walk
+from florwb_engine.analysis.nodes import parse, walk
 from florwb_engine.flor_calls import (
     FlorImports,
     imports_from_nodes,
-    iterates_loop_cst,
     log_call_parts,
 )
 from florwb_engine.propagate import Placement, find_log_statements
@@ -80,7 +79,8 @@ def state_reads(code: str, placed: dict[str, Placement], main_loop: str | None) 
     imports = imports_from_nodes(nodes)
     values = _logged_values(module, nodes, imports, {p.old_line for p in placed.values()})
     functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
-    main = _main_loop(module, imports, main_loop)
+    loop = main_loop_of(module, imports, main_loop)
+    main = loop[0] if loop else None
     changed = _changed_paths(nodes, main, registered_paths(module, imports)) if main else set()
     modules = imported_names(module)
     changed = {p for p in changed if p[0] not in modules}
@@ -115,17 +115,6 @@ def _logged_values(
     return {
         (at.get(id(call)), name): value for call, name, value in calls if at.get(id(call)) in lines
     }
-
-
-def _main_loop(module: cst.Module, imports: FlorImports, main_loop: str | None) -> cst.For | None:
-    """The outermost `for` over `flor.loop(main_loop)`, breadth first."""
-    level: list[cst.CSTNode] = [module]
-    while level:
-        for node in level:
-            if isinstance(node, cst.For) and iterates_loop_cst(node, imports, main_loop):
-                return node
-        level = [child for node in level for child, _, _ in iter_children(node)]
-    return None
 
 
 def _changed_paths(
