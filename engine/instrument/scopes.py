@@ -117,9 +117,8 @@ class Scopes:
             parent = current.enclosing()
             if parent is None:
                 return found
-            at = self.points.get(id(parent.node))
-            if at is None:
-                at = self._statement_in(parent, current.node)
+            through = self.points.get(id(parent.node))
+            at = through if through is not None else self._statement_in(parent, current.node)
             current = parent
 
     def _statement_in(self, scope: LexicalScope, node: cst.CSTNode) -> cst.CSTNode:
