@@ -49,13 +49,20 @@ def parameters(function: cst.FunctionDef) -> list[cst.Param]:
     return [*params.posonly_params, *params.params, *params.kwonly_params]
 
 
+def all_parameters(params: cst.Parameters) -> Iterator[cst.Param]:
+    """Every parameter, `*args` and `**kwargs` included, in order."""
+    yield from params.posonly_params
+    yield from params.params
+    if isinstance(params.star_arg, cst.Param):
+        yield params.star_arg
+    yield from params.kwonly_params
+    if params.star_kwarg is not None:
+        yield params.star_kwarg
+
+
 def parameter_names(function: cst.FunctionDef) -> set[str]:
     """Every parameter's name, `*args` and `**kwargs` included."""
-    names = {p.name.value for p in parameters(function)}
-    for star in (function.params.star_arg, function.params.star_kwarg):
-        if isinstance(star, cst.Param):
-            names.add(star.name.value)
-    return names
+    return {p.name.value for p in all_parameters(function.params)}
 
 
 def declared_globals(function: cst.FunctionDef) -> set[str]:
@@ -317,16 +324,6 @@ def _bind_target(target: cst.CSTNode, scope: LexicalScope, stack: _Stack) -> Non
         stack.append((target, scope))
 
 
-def _all_params(params: cst.Parameters) -> Iterator[cst.Param]:
-    yield from params.posonly_params
-    yield from params.params
-    if isinstance(params.star_arg, cst.Param):
-        yield params.star_arg
-    yield from params.kwonly_params
-    if params.star_kwarg is not None:
-        yield params.star_kwarg
-
-
 def _enter_def(
     node: cst.FunctionDef | cst.ClassDef,
     inner: LexicalScope,
@@ -339,7 +336,7 @@ def _enter_def(
     if outer is not None:
         pending.extend((d, outer) for d in node.decorators)
     if type(node) is cst.FunctionDef:
-        for param in _all_params(node.params):
+        for param in all_parameters(node.params):
             inner.bind(param.name.value, param)
             if outer is not None:
                 pending.extend((p, outer) for p in (param.annotation, param.default) if p)
@@ -362,7 +359,7 @@ def _def(tree: ScopeTree, node: Any, scope: LexicalScope, stack: _Stack) -> None
 def _lambda(tree: ScopeTree, node: Any, scope: LexicalScope, stack: _Stack) -> None:
     inner = tree.open(node, scope)
     pending: _Stack = []
-    for param in _all_params(node.params):
+    for param in all_parameters(node.params):
         inner.bind(param.name.value, param)
         if param.default is not None:
             pending.append((param.default, scope))
