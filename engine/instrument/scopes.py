@@ -6,9 +6,9 @@ dominate the loop count, by the rules of analysis/bindings.py: an `if`/`elif`/`e
 `try` and its handlers) whose every branch binds a name (`if args.model == "rnn": model =
 RNNModel(...) else: model = TransformerModel(...)`) binds it for certain, a branch that
 never reaches the loop (`raise`, `sys.exit()`) does not count, and a loop's body does not
-count after it (it may run zero times). Names follow Python's scoping: a function's own
-locals shadow the module's, and a parameter is traced to the argument at the function's
-one call site.
+count after it (it may run zero times). Names follow Python's scoping (analysis/scopes.py):
+a function's own locals shadow the enclosing scopes' names, a class body's names are not
+its methods', and a parameter is traced to the argument at the function's one call site.
 """
 
 from __future__ import annotations
@@ -18,13 +18,17 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from florwb_engine.analysis import scopes
 from florwb_engine.analysis.bindings import ASSIGN, PARAM, Binding, Scope, SurelyBound
-from florwb_engine.analysis.scopes import parameters
+from florwb_engine.analysis.scopes import (
+    BLOCK_TYPES,
+    MODULE,
+    LexicalScope,
+    ScopeTree,
+    parameters,
+    scope_nodes,
+)
 from florwb_engine.instrument.script_index import Tree
 from florwb_engine.instrument.syntax import strip_passthrough
-
-_BLOCKS = (cst.Module, cst.IndentedBlock, cst.SimpleStatementSuite)
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,20 +56,23 @@ class Scopes:
     def __init__(self, tree: Tree) -> None:
         self.tree = tree
         self.points: dict[int, cst.CSTNode] = {}
-        self._locals: dict[int, set[str]] = {}
+        self._scope_tree: ScopeTree | None = None
+
+    @property
+    def scope_tree(self) -> ScopeTree:
+        if self._scope_tree is None:
+            self._scope_tree = ScopeTree(self.tree.module)
+        return self._scope_tree
 
     # -- what a scope binds --------------------------------------------------------------
 
     def local_names(self, scope: Scope) -> set[str]:
         """Every name bound anywhere in a function (Python makes them all local)."""
-        if id(scope) not in self._locals:
-            assert not isinstance(scope, cst.ClassDef)  # scopes here are functions or the module
-            self._locals[id(scope)] = scopes.local_names(scope)
-        return self._locals[id(scope)]
+        return self.scope_tree.scope(scope).local_names()
 
     def walk_scope(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         """Nodes of one scope: not into nested defs, classes, lambdas or comprehensions."""
-        return scopes.scope_nodes(node)
+        return scope_nodes(node)
 
     def dominating(self, scope: Scope, point: cst.CSTNode) -> dict[str, Binding]:
         """Bindings certainly made in `scope` before `point` runs (the last one per name).
@@ -77,7 +84,7 @@ class Scopes:
         if isinstance(scope, cst.Module) and upto:
             upto.append(scope)  # the module is its own body
         # the statement holding `point`: the deepest node right in a block
-        i = next((k for k in range(len(upto) - 1) if isinstance(upto[k + 1], _BLOCKS)), None)
+        i = next((k for k in range(len(upto) - 1) if isinstance(upto[k + 1], BLOCK_TYPES)), None)
         chain = list(reversed(upto[i + 1 :])) if i is not None else []
         index = None
         if i is not None:
@@ -92,29 +99,37 @@ class Scopes:
         found.update(SurelyBound(scope, loops_run=False).before(chain, index))
         return found
 
-    def parent_scope(self, scope: Scope) -> Scope | None:
-        if isinstance(scope, cst.Module):
-            return None
-        return self.tree.scope_of(scope)
-
     def visible(self, scope: Scope, point: cst.CSTNode) -> dict[str, Binding]:
-        """Names usable at `point` with certainty, innermost scope first."""
+        """Names usable at `point` with certainty, innermost scope first: a function's
+        locals shadow the enclosing scopes' names; a class body's names are not its
+        methods'."""
         found: dict[str, Binding] = {}
         shadowed: set[str] = set()
-        current: Scope | None = scope
-        at: cst.CSTNode | None = point
-        while current is not None and at is not None:
-            for name, binding in self.dominating(current, at).items():
+        current = self.scope_tree.scope(scope)
+        at: cst.CSTNode = point
+        while True:
+            assert isinstance(current.node, (cst.Module, cst.FunctionDef))
+            for name, binding in self.dominating(current.node, at).items():
                 if name not in found and name not in shadowed:
                     found[name] = binding
-            if isinstance(current, cst.FunctionDef):
-                shadowed |= self.local_names(current)
-            parent = self.parent_scope(current)
-            at = self.points.get(id(parent)) if parent is not None else None
-            if parent is not None and at is None:
-                at = self.tree.statement_of(current)  # names bound before the def
+            if current.kind != MODULE:
+                shadowed |= current.local_names()
+            parent = current.enclosing()
+            if parent is None:
+                return found
+            through = self.points.get(id(parent.node))
+            at = through if through is not None else self._statement_in(parent, current.node)
             current = parent
-        return found
+
+    def _statement_in(self, scope: LexicalScope, node: cst.CSTNode) -> cst.CSTNode:
+        """The statement of `scope`'s own code that holds `node` (a def in a class: the
+        class statement): the names bound before it are the ones `node` can count on."""
+        current = node
+        for above in self.tree.ancestors(node):
+            if isinstance(above, BLOCK_TYPES) and self.scope_tree.block_scope(above) is scope:
+                return current
+            current = above
+        return current
 
     def lookup(self, name: str, scope: Scope, point: cst.CSTNode) -> Binding | None:
         return self.visible(scope, point).get(name)

@@ -46,6 +46,7 @@ from florwb_engine.analysis.mutations import changes_any, may_change
 from florwb_engine.analysis.names import BUILTIN_NAMES, self_attributes
 from florwb_engine.analysis.nodes import walk
 from florwb_engine.analysis.purity import pure_call
+from florwb_engine.analysis.scopes import MODULE, LexicalScope
 from florwb_engine.flor_calls import FlorImports, log_call_parts
 from florwb_engine.propagate.errors import PropagationError
 from florwb_engine.propagate.finder import Analysis, LogSite, analysis_of, analyze
@@ -62,7 +63,7 @@ from florwb_engine.propagate.model import (
     Placement,
     PropagationResult,
 )
-from florwb_engine.propagate.names import Bindings, Scope
+from florwb_engine.propagate.names import Bindings
 from florwb_engine.propagate.placement_edits import (
     EditPlan,
     apply_edits,
@@ -744,7 +745,7 @@ class _Propagation:
                 )
 
     def _log_ref(
-        self, scope: Scope, pos: int, at: tuple[TNode, int] | None = None
+        self, scope: LexicalScope, pos: int, at: tuple[TNode, int] | None = None
     ) -> cst.BaseExpression:
         """How the old version calls `log` at this point (adding an import if it has none)."""
         imports, bindings = self.old.imports, self.bindings
@@ -758,7 +759,7 @@ class _Propagation:
         module_name = self.new.imports.module_name or "florwb"
         alias = self.new.imports.module_alias or "flor"
         if self._import is None:
-            if any(alias in s.bindings for s in _all_scopes(bindings)):
+            if bindings.binds_anywhere(alias):
                 raise _Unplaced(f"the old version uses `{alias}` for something else")
             self._import = (module_name, alias)
             self._import_pos = self._import_position()
@@ -773,7 +774,7 @@ class _Propagation:
         return root.children[index].idx if index < len(root.children) else root.end + 1
 
     def _substitutions(
-        self, site: LogSite, scope: Scope, pos: int, at: tuple[TNode, int] | None = None
+        self, site: LogSite, scope: LexicalScope, pos: int, at: tuple[TNode, int] | None = None
     ) -> dict[str, str]:
         """Renames that make the statement read the old version's names; raises if none can."""
         bindings = self.bindings
@@ -804,7 +805,7 @@ class _Propagation:
                     f"it reads `{name}`, which may be unbound at that point in the old "
                     "version (it is bound in only some branches before it)"
                 )
-            if self.bindings.module_binds(name) or _binds_anywhere(bindings, name):
+            if bindings.module_binds(name) or bindings.binds_anywhere(name):
                 raise _Unplaced(
                     f"it reads `{name}`, which the old version does not define at that point"
                 )
@@ -825,21 +826,18 @@ class _Propagation:
                 return local.get(name)
         return self.renames.get(name)
 
-    def _local_only_in_new(self, site: LogSite, name: str, scope: Scope) -> bool:
+    def _local_only_in_new(self, site: LogSite, name: str, scope: LexicalScope) -> bool:
         """`name` is defined at that point of the old version only as a builtin or because
         a star import might define anything, while the new version binds it as a local of
         the log statement's function (`list = []`, `input = ...`): that local is another
         thing than the builtin, and a star import never provides a local."""
-        outer: Scope | None = scope
-        while outer is not None:
-            if name in outer.bindings and (outer.kind != "class" or outer is scope):
-                return False
-            outer = outer.parent
+        if scope.lookup(name) is not None:
+            return False
         new_block = self.new.tree.of(site.block)
         if new_block is None:
             return False
         new_scope = self.new.bindings.scope_of_block(new_block)
-        return new_scope.parent is not None and name in new_scope.bindings
+        return new_scope.kind != MODULE and new_scope.binds(name)
 
     @property
     def old_self_attributes(self) -> frozenset[str]:
@@ -1086,17 +1084,6 @@ def _block_of(tn: TNode) -> TNode:
         node = node.parent
     assert node is not None
     return node
-
-
-def _all_scopes(bindings: Bindings):
-    seen = {id(bindings.module_scope): bindings.module_scope}
-    for scope in bindings.block_scope.values():
-        seen.setdefault(id(scope), scope)
-    return seen.values()
-
-
-def _binds_anywhere(bindings: Bindings, name: str) -> bool:
-    return any(name in s.bindings for s in _all_scopes(bindings))
 
 
 def _code(node: cst.CSTNode) -> str:
