@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 
 HELLO_S = 30.0  # a driver that does not greet within this is hung (or its cluster gone)
 START_S = 180.0  # a driver's first line: Ray's own connect timeout is 60 s, a start 10-20 s
+PROBE_S = 10.0  # connecting to the cluster's address before Ray tries (for minutes)
 POLL_S = 0.2  # how often a waiting command looks at its cancel event
 # After a cancel, how long the driver gets to confirm the segments stopped (it gives up on
 # Ray after ray_executor's STOP_GRACE_S + GIVE_UP_S itself) before the command kills it.
@@ -226,6 +227,11 @@ def _start(path: Path, address: str | None) -> None:
     driver holds the socket), or why it cannot reach Ray (RayUnavailable)."""
     from florwb_engine.replay.ray_executor import RayUnavailable
 
+    where = address or "this machine"
+    try:
+        _probe(address)
+    except ConnectionError as exc:
+        raise RayUnavailable(f"cannot reach Ray at {where}: {exc}") from None
     root = str(Path(__file__).resolve().parents[2])
     code = (
         f"import sys; sys.path.append({root!r}); "
@@ -254,6 +260,8 @@ def _start(path: Path, address: str | None) -> None:
         if process.poll() is None:
             process.kill()
         why = first.get("error") if isinstance(first, dict) else None
+        if not ready:
+            why = f"cannot reach Ray at {where}: no answer in {START_S:.0f} s"
         raise RayUnavailable(why or f"the florwb Ray driver did not start: {_tail(log)}")
     _STARTED.append(process)  # reaped by nobody: it outlives this command
 
@@ -414,6 +422,20 @@ def serve(address: str | None, path: str, idle_s: float) -> None:
     _Server(listener, path, idle_s).loop()
     ray.shutdown()  # a Ray this driver started stops with it
     os._exit(0)
+
+
+def _probe(address: str | None) -> None:
+    """ConnectionError at once where nothing listens at a `host:port` address (Ray itself
+    retries such an address for minutes); `auto`, `local` and none are Ray's to find."""
+    if not address or address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # Ray says what is wrong with it
+    try:
+        socket.create_connection((host, int(port)), timeout=PROBE_S).close()
+    except OSError as exc:
+        raise ConnectionError(exc.strerror or str(exc) or type(exc).__name__) from None
 
 
 def _first_line(reply, message: dict) -> None:
