@@ -736,6 +736,8 @@ class WarmWorker:
 
     def __init__(self, idle_s: float) -> None:
         self._server: ForkServer | None = None
+        self._places = _Places()
+        self._kept = idle_s > 0  # a segment's own worker is killed after its segment
         self._lock = threading.Lock()  # one segment at a time: two replays take turns
         self._stops: dict[str, threading.Event] = {}
         self._busy = 0
@@ -755,8 +757,10 @@ class WarmWorker:
             with self._lock:
                 if stop.is_set():
                     return {"returncode": -signal.SIGTERM, "journals": {}, "log": b"cancelled\n"}
-                return _run_job(self._warm(), job, refs, stop)
+                return _run_job(self._warm(), self._places, job, refs, stop)
         finally:
+            if not self._kept:
+                self._places.close()
             self._stops.pop(job["key"], None)
             self._busy -= 1
             self._used = time.monotonic()
@@ -766,8 +770,7 @@ class WarmWorker:
 
     def _warm(self) -> ForkServer:
         if self._server is None or self._server.lost():
-            log = Path(tempfile.gettempdir()) / f"florwb-ray-forkserver-{os.getpid()}.log"
-            self._server = ForkServer(log)
+            self._server = ForkServer(self._places.root / "forkserver.log")
         return self._server
 
     def _end_when_idle(self, idle_s: float) -> None:
@@ -776,26 +779,92 @@ class WarmWorker:
             if not self._busy and time.monotonic() - self._used > idle_s:
                 if self._server is not None:
                     self._server.close()
+                self._places.close()
                 os._exit(0)
 
 
 # ---------------------------------------------------------------- on the node
 
 
-def _run_job(server: ForkServer, job: dict, refs: dict, stop: threading.Event) -> dict:
+class _Places:
+    """A worker's folders on its node (`florwb-ray-<pid>-*` in the temp folder): the
+    mirror of each project's ancestry, kept between its segments and brought up to date
+    for each (mirror.py; thousands of links where a project sits in a crowded folder such
+    as /tmp), and each segment's own folder, removed after the segment without it waiting.
+    Those of a worker that was killed are removed by the next worker that starts."""
+
+    PREFIX = "florwb-ray-"
+
+    def __init__(self) -> None:
+        _remove_dead_places()
+        self.root = Path(tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-"))
+        self._mirrors: dict[str, Path] = {}
+        self._made = 0
+
+    def mirror(self, project: Path) -> tuple[Path, Path]:
+        """(the mirror's base, the empty folder in it that stands for `project`)."""
+        from florwb_engine.replay.mirror import mirrored_project
+
+        base = self._mirrors.setdefault(str(project), self.root / f"mirror-{len(self._mirrors)}")
+        return base, mirrored_project(base, project)
+
+    def segment(self) -> Path:
+        self._made += 1
+        folder = self.root / f"segment-{self._made}"
+        folder.mkdir()
+        return folder
+
+    def discard(self, *folders: Path) -> None:
+        """Move `folders` out of the way at once (the next segment finds its code folder
+        empty) and remove them in the background."""
+        import shutil
+
+        gone = []
+        for folder in folders:
+            self._made += 1
+            trash = self.root / f"trash-{self._made}"
+            with contextlib.suppress(OSError):
+                folder.rename(trash)
+                gone.append(trash)
+        if gone:
+            threading.Thread(
+                target=lambda: [shutil.rmtree(g, ignore_errors=True) for g in gone], daemon=True
+            ).start()
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _remove_dead_places() -> None:
+    """Remove the folders of workers that ended without removing theirs (killed)."""
+    import shutil
+
+    from florwb_engine.processes import is_gone
+
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(tempfile.gettempdir()):
+            pid = entry.name.removeprefix(_Places.PREFIX).split("-", 1)[0]
+            if entry.name.startswith(_Places.PREFIX) and pid.isdigit() and entry.is_dir():
+                if is_gone(int(pid), None):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _run_job(
+    server: ForkServer, places: _Places, job: dict, refs: dict, stop: threading.Event
+) -> dict:
     """Unpack the segment, run the old script as it was launched, return its journals."""
     import ray
 
     from florwb_engine.replay import contain
     from florwb_engine.replay.executor import SKIP_LINKS, hide_created
-    from florwb_engine.replay.mirror import mirrored_project
 
-    base = Path(tempfile.mkdtemp(prefix="florwb-ray-"))
+    base = places.segment()
+    # the mirror of the project's ancestry, as a local replay has it (mirror.py)
+    project = Path(job["project"])
+    mirror, code_dir = places.mirror(project)
     try:
-        # the mirror of the project's ancestry, as a local replay has it (mirror.py)
-        project = Path(job["project"])
-        mirror = base / "code"
-        code_dir = mirrored_project(mirror, project)
         with tarfile.open(fileobj=io.BytesIO(ray.get(refs["code"])), mode="r:gz") as tar:
             tar.extractall(code_dir, filter="data")
         if project.is_dir():  # copies, never links: the script's writes stay in the task
@@ -844,9 +913,7 @@ def _run_job(server: ForkServer, job: dict, refs: dict, stop: threading.Event) -
             "log": log_path.read_bytes()[-64_000:] if log_path.exists() else b"",
         }
     finally:
-        import shutil
-
-        shutil.rmtree(base, ignore_errors=True)
+        places.discard(code_dir, base)
 
 
 def _wait_for_worker(
