@@ -791,15 +791,26 @@ class _Places:
     mirror of each project's ancestry, kept between its segments and brought up to date
     for each (mirror.py; thousands of links where a project sits in a crowded folder such
     as /tmp), and each segment's own folder, removed after the segment without it waiting.
-    Those of a worker that was killed are removed by the next worker that starts."""
+    A worker killed with its cluster (Ray kills its workers outright) has them removed by
+    a reaper process that waits for it to end; any left over (a reaper killed too) by the
+    next worker that starts."""
 
     PREFIX = "florwb-ray-"
 
     def __init__(self) -> None:
+        import subprocess
+
         _remove_dead_places()
         self.root = Path(tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-"))
         self._mirrors: dict[str, Path] = {}
         self._made = 0
+        self._reaper = subprocess.Popen(  # reads until this worker ends, then removes root
+            [sys.executable, "-I", "-S", "-c", _REAP, str(self.root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def mirror(self, project: Path) -> tuple[Path, Path]:
         """(the mirror's base, the empty folder in it that stands for `project`)."""
@@ -835,6 +846,14 @@ class _Places:
         import shutil
 
         shutil.rmtree(self.root, ignore_errors=True)
+        if self._reaper.stdin is not None:
+            self._reaper.stdin.close()
+        self._reaper.wait()
+
+
+_REAP = (
+    "import shutil, sys; sys.stdin.buffer.read(); shutil.rmtree(sys.argv[1], ignore_errors=True)"
+)
 
 
 def _remove_dead_places() -> None:
