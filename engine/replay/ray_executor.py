@@ -837,10 +837,13 @@ class _Places:
             with contextlib.suppress(OSError):
                 folder.rename(trash)
                 gone.append(trash)
+
+        def remove() -> None:
+            for trash in gone:
+                shutil.rmtree(trash, ignore_errors=True)
+
         if gone:
-            threading.Thread(
-                target=lambda: [shutil.rmtree(g, ignore_errors=True) for g in gone], daemon=True
-            ).start()
+            threading.Thread(target=remove, daemon=True).start()
 
     def close(self) -> None:
         import shutil
