@@ -350,7 +350,8 @@ def run_all(
             return client.run(jobs, workers, options, report, ended, cancel)
     started_here = connect(options)
     try:
-        return drive(jobs, workers, options, report, cancel, lambda: ingest_early(store))
+        with sigint_sets_cancel(cancel):  # Ctrl-C while submitting cancels what was submitted
+            return drive(jobs, workers, options, report, cancel, lambda: ingest_early(store))
     finally:
         if started_here:
             sys.modules["ray"].shutdown()
@@ -561,7 +562,7 @@ class _Driver:
         own: Any = ray.remote(WarmWorker)
         actor = own.options(
             num_cpus=job.cpus, num_gpus=job.gpus, max_concurrency=4, max_restarts=0
-        ).remote(0.0)
+        ).remote(0.0, True)
         ref = actor.run.remote(job.payload, job.refs)
         self.pending[ref] = (job, actor)
         self.own.add(ref)
@@ -732,12 +733,13 @@ def warm_pool_up() -> bool:
 
 class WarmWorker:
     """A Ray actor that runs one segment at a time from its fork server: a warm worker
-    (detached, kept between replays; `idle_s`: how long) or a segment's own (idle_s 0)."""
+    (detached, kept between replays; `idle_s`: how long, 0 for ever) or a segment's own
+    (`own`)."""
 
-    def __init__(self, idle_s: float) -> None:
+    def __init__(self, idle_s: float, own: bool = False) -> None:
         self._server: ForkServer | None = None
         self._places = _Places()
-        self._kept = idle_s > 0  # a segment's own worker is killed after its segment
+        self._own = own  # a segment's own worker: killed after its one segment
         self._lock = threading.Lock()  # one segment at a time: two replays take turns
         self._stops: dict[str, threading.Event] = {}
         self._busy = 0
@@ -759,7 +761,7 @@ class WarmWorker:
                     return {"returncode": -signal.SIGTERM, "journals": {}, "log": b"cancelled\n"}
                 return _run_job(self._warm(), self._places, job, refs, stop)
         finally:
-            if not self._kept:
+            if self._own:
                 self._places.close()
             self._stops.pop(job["key"], None)
             self._busy -= 1
