@@ -68,6 +68,7 @@ POLL_S = 0.2  # how often a waiting command looks at its cancel event
 # After a cancel, how long the driver gets to confirm the segments stopped (it gives up on
 # Ray after ray_executor's STOP_GRACE_S + GIVE_UP_S itself) before the command kills it.
 CANCEL_S = 60.0
+SUN_PATH = 100  # a Unix socket's path must be shorter (108 bytes with its terminator)
 
 
 class DriverError(FlorwbError):
@@ -77,8 +78,11 @@ class DriverError(FlorwbError):
 def enabled() -> bool:
     """Whether replays on Ray go through the warm driver: it is kept for
     FLORWB_FORKSERVER_IDLE_S (0: each command connects to Ray itself) and the user has a
-    private runtime folder for its socket."""
-    return idle_seconds() > 0 and runtime_dir() is not None
+    private runtime folder whose path leaves room for its socket's name."""
+    if idle_seconds() <= 0:
+        return False
+    folder = runtime_dir()
+    return folder is not None and len(str(folder / f"ray-{'0' * 20}.sock")) < SUN_PATH
 
 
 def driver_key(address: str | None) -> str:
@@ -101,7 +105,7 @@ def socket_path(options: RayOptions) -> Path | None:
     if folder is None:
         return None
     path = folder / f"ray-{driver_key(_address(options))}.sock"
-    return path if len(str(path)) < 100 else None  # sun_path's limit
+    return path if len(str(path)) < SUN_PATH else None
 
 
 _CURRENT: DriverClient | None = None  # the driver this command talks to
