@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     )
 
 HELLO_S = 30.0  # a driver that does not greet within this is hung (or its cluster gone)
-START_S = 180.0  # a driver's first line: Ray's own connect timeout is 60 s, a start 10-20 s
+START_S = 180.0  # a driver's first line: Ray retries a silent address for minutes
 PROBE_S = 10.0  # connecting to the cluster's address before Ray tries (for minutes)
 POLL_S = 0.2  # how often a waiting command looks at its cancel event
 # After a cancel, how long the driver gets to confirm the segments stopped (it gives up on
