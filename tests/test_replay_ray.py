@@ -351,6 +351,52 @@ def test_a_driver_that_does_not_answer_is_replaced_not_waited_for(
         ray_driver.forget()
 
 
+def test_a_driver_that_dies_during_a_replay_fails_its_runs_at_once(
+    repo, tmp_path, ray_address, driver_env
+):
+    mark, hold = tmp_path / "mark", tmp_path / "hold"
+    _held_project(repo, mark, hold)
+    hold.write_text("")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "florwb.cli", "replay", "held", "--yes", "--json"]
+        + ["--executor", "ray", "--address", ray_address],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **driver_env},
+    )
+    try:
+        _wait_for(mark, lambda: proc.poll() is None)
+        (driver,) = _drivers(Path(driver_env["XDG_RUNTIME_DIR"]))
+        os.kill(driver, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)  # not waiting for the segment
+        assert proc.returncode == 1, err
+        (run,) = json.loads(out)["result"]["runs"]
+        assert run["status"] == "failed"
+        assert f"the florwb Ray driver (pid {driver}) ended during the replay" in run["error"]
+    finally:
+        proc.kill()
+        hold.unlink()
+
+
+def test_without_ray_installed_the_ray_executor_is_one_line(repo, tmp_path, driver_env):
+    _held_project(repo, tmp_path / "mark", tmp_path / "hold")
+    hidden = tmp_path / "no-ray"
+    write(hidden / "sitecustomize.py", "import sys\nsys.modules['ray'] = None\n")
+    path = os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")]))
+    proc = florwb(
+        repo,
+        *("replay", "held", "--executor", "ray", "--yes"),
+        env={**driver_env, "PYTHONPATH": path},
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "florwb: the ray executor needs Ray: pip install 'florwb[ray]'"
+    ]
+
+
 def test_an_unreachable_cluster_is_said_in_one_line(repo, tmp_path, driver_env):
     _held_project(repo, tmp_path / "mark", tmp_path / "hold")
     nobody = f"127.0.0.1:{ddp_launch.free_port()}"
