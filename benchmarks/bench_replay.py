@@ -31,8 +31,9 @@ Two measurements, each in throwaway git repos, in one run of this script:
    --runs recorded runs (--small-epochs, default 3, of --small-steps), each replayed by the
    local fork server and on a local Ray cluster started once by the benchmark (`florwb
    replay NAME --executor ray --address ADDR`), --rounds rounds in ABBA order after an
-   untimed warm-up of each; medians, and the bytes put into the object store per segment
-   (code + checkpoints, each once per replay).
+   untimed warm-up of each (which starts the warm Ray driver, engine/replay/ray_driver.py,
+   and the warm workers; each line names the driver that ran it); medians, and the bytes
+   put into the object store per segment (code + checkpoints, each once per replay).
 
      replay_local_s_<level>, replay_ray_s_<level>, replay_ray_over_local_<level> (= ray /
      local; level epoch or step), replay_ray_over_local (the worse of the two)
@@ -737,12 +738,20 @@ def part_ray(args) -> None:
                         ran = florwb_cli(copy, "replay", name, "--yes", "--json", *flags[ex])
                         report = json.loads(ran.stdout)
                         res = report["result"]
+                        driver = report.get("ray_driver")
                         note(
                             f"{level} {'warm-up' if r == 0 else f'round {r}'} {ex}: "
                             f"{ran.wall:.2f} s wall, estimate "
                             f"{report['plan']['estimate_s']:.1f} s (calibration "
                             f"{report['plan']['calibration']:.2f}), executor "
-                            f"{res['elapsed_s']:.2f} s, status {res['status']}; {load()}"
+                            f"{res['elapsed_s']:.2f} s, status {res['status']}"
+                            + (
+                                f", driver pid {driver['pid']} (served {driver['served']}"
+                                f"{', started' if driver['started'] else ''})"
+                                if driver
+                                else ""
+                            )
+                            + f"; {load()}"
                         )
                         if r:
                             times[(level, ex)].append(ran.wall)

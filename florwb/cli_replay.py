@@ -86,13 +86,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def _executor(args: argparse.Namespace):
     if args.executor == "local":
         return "local"
+    from florwb_engine.replay import ray_driver
     from florwb_engine.replay.ray_executor import RayOptions, connect, require_ray, will_start
 
     options = RayOptions(args.address, args.gpus_per_task, args.cpus_per_task)
     # before planning: an unreachable cluster or a missing Ray is said at once (RayUnavailable)
-    if will_start(options):  # started by the replay, so its start is in the estimate
-        require_ray()
-    else:
+    require_ray()
+    if ray_driver.enabled():  # Ray stays in the warm driver: never imported here
+        named = bool(options.address or os.environ.get("RAY_ADDRESS"))
+        # a warm driver answers now; a cluster named gets one now (connecting it); Ray
+        # started by the replay, when it runs, so its start is in the estimate
+        ray_driver.connect(options, start=named)
+    elif not will_start(options):
         connect(options)
     return options
 
@@ -169,6 +174,11 @@ def _replay(
         started_at=_process_start(),
     )
     profiled = {"profile": result.profile} if args.profile else {}
+    if executor != "local":
+        from florwb_engine.replay import ray_driver
+
+        client = ray_driver.current()  # which warm driver ran it (None: this command)
+        profiled["ray_driver"] = client.identity if client is not None else None
     if args.json:
         _dump({"plan": {**plan.to_json(), **sharing}, "result": result.to_json(), **profiled})
     else:

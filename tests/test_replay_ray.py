@@ -1,7 +1,9 @@
 """Replay on a Ray cluster: one real local cluster for the module (ray.init with 2 CPUs; the
-CLI connects to it by address). The demo project, a run launched by torchrun (2 ranks, gloo)
+CLI connects to it by address, through the warm driver, ray_driver.py, kept in a runtime
+folder of the module's own). The demo project, a run launched by torchrun (2 ranks, gloo)
 and a run restored from its own torch.save replayed through Ray and through the local fork
-server must give the same rows, and a cancelled Ray replay must leave nothing."""
+server must give the same rows, and a cancelled Ray replay must leave nothing. A second
+command reuses the warm driver; a dead or hung one is replaced."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -21,7 +25,7 @@ from conftest import florwb, git, recorded_project, run_py, write
 from conftest_app import copy_demo
 
 from florwb_engine.contract.replay_spec import ReplaySpec
-from florwb_engine.replay import ddp_launch, execute, plan_replay
+from florwb_engine.replay import ddp_launch, execute, plan_replay, ray_driver
 from florwb_engine.replay.ray_executor import RayOptions, segment_files, task_resources
 from florwb_engine.store import Store
 
@@ -38,6 +42,49 @@ def ray_address():
         ray.shutdown()
 
 
+@pytest.fixture(scope="module")
+def driver_env(tmp_path_factory, ray_address):
+    """The environment that sends the CLI's replays on Ray through the warm driver, in a
+    runtime folder of the module's own; the drivers started there are stopped after."""
+    runtime = tmp_path_factory.mktemp("run")
+    env = {"FLORWB_FORKSERVER_IDLE_S": "600", "XDG_RUNTIME_DIR": str(runtime)}
+    try:
+        yield env
+    finally:
+        for pid in _drivers(runtime):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _drivers(runtime: Path) -> list[int]:
+    """The pids of the drivers listening in `runtime`'s florwb folder."""
+    pids = []
+    for path in (runtime / "florwb").glob("ray-*.sock"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            try:
+                sock.connect(str(path))
+            except OSError:
+                continue
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            pids.append(struct.unpack("3i", creds)[0])
+    return pids
+
+
+def _replay_on_ray(project: Path, name: str, ray_address: str, env: dict, check=True):
+    return florwb(
+        project,
+        "replay",
+        name,
+        "--executor",
+        "ray",
+        "--address",
+        ray_address,
+        "--yes",
+        "--json",
+        env=env,
+        check=check,
+    )
+
+
 def _rows(project: Path, source_like: str = "2%") -> list[tuple]:
     """The replayed values, without the replay id that tells two replays apart."""
     frame = Store(project).query(
@@ -47,25 +94,16 @@ def _rows(project: Path, source_like: str = "2%") -> list[tuple]:
     return [tuple(row) for row in frame.itertuples(index=False)]
 
 
-def test_ray_replay_gives_the_local_replays_rows(tmp_path, ray_address):
+def test_ray_replay_gives_the_local_replays_rows(tmp_path, ray_address, driver_env):
     local, remote = copy_demo(tmp_path / "a"), copy_demo(tmp_path / "b")
     plan = plan_replay(local, ["weight_norm"], workers=2)
     expected = execute(plan)
     assert expected.status == "finished", expected
-    proc = florwb(
-        remote,
-        "replay",
-        "weight_norm",
-        "--executor",
-        "ray",
-        "--address",
-        ray_address,
-        "--yes",
-        "--json",
-    )
+    proc = _replay_on_ray(remote, "weight_norm", ray_address, driver_env)
     out = json.loads(proc.stdout)
     result = out["result"]
     assert out["plan"]["executor"] == "ray"
+    assert out["ray_driver"]["pid"] in _drivers(Path(driver_env["XDG_RUNTIME_DIR"]))
     assert result["status"] == "finished", result
     # the same fidelity check: as many recorded values compared, run by run
     assert {r["run_id"]: (r["status"], r["compared"], r["rows"]) for r in result["runs"]} == {
@@ -205,7 +243,7 @@ def test_ray_flags_without_the_ray_executor_are_refused(tmp_path):
     assert Store(demo).query("SELECT count(*) AS n FROM replays").n[0] == 0
 
 
-def test_ctrl_c_on_a_ray_replay_cancels_it(repo, tmp_path, ray_address):
+def test_ctrl_c_on_a_ray_replay_cancels_it(repo, tmp_path, ray_address, driver_env):
     mark, hold = tmp_path / "mark", tmp_path / "hold"
     _held_project(repo, mark, hold)
     hold.write_text("")
@@ -216,6 +254,7 @@ def test_ctrl_c_on_a_ray_replay_cancels_it(repo, tmp_path, ray_address):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, **driver_env},
     )
     try:
         _wait_for(mark, lambda: proc.poll() is None)
@@ -227,6 +266,146 @@ def test_ctrl_c_on_a_ray_replay_cancels_it(repo, tmp_path, ray_address):
     finally:
         proc.kill()  # no-op when it ended
         hold.unlink()  # a script that outlived its task ends too
+
+
+def test_a_killed_command_stops_the_segments_the_driver_runs_for_it(
+    repo, tmp_path, ray_address, driver_env
+):
+    mark, hold = tmp_path / "mark", tmp_path / "hold"
+    _held_project(repo, mark, hold)
+    hold.write_text("")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "florwb.cli", "replay", "held", "--yes"]
+        + ["--executor", "ray", "--address", ray_address],
+        cwd=repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **driver_env},
+    )
+    try:
+        _wait_for(mark, lambda: proc.poll() is None)
+        proc.kill()  # no cancel said: the driver sees the connection end
+        proc.wait(timeout=30)
+        pid = int(mark.read_text())
+        deadline = time.monotonic() + 30
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), "the script outlived the command that replayed it"
+    finally:
+        proc.kill()
+        hold.unlink()
+
+
+def _held_copies(repo: Path, tmp_path: Path, n: int) -> list[Path]:
+    """`n` copies of a recorded project whose replay ends at once (no hold file)."""
+    _held_project(repo, tmp_path / "mark", tmp_path / "hold")
+    copies = [tmp_path / f"copy{i}" for i in range(n)]
+    for copy in copies:
+        shutil.copytree(repo, copy, symlinks=True)
+    return copies
+
+
+def test_a_second_replay_reuses_the_warm_driver_and_a_dead_one_is_replaced(
+    repo, tmp_path, ray_address, driver_env
+):
+    first, second, third = _held_copies(repo, tmp_path, 3)
+    driver: dict[Path, dict] = {}
+    for copy in (first, second):
+        out = json.loads(_replay_on_ray(copy, "held", ray_address, driver_env).stdout)
+        assert out["result"]["status"] == "finished", out["result"]
+        driver[copy] = out["ray_driver"]
+    rows = _rows(first)
+    assert rows and _rows(second) == rows
+    pid = driver[first]["pid"]
+    assert driver[second] == {"pid": pid, "served": driver[first]["served"] + 1, "started": False}
+
+    os.kill(pid, signal.SIGKILL)  # its socket stays behind, with nobody listening
+    deadline = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    out = json.loads(_replay_on_ray(third, "held", ray_address, driver_env).stdout)
+    assert out["result"]["status"] == "finished", out["result"]
+    assert out["ray_driver"]["started"] and out["ray_driver"]["pid"] != pid
+    assert _drivers(Path(driver_env["XDG_RUNTIME_DIR"])) == [out["ray_driver"]["pid"]]
+    assert _rows(third) == rows
+
+
+def test_a_driver_that_does_not_answer_is_replaced_not_waited_for(
+    ray_address, driver_env, monkeypatch
+):
+    for name, value in driver_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(ray_driver, "HELLO_S", 1.0)
+    options = RayOptions(address=ray_address)
+    try:
+        warm = ray_driver.connect(options, start=True)
+        assert warm is not None and warm.cluster is not None and warm.cluster.cpus == 2
+        os.kill(warm.pid, signal.SIGSTOP)  # alive, its socket accepts, it never greets
+        fresh = ray_driver.connect(options, start=True)
+        assert fresh is not None and fresh.started and fresh.pid != warm.pid
+        deadline = time.monotonic() + 30
+        while _alive(warm.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(warm.pid)
+    finally:
+        ray_driver.forget()
+
+
+def test_a_driver_that_dies_during_a_replay_fails_its_runs_at_once(
+    repo, tmp_path, ray_address, driver_env
+):
+    mark, hold = tmp_path / "mark", tmp_path / "hold"
+    _held_project(repo, mark, hold)
+    hold.write_text("")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "florwb.cli", "replay", "held", "--yes", "--json"]
+        + ["--executor", "ray", "--address", ray_address],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **driver_env},
+    )
+    try:
+        _wait_for(mark, lambda: proc.poll() is None)
+        (driver,) = _drivers(Path(driver_env["XDG_RUNTIME_DIR"]))
+        os.kill(driver, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)  # not waiting for the segment
+        assert proc.returncode == 1, err
+        (run,) = json.loads(out)["result"]["runs"]
+        assert run["status"] == "failed"
+        assert f"the florwb Ray driver (pid {driver}) ended during the replay" in run["error"]
+    finally:
+        proc.kill()
+        hold.unlink()
+
+
+def test_without_ray_installed_the_ray_executor_is_one_line(repo, tmp_path, driver_env):
+    _held_project(repo, tmp_path / "mark", tmp_path / "hold")
+    hidden = tmp_path / "no-ray"
+    write(hidden / "sitecustomize.py", "import sys\nsys.modules['ray'] = None\n")
+    path = os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")]))
+    proc = florwb(
+        repo,
+        *("replay", "held", "--executor", "ray", "--yes"),
+        env={**driver_env, "PYTHONPATH": path},
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "florwb: the ray executor needs Ray: pip install 'florwb[ray]'"
+    ]
+
+
+def test_an_unreachable_cluster_is_said_in_one_line(repo, tmp_path, driver_env):
+    _held_project(repo, tmp_path / "mark", tmp_path / "hold")
+    nobody = f"127.0.0.1:{ddp_launch.free_port()}"
+    proc = _replay_on_ray(repo, "held", nobody, driver_env, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"florwb: cannot reach Ray at {nobody}: Connection refused"
+    ]
+    assert proc.stdout == ""
 
 
 # Two ranks (gloo), each drawing its own data: a replay matches only when every rank gets

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -264,6 +265,27 @@ def test_the_mirror_reaches_every_parent_level_and_is_made_only_under_its_base(t
     assert mirrored_path(base, outer / "team") == code.parent
     assert mirrored_path(base, outer / "shared") is None  # a link to the real folder
     mirrored_project(base, project)  # a second version's runs: nothing breaks
+
+
+def test_a_mirror_made_again_follows_the_folders_as_they_are_now(tmp_path):
+    """A Ray warm worker keeps its mirror between segments: made again, it links what
+    appeared since, drops what went, and removes what a script wrote into its folders."""
+    project = tmp_path / "team" / "project"
+    project.mkdir(parents=True)
+    write(tmp_path / "team" / "old" / "a.txt", "a")
+    base = tmp_path / "worker" / "mirror"
+    code = mirrored_project(base, project)
+    write(code / "train.py", "print()")
+    write(code.parent / "written-by-a-script.txt", "x")  # `../x` of a name not there
+    shutil.rmtree(tmp_path / "team" / "old")
+    write(tmp_path / "team" / "new" / "b.txt", "b")
+    shutil.rmtree(code)  # the worker removes the segment's code after it
+
+    again = mirrored_project(base, project)
+    assert again == code and not os.listdir(again)
+    assert sorted(os.listdir(code.parent)) == ["new", "project"]
+    assert (again / ".." / "new" / "b.txt").read_text() == "b"
+    assert sorted(os.listdir(tmp_path / "team")) == ["new", "project"]
 
 
 def test_a_run_started_in_a_subfolder_reads_dotdot_from_there(repo, tmp_path):

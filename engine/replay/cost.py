@@ -35,15 +35,17 @@ REPLAY_FIXED_S = 0.5
 # Per segment: fork from the warm server, the florwb runtime's start and its last flush.
 LOCAL_START_S = 0.35
 # Per Ray task: scheduling, unpacking the code and checkpoints, forking the script from the
-# Ray worker's fork server. Once per replay, the workers side by side: each `florwb replay`
-# is a new Ray job, whose worker processes start (Python, ray, florwb) and whose fork
-# servers import the script's modules (torch is most of it). Measured with
-# `bench_replay.py --executor ray` on a busy 2-core box.
-RAY_START_S = 1.0
+# Ray worker's fork server (its mirror of the project's parents kept from the last
+# segment): 0.45-0.85 s with `bench_replay.py --executor ray` on a 2-core box at load 4-9.
+# Once per replay where no warm worker is up, the workers side by side: their processes
+# start (Python, ray, florwb) and their fork servers import the script's modules (torch is
+# most of it).
+RAY_START_S = 0.6
 RAY_IMPORT_S = 3.0
 # Once per replay on Ray, where its warm workers (ray_executor.warm_pool) are up already:
-# finding them and shipping; and where the replay starts Ray on this machine itself, Ray's
-# own start (ray.init of a local cluster: 9-20 s on a busy 2-core box).
+# finding them and shipping; and where the replay starts Ray on this machine itself (no
+# warm driver, ray_driver.py), Ray's own start (ray.init of a local cluster: 9-20 s on a
+# busy 2-core box).
 RAY_WARM_S = 0.5
 RAY_INIT_S = 10.0
 RAY_BYTES_PER_S = 100e6  # object-store transfer of code and checkpoints to the node

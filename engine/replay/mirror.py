@@ -17,13 +17,19 @@ real folders), as data files reached inside the project already do.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 from pathlib import Path
 
 
 def mirrored_project(base: Path, project: Path) -> Path:
     """Create the mirror of `project`'s ancestry under `base`; the folder returned stands
-    for the project (empty: the caller materialises the code into it)."""
+    for the project (empty: the caller materialises the code into it). Called again on
+    the same `base` (a Ray warm worker keeps its mirror between segments: thousands of
+    links where the project sits in a crowded folder such as /tmp), it brings the mirror
+    up to date: entries added since are linked, links to entries gone since and anything
+    a script wrote into the mirror's folders are removed."""
     real = project.resolve()
     target = base.joinpath(*real.parts[1:])
     target.mkdir(parents=True, exist_ok=True)
@@ -36,15 +42,22 @@ def mirrored_project(base: Path, project: Path) -> Path:
 
 def _link_siblings(real: Path, mirror: Path, keep: str) -> None:
     try:
-        entries = list(os.scandir(real))
+        wanted = {entry.name: entry.path for entry in os.scandir(real) if entry.name != keep}
     except OSError:  # a folder we may pass through but not list: nothing to reach there
-        return
-    for entry in entries:
+        wanted = {}
+    for entry in os.scandir(mirror):
         if entry.name == keep:
             continue
-        link = mirror / entry.name
-        if not link.exists() and not link.is_symlink():
-            link.symlink_to(entry.path)
+        if entry.is_symlink() and wanted.pop(entry.name, None) is not None:
+            continue  # linked before, to the same real entry
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+    for name, path in wanted.items():
+        with contextlib.suppress(FileExistsError):
+            os.symlink(path, mirror / name)
 
 
 def mirrored_path(base: Path, path: Path) -> Path | None:

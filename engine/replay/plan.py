@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import secrets
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -303,11 +302,11 @@ def _gpus_for(executor: ExecutorName) -> int:
     """The GPUs one replay of a multi-process run can have: this machine's, or on Ray the
     largest node's of the connected cluster (a run's processes are one task on one node)."""
     if executor != "local":
-        ray = sys.modules.get("ray")  # the CLI connects before it plans
-        if ray is not None and ray.is_initialized():
-            from florwb_engine.replay.ray_executor import largest_node
+        from florwb_engine.replay.ray_executor import largest_gpus
 
-            return int(largest_node()[1])
+        gpus = largest_gpus()  # the CLI connects (or finds the warm driver) before it plans
+        if gpus is not None:
+            return gpus
     return ddp_launch.gpus_here()
 
 

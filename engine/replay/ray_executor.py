@@ -103,11 +103,16 @@ class Shipment:
 
 
 def require_ray() -> None:
-    """RayUnavailable, with the install hint, where Ray is not installed."""
+    """RayUnavailable, with the install hint, where Ray is not installed (found without
+    importing it: a command that hands its replay to the driver never imports Ray)."""
+    import importlib.util
+
     try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise RayUnavailable(INSTALL_HINT) from None
+        found = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise RayUnavailable(INSTALL_HINT)
 
 
 def connect(options: RayOptions) -> bool:
@@ -128,12 +133,43 @@ def connect(options: RayOptions) -> bool:
 
 
 def will_start(options: RayOptions) -> bool:
-    """Whether connecting starts Ray on this machine: no cluster named (`--address`,
-    RAY_ADDRESS) and none connected."""
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
+    """Whether running the replay starts Ray on this machine: no cluster named
+    (`--address`, RAY_ADDRESS), none connected here and no warm driver holding one."""
+    if cluster() is not None:
         return False
     return not (options.address or os.environ.get("RAY_ADDRESS"))
+
+
+@dataclass
+class Cluster:
+    """What planning needs of the cluster a replay runs on, from this process's own Ray
+    connection or from the warm driver (ray_driver.py) that holds one: its CPUs, its
+    largest live node's (CPUs, GPUs) and whether this florwb's warm workers are up."""
+
+    cpus: float
+    largest: tuple[float, float]
+    warm: bool
+
+    @classmethod
+    def here(cls) -> Cluster:
+        """The connected cluster's, read through this process's Ray."""
+        import ray
+
+        return cls(float(ray.cluster_resources().get("CPU", 1.0)), largest_node(), warm_pool_up())
+
+
+def cluster() -> Cluster | None:
+    """The cluster this command is connected to: through the warm driver it talks to
+    (ray_driver.current), else its own initialised Ray; None when neither."""
+    from florwb_engine.replay import ray_driver
+
+    client = ray_driver.current()
+    if client is not None and not client.lost:
+        return client.cluster
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return Cluster.here()
+    return None
 
 
 def cluster_slots(options: RayOptions) -> int:
@@ -141,24 +177,28 @@ def cluster_slots(options: RayOptions) -> int:
     connected one's, or this machine's where the replay will start Ray (ray.init gives it
     every CPU)."""
     per_task = options.cpus_per_task or 1.0
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        cpus = float(ray.cluster_resources().get("CPU", 1.0))
-    else:
-        cpus = float(os.cpu_count() or 1)
+    connected = cluster()
+    cpus = connected.cpus if connected is not None else float(os.cpu_count() or 1)
     return max(1, int(cpus // per_task))
+
+
+def largest_gpus() -> int | None:
+    """The GPUs of the connected cluster's largest live node (a multi-process run's
+    processes are one task on one node); None when not connected."""
+    connected = cluster()
+    return None if connected is None else int(connected.largest[1])
 
 
 def start_s() -> float:
     """What a replay on Ray pays once before its segments run (cost.py): Ray's start where
-    the replay starts it, then the workers' imports; with a connected cluster whose warm
-    workers are up, next to nothing."""
+    the replay starts it (no warm driver, no cluster named), then the workers' imports; with
+    a connected cluster whose warm workers are up, next to nothing."""
     from florwb_engine.replay.cost import RAY_IMPORT_S, RAY_INIT_S, RAY_WARM_S
 
-    ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():
+    connected = cluster()
+    if connected is None:
         return RAY_INIT_S + RAY_IMPORT_S
-    return RAY_WARM_S if warm_pool_up() else RAY_IMPORT_S
+    return RAY_WARM_S if connected.warm else RAY_IMPORT_S
 
 
 def code_archive(code_dir: Path) -> bytes:
@@ -215,15 +255,25 @@ def segment_files(spec: ReplaySpec) -> list[str]:
 def task_resources(project: Path, run_id: str, options: RayOptions) -> tuple[float, float]:
     """(CPUs, GPUs) one of the run's segments asks Ray for: the flags, else one CPU and the
     GPUs the run used (run_context: device_kind 'cuda', gpu_count)."""
+    return runs_resources(project, [run_id], options)[run_id]
+
+
+def runs_resources(
+    project: Path, run_ids: list[str], options: RayOptions
+) -> dict[str, tuple[float, float]]:
+    """task_resources of each run, read in one catalog session."""
     cpus = options.cpus_per_task if options.cpus_per_task is not None else 1.0
     if options.gpus_per_task is not None:
-        return cpus, options.gpus_per_task
+        return {run_id: (cpus, options.gpus_per_task) for run_id in run_ids}
+    wanted = list(dict.fromkeys(run_ids))
     with Store(project).session() as con:
-        row = con.execute(
-            "SELECT device_kind, gpu_count FROM run_context WHERE run_id = ?", [run_id]
+        rows = con.execute(
+            "SELECT run_id, device_kind, gpu_count FROM run_context "
+            f"WHERE run_id IN ({', '.join('?' * len(wanted))})",
+            wanted,
         ).fetchall()
-    gpus = float(row[0][1] or 1) if row and row[0][0] == "cuda" else 0.0
-    return cpus, gpus
+    used = {run_id: float(count or 1) for run_id, kind, count in rows if kind == "cuda"}
+    return {run_id: (cpus, used.get(run_id, 0.0)) for run_id in wanted}
 
 
 def launch_resources(launch: dict, options: RayOptions) -> tuple[float, float]:
@@ -264,61 +314,183 @@ def run_all(
     """Run every task on Ray, writing each returned journal where a local worker writes
     it and setting each task's returncode; the bytes each segment put into the object
     store are returned. At most `workers` single-process segments run at once, on as
-    many warm workers; a multi-process run or one on GPUs is a task of its own."""
-    from florwb_engine.replay.executor import sigint_sets_cancel
+    many warm workers; a multi-process run or one on GPUs is a task of its own.
 
+    Where this process has not initialised Ray itself, the warm driver (ray_driver.py)
+    runs them: it holds the cluster's connection between commands, so the command
+    imports, connects to and disconnects from nothing (FLORWB_FORKSERVER_IDLE_S=0: the
+    command connects itself, as it always did)."""
+    from florwb_engine.replay import ray_driver
+    from florwb_engine.replay.executor import Progress, sigint_sets_cancel
+
+    if not tasks:
+        return {}
+    jobs = segment_jobs(tasks, options)
+    notify = on_progress or (lambda _p: None)
+
+    def report(i: int, done: int, state: SegmentState, returncode: int | None) -> None:
+        task = tasks[i]
+        if returncode is not None:
+            task.returncode = returncode
+        if state == "running":
+            task.request = i
+        notify(Progress(task.plan.run_id, task.segment.index, done, jobs[i].total, state))
+
+    ray = sys.modules.get("ray")
+    here = ray is not None and ray.is_initialized()
+    if not here and ray_driver.enabled():
+        client = ray_driver.current()
+        if client is None or client.lost:
+            client = ray_driver.connect(options, start=True)
+            assert client is not None  # started, or RayUnavailable
+
+        def ended(i: int, returncode: int) -> None:
+            if returncode == 0 and not cancel.is_set():
+                if any(t.returncode is None for t in tasks):
+                    ingest_early(store)  # while the driver runs the next ones
+
+        with sigint_sets_cancel(cancel):  # Ctrl-C cancels what was submitted
+            return client.run(jobs, workers, options, report, ended, cancel)
     started_here = connect(options)
-    import ray
-
     try:
-        driver = _Driver(store, on_progress, cancel, options, ingest_early)
         with sigint_sets_cancel(cancel):  # Ctrl-C while submitting cancels what was submitted
-            driver.run(tasks, workers)
-        return driver.shipped
+            return drive(jobs, workers, options, report, cancel, lambda: ingest_early(store))
     finally:
         if started_here:
-            ray.shutdown()
+            sys.modules["ray"].shutdown()
+
+
+# (job index, iterations done, state, returncode once it ended)
+Report = Callable[[int, int, "SegmentState", "int | None"], None]
 
 
 @dataclass
-class _Job:
-    task: SegmentTask
-    payload: dict  # what the node needs, in JSON-able form
-    refs: dict  # {"code": ref, "files": {relative path: ref}}: fetched on the node
+class SegmentJob:
+    """One segment as the driver needs it, in JSON-able form (it crosses a socket to the
+    warm driver, ray_driver.py, which runs on this machine): where its spec, code and log
+    are, how its run was launched, and the (CPUs, GPUs) it asks Ray for."""
+
+    run_id: str
+    segment: int
+    total: int  # iterations
+    spec_path: str
+    code_dir: str
+    log_path: str
+    project: str
+    script: str
+    argv: list[str]
+    cwd: str  # relative to the mirror base where inside it (_relative_cwd)
+    recorded_threads: dict | None
+    launch: dict | None
+    hide: list[str]
+    imports: list[str]  # what the script imports: the warm workers preload it
     cpus: float
     gpus: float
 
     @property
     def warm(self) -> bool:
         """Runs on a warm worker: one process and no GPU (resources Ray need not hold)."""
-        return not self.payload["launch"] and not self.gpus
+        return not self.launch and not self.gpus
+
+
+def segment_jobs(tasks: list[SegmentTask], options: RayOptions) -> list[SegmentJob]:
+    """Each task as the driver needs it; the runs' resources read in one catalog session
+    (a driver never opens the project's catalog)."""
+    single = [t.plan.run_id for t in tasks if not t.plan.launch]
+    resources = runs_resources(tasks[0].project, single, options) if single else {}
+    jobs = []
+    for task in tasks:
+        launch = task.plan.launch
+        if launch:
+            cpus, gpus = launch_resources(launch, options)
+        else:
+            cpus, gpus = resources[task.plan.run_id]
+        assert task.code_dir is not None and task.plan.script is not None
+        jobs.append(
+            SegmentJob(
+                run_id=task.plan.run_id,
+                segment=task.segment.index,
+                total=task.segment.last - task.segment.first + 1,
+                spec_path=str(task.spec_path),
+                code_dir=str(task.code_dir),
+                log_path=str(task.log_path),
+                project=str(task.project),
+                script=task.plan.script,
+                argv=task.plan.argv[1:],
+                cwd=_relative_cwd(task),
+                recorded_threads=task.plan.threads,
+                launch=launch,
+                hide=task.plan.hide,
+                imports=script_imports(task.plan.code or ""),
+                cpus=cpus,
+                gpus=gpus,
+            )
+        )
+    return jobs
+
+
+def drive(
+    jobs: list[SegmentJob],
+    workers: int,
+    options: RayOptions,
+    report: Report,
+    cancel: threading.Event,
+    ingest_early: Callable[[], None] = lambda: None,
+) -> dict[int, Shipment]:
+    """Run the jobs on the Ray this process is connected to (the command's own, or the
+    warm driver's): each journal and log written where a local worker leaves it, each
+    job's progress and returncode told to `report`; the bytes each segment put into the
+    object store, by segment."""
+    driver = _Driver(report, cancel, options, ingest_early)
+    driver.run(jobs, workers)
+    return driver.shipped
+
+
+@dataclass
+class _Job:
+    index: int  # in the replay's list: what `report` names it by
+    task: SegmentJob
+    payload: dict  # what the node needs, in JSON-able form
+    refs: dict  # {"code": ref, "files": {relative path: ref}}: fetched on the node
+    returncode: int | None = None
+
+    @property
+    def warm(self) -> bool:
+        return self.task.warm
+
+    @property
+    def cpus(self) -> float:
+        return self.task.cpus
+
+    @property
+    def gpus(self) -> float:
+        return self.task.gpus
 
 
 class _Driver:
-    def __init__(self, store, on_progress, cancel, options, ingest_early) -> None:
-        self.store = store
-        self.notify = on_progress or (lambda _p: None)
+    def __init__(self, report: Report, cancel, options, ingest_early) -> None:
+        self.report = report
         self.cancel = cancel
         self.options = options
         self.ingest_early = ingest_early
         self.shipped: dict[int, Shipment] = {}
         self._put: dict[Path, tuple[Any, int]] = {}  # what is in the object store already
-        self._resources: dict[str, tuple[float, float]] = {}
         # ref -> (job, the worker running it: a warm one, or its own when in `own`)
         self.pending: dict[Any, tuple[_Job, Any]] = {}
         self.own: set[Any] = set()
 
-    def run(self, tasks: list[SegmentTask], workers: int) -> None:
+    def run(self, segments: list[SegmentJob], workers: int) -> None:
+        warm = [s for s in segments if s.warm]
+        pool = warm_pool(max(1, min(workers, len(warm)))) if warm else []
+        modules = list(dict.fromkeys(m for s in warm for m in s.imports))
+        for actor in pool:  # torch and the rest imported while the code is shipped
+            actor.preload.remote(modules)
         jobs = []
-        for task in tasks:
+        for index, segment in enumerate(segments):
             if self.cancel.is_set():
                 return
-            jobs.append(self._job(task))
+            jobs.append(self._job(index, segment))
         queue = [j for j in jobs if j.warm]
-        pool = warm_pool(max(1, min(workers, len(queue)))) if queue else []
-        modules = [m for j in queue for m in script_imports(j.task.plan.code or "")]
-        for actor in pool:  # torch and the rest imported while the others are shipped
-            actor.preload.remote(list(dict.fromkeys(modules)))
         own = [j for j in jobs if not j.warm]
         if own:
             from florwb_engine.replay import ray_nodes
@@ -332,43 +504,33 @@ class _Driver:
         free = list(pool)
         self._wait(queue, free)
 
-    def _job(self, task: SegmentTask) -> _Job:
+    def _job(self, index: int, task: SegmentJob) -> _Job:
         """Put the task's code (once per version) and files (once per replay) into the
         object store; what it put is the segment's shipment."""
-        code_dir = task.code_dir
-        assert code_dir is not None
-        spec = ReplaySpec.load(task.spec_path)
+        code_dir = Path(task.code_dir)
+        spec = ReplaySpec.load(Path(task.spec_path))
         code_ref, code_bytes = self._put_once(code_dir, lambda: code_archive(code_dir))
         folder = Path(spec.checkpoint_dir).parent
         files, file_bytes = {}, 0
         for name in segment_files(spec):
             files[name], size = self._put_once(folder / name, (folder / name).read_bytes)
             file_bytes += size
-        self.shipped[task.segment.index] = Shipment(code_bytes, file_bytes)
-        launch = task.plan.launch
-        if launch:
-            cpus, gpus = launch_resources(launch, self.options)
-        else:
-            if task.plan.run_id not in self._resources:
-                self._resources[task.plan.run_id] = task_resources(
-                    task.project, task.plan.run_id, self.options
-                )
-            cpus, gpus = self._resources[task.plan.run_id]
+        self.shipped[task.segment] = Shipment(code_bytes, file_bytes)
+        launch = task.launch
         processes = int(launch["nproc"]) if launch else 1
-        assert task.plan.script is not None
         payload = {
             "key": f"{spec.replay_id}:{spec.segment}",
             "spec": spec.__dict__,
-            "project": str(task.project),
-            "script": task.plan.script,
-            "argv": task.plan.argv[1:],
-            "cwd": _relative_cwd(task),
-            "threads": max(1, int(cpus // processes)),
-            "recorded_threads": task.plan.threads,  # the run's own, where it recorded them
+            "project": task.project,
+            "script": task.script,
+            "argv": task.argv,
+            "cwd": task.cwd,
+            "threads": max(1, int(task.cpus // processes)),
+            "recorded_threads": task.recorded_threads,  # the run's own, where it recorded them
             "launch": launch,
-            "hide": task.plan.hide,
+            "hide": task.hide,
         }
-        return _Job(task, payload, {"code": code_ref, "files": files}, cpus, gpus)
+        return _Job(index, task, payload, {"code": code_ref, "files": files})
 
     def _put_once(self, key: Path, read: Callable[[], bytes]) -> tuple[Any, int]:
         """(object ref, bytes put now): 0 bytes when an earlier segment put it."""
@@ -380,45 +542,46 @@ class _Driver:
         self._put[key] = (ray.put(data), len(data))
         return self._put[key][0], len(data)
 
+    def end(self, job: _Job, returncode: int, why: str | None = None) -> None:
+        """The segment ended: its log says `why` where its own did not land, and
+        `report` hears its returncode."""
+        task = job.task
+        if why is not None:
+            Path(task.log_path).write_text(why)
+        state: SegmentState = (
+            "finished" if returncode == 0 else "cancelled" if self.cancel.is_set() else "failed"
+        )
+        self.report(job.index, task.total if returncode == 0 else 0, state, returncode)
+
     def _submit(self, job: _Job, fits: tuple[float, float]) -> None:
         """A worker of its own (an actor for this segment alone, killed when it ends)
         holding the run's processes' CPUs and GPUs; refused at once, with the reason, when
         no node of the cluster has them (Ray would wait forever)."""
         import ray
 
-        from florwb_engine.replay.executor import Progress
-
-        task = job.task
-        total = task.segment.last - task.segment.first + 1
         if job.cpus > fits[0] or job.gpus > fits[1]:
-            task.returncode = -1
-            task.log_path.write_text(
+            self.end(
+                job,
+                -1,
                 f"florwb: the segment needs {job.cpus:g} CPU(s) and {job.gpus:g} GPU(s) on one "
-                f"node; the cluster's largest node has {fits[0]:g} and {fits[1]:g}\n"
+                f"node; the cluster's largest node has {fits[0]:g} and {fits[1]:g}\n",
             )
-            self.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "failed"))
             return
         own: Any = ray.remote(WarmWorker)
         actor = own.options(
             num_cpus=job.cpus, num_gpus=job.gpus, max_concurrency=4, max_restarts=0
-        ).remote(0.0)
+        ).remote(0.0, True)
         ref = actor.run.remote(job.payload, job.refs)
         self.pending[ref] = (job, actor)
         self.own.add(ref)
-        task.request = len(self.pending)
-        self.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "running"))
+        self.report(job.index, 0, "running", None)
 
     def _dispatch(self, queue: list[_Job], free: list[Any]) -> None:
-        from florwb_engine.replay.executor import Progress
-
         while queue and free and not self.cancel.is_set():
             job, actor = queue.pop(0), free.pop(0)
             ref = actor.run.remote(job.payload, job.refs)
             self.pending[ref] = (job, actor)
-            task = job.task
-            task.request = len(self.pending)
-            total = task.segment.last - task.segment.first + 1
-            self.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "running"))
+            self.report(job.index, 0, "running", None)
 
     def _wait(self, queue: list[_Job], free: list[Any]) -> None:
         import ray
@@ -452,10 +615,10 @@ class _Driver:
                             ray.kill(actor)  # its resources go back to the cluster
                     elif alive:
                         free.append(actor)
-                    if job.task.returncode == 0 and (self.pending or queue):
+                    if job.returncode == 0 and (self.pending or queue):
                         self._dispatch(queue, free)
                         if not self.cancel.is_set():
-                            self.ingest_early(self.store)
+                            self.ingest_early()
                 self._dispatch(queue, free)
                 if queue and not free and not any(a for _j, a in self.pending.values()):
                     self._lost(queue)  # every warm worker died: the rest cannot run
@@ -465,14 +628,9 @@ class _Driver:
             self._lost(queue)
 
     def _lost(self, queue: list[_Job]) -> None:
-        from florwb_engine.replay.executor import Progress
-
         for job in queue:
-            task = job.task
-            task.returncode = -1
-            task.log_path.write_text("ray: the replay's warm workers died before it ran\n")
-            total = task.segment.last - task.segment.first + 1
-            self.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "failed"))
+            job.returncode = -1
+            self.end(job, -1, "ray: the replay's warm workers died before it ran\n")
         queue.clear()
 
     def _ended(self, job: _Job, ref: Any) -> bool:
@@ -480,36 +638,25 @@ class _Driver:
         import ray
         from ray.exceptions import RayActorError, RayError, TaskCancelledError
 
-        from florwb_engine.replay.executor import Progress
-
-        task = job.task
-        total = task.segment.last - task.segment.first + 1
         alive = True
+        why = None
         try:
             out = ray.get(ref)
         except TaskCancelledError:
-            task.returncode = -signal.SIGTERM
-            task.log_path.write_text("cancelled\n")
+            returncode, why = -signal.SIGTERM, "cancelled\n"
         except RayError as exc:
             alive = not isinstance(exc, RayActorError)
-            task.returncode = -1
+            returncode = -1
             if self.cancel.is_set():  # its worker killed on cancel
-                task.log_path.write_text("cancelled\n")
+                why = "cancelled\n"
             else:
-                task.log_path.write_text(f"ray: {str(exc).strip()[-2000:]}\n")
+                why = f"ray: {str(exc).strip()[-2000:]}\n"
         else:
-            task.returncode = _land(task, out)
+            returncode = _land(job.task, out)
             if out.get("placement"):  # where a multi-node segment's nodes ran
-                self.shipped[task.segment.index].placement = out["placement"]
-        done = total if task.returncode == 0 else 0
-        state: SegmentState = (
-            "finished"
-            if task.returncode == 0
-            else "cancelled"
-            if self.cancel.is_set()
-            else "failed"
-        )
-        self.notify(Progress(task.plan.run_id, task.segment.index, done, total, state))
+                self.shipped[job.task.segment].placement = out["placement"]
+        job.returncode = returncode
+        self.end(job, returncode, why)
         return alive
 
     def _give_up(self) -> None:
@@ -520,8 +667,8 @@ class _Driver:
         for job, actor in self.pending.values():
             with contextlib.suppress(Exception):  # gone already
                 ray.kill(actor)
-            job.task.returncode = -signal.SIGKILL
-            job.task.log_path.write_text("cancelled; Ray did not confirm\n")
+            job.returncode = -signal.SIGKILL
+            self.end(job, -signal.SIGKILL, "cancelled; Ray did not confirm\n")
         self.pending.clear()
 
 
@@ -534,11 +681,11 @@ def _relative_cwd(task: SegmentTask) -> str:
     return str(task.cwd)
 
 
-def _land(task: SegmentTask, out: dict) -> int:
+def _land(task: SegmentJob, out: dict) -> int:
     """Write what the task returned where a local worker leaves it (its journal, one per
     rank for a multi-process run); its returncode."""
-    task.log_path.write_bytes(out["log"])
-    journals = journal_dir(task.project)
+    Path(task.log_path).write_bytes(out["log"])
+    journals = journal_dir(Path(task.project))
     journals.mkdir(parents=True, exist_ok=True)
     for name, data in out["journals"].items():
         target = journals / Path(name).name
@@ -596,10 +743,13 @@ def warm_pool_up() -> bool:
 
 class WarmWorker:
     """A Ray actor that runs one segment at a time from its fork server: a warm worker
-    (detached, kept between replays; `idle_s`: how long) or a segment's own (idle_s 0)."""
+    (detached, kept between replays; `idle_s`: how long, 0 for ever) or a segment's own
+    (`own`)."""
 
-    def __init__(self, idle_s: float) -> None:
+    def __init__(self, idle_s: float, own: bool = False) -> None:
         self._server: ForkServer | None = None
+        self._places = _Places()
+        self._own = own  # a segment's own worker: killed after its one segment
         self._lock = threading.Lock()  # one segment at a time: two replays take turns
         self._stops: dict[str, threading.Event] = {}
         self._busy = 0
@@ -619,8 +769,10 @@ class WarmWorker:
             with self._lock:
                 if stop.is_set():
                     return {"returncode": -signal.SIGTERM, "journals": {}, "log": b"cancelled\n"}
-                return _run_job(self._warm(), job, refs, stop)
+                return _run_job(self._warm(), self._places, job, refs, stop)
         finally:
+            if self._own:
+                self._places.close()
             self._stops.pop(job["key"], None)
             self._busy -= 1
             self._used = time.monotonic()
@@ -630,8 +782,7 @@ class WarmWorker:
 
     def _warm(self) -> ForkServer:
         if self._server is None or self._server.lost():
-            log = Path(tempfile.gettempdir()) / f"florwb-ray-forkserver-{os.getpid()}.log"
-            self._server = ForkServer(log)
+            self._server = ForkServer(self._places.root / "forkserver.log")
         return self._server
 
     def _end_when_idle(self, idle_s: float) -> None:
@@ -640,26 +791,114 @@ class WarmWorker:
             if not self._busy and time.monotonic() - self._used > idle_s:
                 if self._server is not None:
                     self._server.close()
+                self._places.close()
                 os._exit(0)
 
 
 # ---------------------------------------------------------------- on the node
 
 
-def _run_job(server: ForkServer, job: dict, refs: dict, stop: threading.Event) -> dict:
+class _Places:
+    """A worker's folders on its node (`florwb-ray-<pid>-*` in the temp folder): the
+    mirror of each project's ancestry, kept between its segments and brought up to date
+    for each (mirror.py; thousands of links where a project sits in a crowded folder such
+    as /tmp), and each segment's own folder, removed after the segment without it waiting.
+    A worker killed with its cluster (Ray kills its workers outright) has them removed by
+    a reaper process that waits for it to end; any left over (a reaper killed too) by the
+    next worker that starts."""
+
+    PREFIX = "florwb-ray-"
+
+    def __init__(self) -> None:
+        import subprocess
+
+        _remove_dead_places()
+        self.root = Path(tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-"))
+        self._mirrors: dict[str, Path] = {}
+        self._made = 0
+        self._reaper = subprocess.Popen(  # reads until this worker ends, then removes root
+            [sys.executable, "-I", "-S", "-c", _REAP, str(self.root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def mirror(self, project: Path) -> tuple[Path, Path]:
+        """(the mirror's base, the empty folder in it that stands for `project`)."""
+        from florwb_engine.replay.mirror import mirrored_project
+
+        base = self._mirrors.setdefault(str(project), self.root / f"mirror-{len(self._mirrors)}")
+        return base, mirrored_project(base, project)
+
+    def segment(self) -> Path:
+        self._made += 1
+        folder = self.root / f"segment-{self._made}"
+        folder.mkdir()
+        return folder
+
+    def discard(self, *folders: Path) -> None:
+        """Move `folders` out of the way at once (the next segment finds its code folder
+        empty) and remove them in the background."""
+        import shutil
+
+        gone = []
+        for folder in folders:
+            self._made += 1
+            trash = self.root / f"trash-{self._made}"
+            with contextlib.suppress(OSError):
+                folder.rename(trash)
+                gone.append(trash)
+
+        def remove() -> None:
+            for trash in gone:
+                shutil.rmtree(trash, ignore_errors=True)
+
+        if gone:
+            threading.Thread(target=remove, daemon=True).start()
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.root, ignore_errors=True)
+        if self._reaper.stdin is not None:
+            self._reaper.stdin.close()
+        self._reaper.wait()
+
+
+_REAP = (
+    "import shutil, sys; sys.stdin.buffer.read(); shutil.rmtree(sys.argv[1], ignore_errors=True)"
+)
+
+
+def _remove_dead_places() -> None:
+    """Remove the folders of workers that ended without removing theirs (killed)."""
+    import shutil
+
+    from florwb_engine.processes import is_gone
+
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(tempfile.gettempdir()):
+            pid = entry.name.removeprefix(_Places.PREFIX).split("-", 1)[0]
+            if entry.name.startswith(_Places.PREFIX) and pid.isdigit() and entry.is_dir():
+                if is_gone(int(pid), None):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _run_job(
+    server: ForkServer, places: _Places, job: dict, refs: dict, stop: threading.Event
+) -> dict:
     """Unpack the segment, run the old script as it was launched, return its journals."""
     import ray
 
     from florwb_engine.replay import contain
     from florwb_engine.replay.executor import SKIP_LINKS, hide_created
-    from florwb_engine.replay.mirror import mirrored_project
 
-    base = Path(tempfile.mkdtemp(prefix="florwb-ray-"))
+    base = places.segment()
+    # the mirror of the project's ancestry, as a local replay has it (mirror.py)
+    project = Path(job["project"])
+    mirror, code_dir = places.mirror(project)
     try:
-        # the mirror of the project's ancestry, as a local replay has it (mirror.py)
-        project = Path(job["project"])
-        mirror = base / "code"
-        code_dir = mirrored_project(mirror, project)
         with tarfile.open(fileobj=io.BytesIO(ray.get(refs["code"])), mode="r:gz") as tar:
             tar.extractall(code_dir, filter="data")
         if project.is_dir():  # copies, never links: the script's writes stay in the task
@@ -708,9 +947,7 @@ def _run_job(server: ForkServer, job: dict, refs: dict, stop: threading.Event) -
             "log": log_path.read_bytes()[-64_000:] if log_path.exists() else b"",
         }
     finally:
-        import shutil
-
-        shutil.rmtree(base, ignore_errors=True)
+        places.discard(code_dir, base)
 
 
 def _wait_for_worker(

@@ -124,18 +124,13 @@ def submit(driver: Any, job: Any) -> None:
     ray_executor's driver and the segment's job."""
     import ray
 
-    from florwb_engine.replay.executor import Progress
-
-    task = job.task
-    total = task.segment.last - task.segment.first + 1
     launch = job.payload["launch"]
     nnodes = int(launch["nnodes"])
     bundle = node_bundle(launch, driver.options)
     strategy, line = choose(bundle, nnodes, live_nodes())
     if strategy is None:
-        task.returncode = -1
-        task.log_path.write_text(f"florwb: {line}\n")
-        driver.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "failed"))
+        job.returncode = -1
+        driver.end(job, -1, f"florwb: {line}\n")
         return
     coordinator: Any = ray.remote(NodeGroup)
     actor = coordinator.options(num_cpus=0, max_concurrency=4, max_restarts=0).remote(
@@ -144,8 +139,7 @@ def submit(driver: Any, job: Any) -> None:
     ref = actor.run.remote(job.payload, job.refs)
     driver.pending[ref] = (job, actor)
     driver.own.add(ref)
-    task.request = len(driver.pending)
-    driver.notify(Progress(task.plan.run_id, task.segment.index, 0, total, "running"))
+    driver.report(job.index, 0, "running", None)
 
 
 def node_job(job: dict, node: int, nnodes: int, endpoint: str) -> dict:
@@ -232,7 +226,7 @@ class NodeGroup:
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
                         placement_group=group, placement_group_bundle_index=i
                     ),
-                ).remote(0.0)
+                ).remote(0.0, True)
                 for i in range(self._nnodes)
             ]
             places = [w.where.remote() for w in workers]
