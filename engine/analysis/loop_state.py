@@ -53,7 +53,12 @@ from florwb_engine.analysis.mutations import (
 from florwb_engine.analysis.names import free_names, target_names
 from florwb_engine.analysis.nodes import Parsed, iter_children, parse, walk
 from florwb_engine.analysis.purity import OUTPUT_METHODS
-from florwb_engine.analysis.scopes import declared_globals, parameter_names, scope_nodes
+from florwb_engine.analysis.scopes import (
+    declared_globals,
+    local_names,
+    parameter_names,
+    scope_nodes,
+)
 from florwb_engine.flor_calls import ANY_LOOP, FlorImports, imports_from_nodes, iterates_loop_cst
 
 
@@ -121,8 +126,7 @@ def loop_state(source: str, main_loop: str | None, line: int | None = None) -> L
     carried = (head & (defined | helper_defs)) - excluded
     global_names: frozenset[str] = frozenset()
     if function is not None:
-        declared = declared_globals(function)
-        local = (_scope_defs(function.body) | parameter_names(function)) - declared
+        local = local_names(function)
         global_names = frozenset(n for n in carried if n not in local)
     mains = [(loop, head), *((other, _head(live, other)) for other in others)]
     positions = parsed.positions
@@ -383,7 +387,7 @@ def _mutated(
     bound = bound_names(loop)
     found = {p for p in mutated_paths(loop.body, registered, OUTPUT_METHODS) if p[0] not in bound}
     for fn in _called_functions(loop, functions):
-        local = (_scope_defs(fn.body) | parameter_names(fn)) - declared_globals(fn)
+        local = local_names(fn)
         found |= {
             p for p in mutated_paths(fn.body, registered, OUTPUT_METHODS) if p[0] not in local
         }
