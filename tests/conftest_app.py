@@ -29,8 +29,17 @@ from textual.pilot import Pilot
 from florwb.app import WorkbenchApp
 from florwb.demo.build import build_demo
 from florwb.panes.query import QueryPane
+from florwb.screens.chart import ChartScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
-from florwb.ui.messages import HistoryLoaded, PaneReady, QueryFailed, QueryRows, ReplaysLoaded
+from florwb.ui.messages import (
+    ChartDrawn,
+    GridDrawn,
+    HistoryLoaded,
+    PaneReady,
+    QueryFailed,
+    QueryRows,
+    ReplaysLoaded,
+)
 from florwb_engine.store import Store
 from florwb_engine.store.queries import History
 
@@ -225,6 +234,10 @@ class Seen:
         """Where the messages stand now: `wait(since=...)` then takes only later ones."""
         return len(self.messages)
 
+    def after(self, message: Message) -> int:
+        """The mark just after `message` (that very object): to wait on what followed it."""
+        return next(i for i, m in enumerate(self.messages) if m is message) + 1
+
     async def wait(
         self,
         pilot: Pilot,
@@ -361,3 +374,27 @@ async def rows_added(pilot: Pilot) -> None:
     await wait_until(
         pilot, lambda: table.row_count == len(table.raw_rows), what="the rows in the table"
     )
+
+
+async def chart_drawn(pilot: Pilot, seen: Seen, chart: ChartScreen, since: int) -> None:
+    """The chart shows the state it is in now: a drawing of that state (ChartDrawn, or a
+    page of the grid, GridDrawn) posted after `since`, handled and on screen."""
+    await seen.wait(
+        pilot,
+        (ChartDrawn, GridDrawn),
+        lambda m: m.state == chart.state,
+        since=since,
+        what=f"the chart drawn as {chart.state}",
+    )
+
+
+async def open_chart(pilot: Pilot, seen: Seen, *keys: str) -> ChartScreen:
+    """Press `keys` then c on the History tab: the chart, once it is drawn."""
+    app = pilot.app
+    since = seen.mark()
+    await pilot.press(*keys, "c")
+    await wait_until(pilot, lambda: isinstance(app.screen, ChartScreen), what="the chart")
+    chart = app.screen
+    assert isinstance(chart, ChartScreen)
+    await chart_drawn(pilot, seen, chart, since)
+    return chart
