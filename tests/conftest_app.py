@@ -171,10 +171,12 @@ async def wait_until(
 
 async def settled(pilot: Pilot) -> None:
     """Every message the screen's nodes were sent is handled, and what they changed is
-    laid out and drawn: twice, as a widget's new size reaches the screen as a message of
-    its own once the widget is idle."""
-    await pilot.pause()
-    await pilot.pause(0)
+    laid out and drawn. A widget's new size reaches the screen as a message of its own
+    once the widget is idle, and may move another: three rounds. Each round waits on the
+    queues, not on the clock (`pause()` would also wait for the CPU to idle, up to 1 s
+    while a worker thread computes)."""
+    for _ in range(3):
+        await pilot.pause(0)
 
 
 async def shown(pilot: Pilot) -> str:
