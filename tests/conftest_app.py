@@ -257,9 +257,9 @@ class Seen:
         checked = since
         while True:
             for message in self.messages[checked:]:
-                if isinstance(message, kind) and (where is None or where(message)):  # type: ignore[arg-type]
+                if isinstance(message, kind) and (where is None or where(message)):
                     await settled(pilot)
-                    return message  # type: ignore[return-value]
+                    return message
             checked = len(self.messages)
             self._arrived.clear()
             try:
