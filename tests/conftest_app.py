@@ -8,6 +8,7 @@ registration is needed: each test module declares its own three-line `demo` fixt
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import html
@@ -27,8 +28,18 @@ from textual.pilot import Pilot
 
 from florwb.app import WorkbenchApp
 from florwb.demo.build import build_demo
+from florwb.panes.query import QueryPane
+from florwb.screens.chart import ChartScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
-from florwb.ui.messages import HistoryLoaded, PaneReady, ReplaysLoaded
+from florwb.ui.messages import (
+    ChartDrawn,
+    GridDrawn,
+    HistoryLoaded,
+    PaneReady,
+    QueryFailed,
+    QueryRows,
+    ReplaysLoaded,
+)
 from florwb_engine.store import Store
 from florwb_engine.store.queries import History
 
@@ -158,6 +169,23 @@ async def wait_until(
     raise AssertionError(f"timed out waiting for {what}; screen was:\n{screen_text(pilot.app)}")
 
 
+async def settled(pilot: Pilot) -> None:
+    """Every message the screen's nodes were sent is handled, and what they changed is
+    laid out and drawn. A widget's new size reaches the screen as a message of its own
+    once the widget is idle, and may move another: three rounds. Each round waits on the
+    queues, not on the clock (`pause()` would also wait for the CPU to idle, up to 1 s
+    while a worker thread computes)."""
+    for _ in range(3):
+        await pilot.pause(0)
+
+
+async def shown(pilot: Pilot) -> str:
+    """The screen as text once what the app was sent is drawn: one export, read after the
+    test waited on the message or state that says the thing happened."""
+    await settled(pilot)
+    return screen_text(pilot.app)
+
+
 def run_lines(text: str) -> list[str]:
     """The history's run lines on screen."""
     return [line for line in text.splitlines() if RUN_LINE.match(line)]
@@ -195,12 +223,53 @@ class Seen:
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
+        self._arrived = asyncio.Event()
 
     def __call__(self, message: Message) -> None:
         self.messages.append(message)
+        self._arrived.set()
 
     def of(self, kind: type[M]) -> list[M]:
         return [m for m in self.messages if isinstance(m, kind)]
+
+    def mark(self) -> int:
+        """Where the messages stand now: `wait(since=...)` then takes only later ones."""
+        return len(self.messages)
+
+    def after(self, message: Message) -> int:
+        """The mark just after `message` (that very object): to wait on what followed it."""
+        return next(i for i, m in enumerate(self.messages) if m is message) + 1
+
+    async def wait(
+        self,
+        pilot: Pilot,
+        kind: type[M] | tuple[type[M], ...],
+        where: Callable[[M], bool] | None = None,
+        *,
+        since: int = 0,
+        timeout: float = 30.0,
+        what: str = "",
+    ) -> M:
+        """The first message of `kind` dispatched after `since` for which `where` holds
+        (asked once of each message, when this task next runs), once it is handled and
+        the screen drawn. Woken by each message: no frame is polled, no screen exported."""
+        deadline = time.monotonic() + timeout
+        checked = since
+        while True:
+            for message in self.messages[checked:]:
+                if isinstance(message, kind) and (where is None or where(message)):
+                    await settled(pilot)
+                    return message
+            checked = len(self.messages)
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), deadline - time.monotonic())
+            except TimeoutError:
+                kinds = (kind,) if isinstance(kind, type) else kind
+                names = "/".join(k.__name__ for k in kinds)
+                raise AssertionError(
+                    f"timed out waiting for {what or names}; screen was:\n{screen_text(pilot.app)}"
+                ) from None
 
     def ready(self) -> bool:
         """The history is loaded and both lazily mounted panes said they are ready (an app
@@ -215,14 +284,13 @@ def make_app(project: Path, **kwargs) -> WorkbenchApp:
 
 
 async def loaded(pilot: Pilot) -> str:
-    """Wait for the history: listed (the first frame), then its metric's values read.
-    Waits on the app's state while the history loads (no screen export meanwhile), then
-    looks at the screen."""
+    """Wait for the history: listed, then its metric's values read (the app's state, no
+    screen export meanwhile); then read the screen once, with the history on it."""
     app = pilot.app
-    await wait_until(pilot, lambda: getattr(app, "history", None) is not None, what="history")
-    await wait_for(pilot, lambda t: "version " in t and "▾" in t, what="the history")
-    await wait_until(pilot, lambda: values_read(pilot.app), what="the history's values")
-    return screen_text(pilot.app)
+    await wait_until(pilot, lambda: values_read(app), what="the history and its values")
+    text = await shown(pilot)
+    assert "version " in text and "▾" in text, f"no history on the screen:\n{text}"
+    return text
 
 
 def values_read(app: App) -> bool:
@@ -267,3 +335,68 @@ async def plan_ready(pilot: Pilot, timeout: float = 60.0) -> str:
 
     await wait_until(pilot, planned, timeout=timeout, what="the plan")
     return await wait_for(pilot, lambda t: "estimate" in t or "Cannot replay" in t, what="plan")
+
+
+async def query_tab(pilot: Pilot) -> QueryPane:
+    """The Query tab, shown and mounted (it mounts the first time it is shown)."""
+    await loaded(pilot)
+    await pilot.press("4")
+    app = pilot.app
+    await wait_until(pilot, lambda: bool(app.query("#sql")), what="the query tab")
+    return app.query_one(QueryPane)
+
+
+async def run_query(pilot: Pilot, sql: str) -> None:
+    """Type `sql` into the editor and run it with the key a user presses."""
+    editor = pilot.app.query_one("#sql")
+    editor.load_text(sql)
+    editor.focus()
+    await pilot.press("ctrl+j")
+
+
+async def first_page(pilot: Pilot, seen: Seen) -> QueryRows:
+    """The first page of the query started last (QueryRows), handled and drawn."""
+    pane = pilot.app.query_one(QueryPane)
+    return await seen.wait(
+        pilot, QueryRows, lambda m: m.first and m.serial == pane.serial, what="the first page"
+    )
+
+
+async def query_failed(pilot: Pilot, seen: Seen, since: int = 0) -> QueryFailed:
+    """The query started last failed or was stopped (QueryFailed), handled and drawn."""
+    pane = pilot.app.query_one(QueryPane)
+    return await seen.wait(
+        pilot, QueryFailed, lambda m: m.serial == pane.serial, since=since, what="the failure"
+    )
+
+
+async def rows_added(pilot: Pilot) -> None:
+    """The results table holds every row handed to it (pages are added a chunk a frame)."""
+    table = pilot.app.query_one("#results")
+    await wait_until(
+        pilot, lambda: table.row_count == len(table.raw_rows), what="the rows in the table"
+    )
+
+
+async def chart_drawn(pilot: Pilot, seen: Seen, chart: ChartScreen, since: int) -> None:
+    """The chart shows the state it is in now: a drawing of that state (ChartDrawn, or a
+    page of the grid, GridDrawn) posted after `since`, handled and on screen."""
+    await seen.wait(
+        pilot,
+        (ChartDrawn, GridDrawn),
+        lambda m: m.state == chart.state,
+        since=since,
+        what=f"the chart drawn as {chart.state}",
+    )
+
+
+async def open_chart(pilot: Pilot, seen: Seen, *keys: str) -> ChartScreen:
+    """Press `keys` then c on the History tab: the chart, once it is drawn."""
+    app = pilot.app
+    since = seen.mark()
+    await pilot.press(*keys, "c")
+    await wait_until(pilot, lambda: isinstance(app.screen, ChartScreen), what="the chart")
+    chart = app.screen
+    assert isinstance(chart, ChartScreen)
+    await chart_drawn(pilot, seen, chart, since)
+    return chart

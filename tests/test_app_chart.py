@@ -1,6 +1,7 @@
 """The chart view (issue 14, build 1): the marked runs' curves on one axis, recorded and
 replayed told apart, the axis and log keys, and a run recording live filling it in.
-Real app on the demo project, a real replay and a real recording subprocess."""
+Real app on the demo project, a real replay and a real recording subprocess. Each key
+waits on the drawing of the chart's new state (ChartDrawn) before what it shows is read."""
 
 from __future__ import annotations
 
@@ -10,18 +11,26 @@ from pathlib import Path
 
 import pytest
 from conftest_app import (
+    Seen,
+    chart_drawn,
     copy_demo,
+    first_page,
     loaded,
     make_app,
+    open_chart,
+    query_tab,
+    run_query,
     screen_text,
-    wait_for,
+    shown,
     wait_until,
     write_held_run,
 )
+from textual.command import CommandList
 
 from florwb.screens.chart import ChartScreen
 from florwb.ui import format as fmt
 from florwb.ui.format import short_run
+from florwb.ui.messages import ChartDrawn, CurvesLoaded, HistoryLoaded
 from florwb.widgets.chart_view import REPLAYED_MARKER
 from florwb_engine.store import Store
 from florwb_engine.store.curves import load_curves
@@ -32,29 +41,20 @@ def demo(tmp_path: Path) -> Path:
     return copy_demo(tmp_path)
 
 
-def _chart(app) -> ChartScreen:
-    screen = app.screen
-    assert isinstance(screen, ChartScreen), type(screen).__name__
-    return screen
-
-
-async def _open_chart(pilot, *keys: str) -> ChartScreen:
-    await pilot.press(*keys, "c")
-    await wait_until(
-        pilot,
-        lambda: isinstance(pilot.app.screen, ChartScreen) and pilot.app.screen.drawing is not None,
-        what="the chart drawn",
-    )
-    return _chart(pilot.app)
+async def _press(pilot, seen: Seen, chart: ChartScreen, *keys: str) -> None:
+    """Press `keys` on the chart and wait for the drawing of the state they lead to."""
+    since = seen.mark()
+    await pilot.press(*keys)
+    await chart_drawn(pilot, seen, chart, since)
 
 
 async def test_chart_legend_names_the_marked_runs_only(demo: Path):
-    app = make_app(demo)
-    async with app.run_test(size=(120, 36)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(120, 36), message_hook=seen) as pilot:
         await loaded(pilot)
         listing = app.query_one("#history-list")
         first, second = listing.rows[1].run, listing.rows[2].run  # the newest version's runs
-        chart = await _open_chart(pilot, "space", "space")
+        chart = await open_chart(pilot, seen, "space", "space")
         assert app.marked_runs == {first.run_id, second.run_id}
         text = screen_text(app)
         others = {short_run(r.run_id) for r in app.history.runs} - {
@@ -74,35 +74,34 @@ async def test_chart_legend_names_the_marked_runs_only(demo: Path):
 
 
 async def test_axis_key_and_log_toggle_change_the_chart(demo: Path):
-    app = make_app(demo)
-    async with app.run_test(size=(120, 36)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(120, 36), message_hook=seen) as pilot:
         await loaded(pilot)
-        chart = await _open_chart(pilot)  # nothing marked: the version under the cursor
+        chart = await open_chart(pilot, seen)  # nothing marked: the version under the cursor
         assert chart.state.axis == "step"
         assert "vs steps done" in screen_text(app)
         steps_range = chart.drawing.x_range
-        await pilot.press("x")
-        await wait_until(
-            pilot,
-            lambda: chart.curves.axis == "epoch" and chart.drawing.x_range != steps_range,
-            what="the epoch axis",
-        )
-        text = await wait_for(pilot, lambda t: "vs epochs done" in t, what="axis in the status")
+        await _press(pilot, seen, chart, "x")
+        assert chart.curves.axis == "epoch" and chart.drawing.x_range != steps_range
+        assert "vs epochs done" in screen_text(app)  # the axis in the status line
         assert chart.drawing.x_range[1] <= 6  # the demo's runs have at most 6 epochs
         assert steps_range[1] > 6
-        await pilot.press("l")
-        text = await wait_for(pilot, lambda t: "log y" in t, what="log scale")
-        assert chart.state.log_y
-        await pilot.press("plus")
-        text = await wait_for(pilot, lambda t: "(zoomed)" in t, what="narrowed x range")
+        await _press(pilot, seen, chart, "l")
+        assert chart.state.log_y and chart.drawing.log_y
+        assert "log y" in screen_text(app)
+        await _press(pilot, seen, chart, "plus")
+        assert "(zoomed)" in screen_text(app)  # a narrowed x range
         lo, hi = chart.drawing.x_range
         assert hi - lo < 6 / 2 + 1e-9
-        await pilot.press("s")
-        await wait_for(pilot, lambda t: "smoothing 0.6" in t, what="smoothing")
+        await _press(pilot, seen, chart, "s")
+        text = screen_text(app)
+        assert "smoothing 0.6" in text and chart.drawing.smoothing == 0.6
         assert "linear y" not in text
         before = chart.drawing
+        since = seen.mark()
         app.theme = "textual-light"  # the plot's colors follow the theme
-        await wait_until(pilot, lambda: chart.drawing is not before, what="redrawn for the theme")
+        await chart_drawn(pilot, seen, chart, since)
+        assert chart.drawing is not before
 
 
 async def test_replayed_values_are_told_apart_from_recorded(demo: Path):
@@ -114,19 +113,16 @@ async def test_replayed_values_are_told_apart_from_recorded(demo: Path):
         timeout=240,
     )
     assert done.returncode == 0, done.stderr
-    app = make_app(demo)
-    async with app.run_test(size=(120, 36)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(120, 36), message_hook=seen) as pilot:
         await loaded(pilot)
-        chart = await _open_chart(pilot)
-        while chart.state.metric != "weight_norm":
-            loads = chart.loads
-            await pilot.press("m")
-            await wait_until(pilot, lambda n=loads: chart.loads > n, what="the next metric")
-        await wait_until(
-            pilot,
-            lambda: chart.curves.metric == "weight_norm" and "replayed" in chart.drawing.legend[0],
-            what="the replayed curves drawn",
-        )
+        chart = await open_chart(pilot, seen)
+        for _ in chart.curves.metrics:
+            if chart.state.metric == "weight_norm":
+                break
+            await _press(pilot, seen, chart, "m")
+        assert chart.curves.metric == "weight_norm"
+        assert "replayed" in chart.drawing.legend[0]
         assert all(c.replayed for c in chart.curves.curves)
         text = screen_text(app)
         plot_lines = [line for line in text.splitlines() if "│" in line or "┤" in line]
@@ -136,14 +132,9 @@ async def test_replayed_values_are_told_apart_from_recorded(demo: Path):
         assert legend.count("↻") == len(chart.curves.curves)
         assert not any("↻" in line for line in plot_lines)
         # the recorded metric of the same runs is drawn as recorded lines, no "replayed"
-        await pilot.press("M")
-        await wait_until(
-            pilot,
-            lambda: (
-                chart.curves.metric == "loss" and "replayed" not in " ".join(chart.drawing.legend)
-            ),
-            what="the recorded loss",
-        )
+        await _press(pilot, seen, chart, "M")
+        assert chart.curves.metric == "loss"
+        assert "replayed" not in " ".join(chart.drawing.legend)
         assert not any(c.replayed for c in chart.curves.curves)
     # the replay computed weight_norm after each epoch: its values sit where the recorded
     # acc (also logged after each epoch) sits, on every axis
@@ -161,84 +152,87 @@ async def test_a_run_recording_live_adds_points(demo: Path):
     """The run holds after 3 epochs until the test has seen them charted (a file releases
     it), so the points before and after cannot race."""
     write_held_run(demo, "1.0 / (epoch + 1)")
-    app = make_app(demo)
-    async with app.run_test(size=(120, 36)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(120, 36), message_hook=seen) as pilot:
         await loaded(pilot)
         proc = subprocess.Popen([sys.executable, "slow.py"], cwd=demo)
         try:
-            await wait_until(
+            listed = await seen.wait(
                 pilot,
-                lambda: (
-                    app.history is not None and any(r.script == "slow.py" for r in app.history.runs)
-                ),
+                HistoryLoaded,
+                lambda m: any(r.script == "slow.py" for r in m.history.runs),
                 timeout=60,
                 what="the live run listed",
             )
+            live = next(r for r in listed.history.runs if r.script == "slow.py")
             listing = app.query_one("#history-list")
-            live = next(r for r in app.history.runs if r.script == "slow.py")
-            await wait_until(
-                pilot,
-                lambda: any(row.run and row.run.run_id == live.run_id for row in listing.rows),
-                what="the live run's row",
-            )
             listing.cursor = next(
                 i for i, row in enumerate(listing.rows) if row.run and row.run.run_id == live.run_id
             )
-            chart = await _open_chart(pilot, "space")
-            await wait_until(
+            chart = await open_chart(pilot, seen, "space")
+            read = await seen.wait(
                 pilot,
-                lambda: chart.curves.metric == "metric" and chart.curves.points == 3,
+                CurvesLoaded,
+                lambda m: m.curves.metric == "metric" and m.curves.points == 3,
                 timeout=60,
                 what="the three values logged so far",
             )
+            await seen.wait(pilot, ChartDrawn, since=seen.after(read), what="them drawn")
             drawn_before = chart.drawing.points
+            assert drawn_before > 0
         finally:
             (demo / "release").touch()
         proc.wait(timeout=60)
         assert proc.returncode == 0
-        await wait_until(
+        read = await seen.wait(
             pilot,
-            lambda: chart.curves.points == 8 and chart.drawing.points > drawn_before,
+            CurvesLoaded,
+            lambda m: m.curves.points == 8,
             timeout=60,
-            what="the rest of the run charted",
+            what="the rest of the run read",
         )
+        await seen.wait(pilot, ChartDrawn, since=seen.after(read), what="the rest drawn")
+        assert chart.curves.points == 8 and chart.drawing.points > drawn_before
         assert [c.run_id for c in chart.curves.curves] == [live.run_id]
         assert chart.curves.curves[0].y.tolist()[-1] == pytest.approx(1 / 8)
 
 
 async def test_the_command_palette_opens_the_chart(demo: Path):
-    app = make_app(demo)
-    async with app.run_test(size=(120, 36)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(120, 36), message_hook=seen) as pilot:
         await loaded(pilot)
         await pilot.press("ctrl+p")
         await pilot.press(*"Chart marked runs")
-        await wait_for(pilot, lambda t: "Chart marked runs" in t, what="palette hit")
-        await pilot.press("enter")
         await wait_until(
             pilot,
-            lambda: isinstance(app.screen, ChartScreen) and app.screen.drawing is not None,
-            what="the chart from the palette",
+            lambda: any(found.option_count for found in app.screen.query(CommandList)),
+            what="the palette's hits",
         )
+        assert "Chart marked runs" in await shown(pilot)
+        since = seen.mark()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChartScreen), what="the chart")
+        chart = app.screen
+        await chart_drawn(pilot, seen, chart, since)
         version = app.query_one("#history-list").current.version
         expected = {r.run_id for r in app.history.runs if r.version == version}
-        assert {c.run_id for c in _chart(app).curves.curves} == expected
+        assert {c.run_id for c in chart.curves.curves} == expected
 
 
 async def test_query_sparklines_share_one_scale_per_column_and_say_so(demo: Path):
     """Row a (0..2) drawn against the column's 0..20 stays low; row b reaches the top."""
-    app = make_app(demo)
-    async with app.run_test(size=(120, 30)) as pilot:
-        await loaded(pilot)
-        await pilot.press("4")
-        editor = app.query_one("#sql")
-        editor.load_text(
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(120, 30), message_hook=seen) as pilot:
+        await query_tab(pilot)
+        await run_query(
+            pilot,
             "SELECT 'row_a' AS k, [0.0, 1.0, 2.0] AS s "
-            "UNION ALL SELECT 'row_b', [0.0, 10.0, 20.0] ORDER BY k"
+            "UNION ALL SELECT 'row_b', [0.0, 10.0, 20.0] ORDER BY k",
         )
-        editor.focus()
-        await pilot.press("ctrl+j")
-        text = await wait_for(pilot, lambda t: "✓ 2 rows" in t, what="results")
-        assert "one scale 0..20" in text
+        page = await first_page(pilot, seen)
+        assert len(page.rows) == 2
+        text = screen_text(app)
+        assert "✓ 2 rows" in text and "one scale 0..20" in text
         rows = [line for line in text.splitlines() if "SELECT" not in line]  # not the editor
         row_a = next(line for line in rows if "row_a" in line)
         row_b = next(line for line in rows if "row_b" in line)

@@ -10,8 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import git, run_py, write
-from conftest_app import loaded, make_app, screen_text, wait_for, wait_until
+from conftest_app import (
+    Seen,
+    chart_drawn,
+    loaded,
+    make_app,
+    open_chart,
+    screen_text,
+    shown,
+    wait_until,
+)
 
+from florwb.panes.history import WhereAnswered
 from florwb.screens.chart import ChartScreen
 from florwb.screens.metric_picker import MetricPicker, fuzzy_rank
 from florwb.ui.format import short_run
@@ -56,46 +66,27 @@ def _lr_of(project: Path) -> dict[str, float]:
     return {r.run_id: float(r.args["lr"]) for r in Store(project).run_rows()}
 
 
-async def _open(pilot, *keys: str) -> ChartScreen:
-    await pilot.press(*keys, "c")
-    await wait_until(
-        pilot,
-        lambda: isinstance(pilot.app.screen, ChartScreen) and pilot.app.screen.drawing is not None,
-        what="the chart drawn",
-    )
-    return pilot.app.screen
+async def _press(pilot, seen: Seen, chart: ChartScreen, *keys: str) -> None:
+    """Press `keys` on the chart and wait for the drawing of the state they lead to."""
+    since = seen.mark()
+    await pilot.press(*keys)
+    await chart_drawn(pilot, seen, chart, since)
 
 
-async def _settled(pilot, chart: ChartScreen) -> None:
-    """No read or drawing under way, and the last drawing is of the state now."""
-    await wait_until(
-        pilot,
-        lambda: (
-            not chart._loading
-            and not chart._draw_busy
-            and chart.drawing is not None
-            and chart.drawing.smoothing == chart.state.smoothing
-            and chart.drawing.cursor == chart.state.cursor
-        ),
-        what="the chart settled",
-    )
-
-
-async def _pick(pilot, chart: ChartScreen, query: str) -> None:
-    loads = chart.loads
+async def _pick(pilot, seen: Seen, chart: ChartScreen, query: str) -> None:
+    """Find a metric with the fuzzy picker (/) and wait for its chart."""
+    since = seen.mark()
     await pilot.press("slash")
     await wait_until(pilot, lambda: isinstance(pilot.app.screen, MetricPicker), what="picker")
     await pilot.press(*query, "enter")
-    await wait_until(pilot, lambda: chart.loads > loads, what=f"the metric {query}")
-    await _settled(pilot, chart)
+    await chart_drawn(pilot, seen, chart, since)
 
 
 async def test_at_80x24_a_legend_below_the_plot_names_runs_by_what_differs(nine: Path):
-    app = make_app(nine)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app, seen = make_app(nine), Seen()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
         await loaded(pilot)
-        chart = await _open(pilot, "j")  # nothing marked: the version's nine runs
-        await _settled(pilot, chart)
+        chart = await open_chart(pilot, seen, "j")  # nothing marked: the version's nine runs
         legend = chart.query_one("#chart-legend")
         plot = chart.query_one("#chart")
         text = str(legend.render())
@@ -109,8 +100,8 @@ async def test_at_80x24_a_legend_below_the_plot_names_runs_by_what_differs(nine:
         # the legend is outside the plot: their regions do not meet
         assert legend.region.y >= plot.region.y + plot.region.height
         assert legend.region.height >= 1
-        shown = screen_text(app).splitlines()[legend.region.y]
-        assert "━" in shown
+        legend_line = screen_text(app).splitlines()[legend.region.y]
+        assert "━" in legend_line
 
 
 def test_a_legend_abbreviates_step_by_step_and_says_what_it_left_out():
@@ -134,23 +125,24 @@ def test_a_legend_abbreviates_step_by_step_and_says_what_it_left_out():
 
 async def test_the_chart_honours_the_history_filter(nine: Path):
     lrs = _lr_of(nine)
-    app = make_app(nine)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app, seen = make_app(nine), Seen()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
         await loaded(pilot)
         await pilot.press("slash", *"lr > 0.05", "enter")
-        await wait_until(
+        answered = await seen.wait(
             pilot,
-            lambda: app._history_pane.where_ids is not None,
+            WhereAnswered,
+            lambda m: m.condition == "lr > 0.05",
             what="the filter answered",
         )
-        # the version's header counts the runs the filter shows, not the version's 9
-        await wait_for(pilot, lambda t: "6 of 9 runs" in t, what="the filtered header")
-        await pilot.press("home")
-        chart = await _open(pilot)
         wanted = {r for r, lr in lrs.items() if lr > 0.05}
+        assert answered.run_ids == wanted and answered.error is None
+        # the version's header counts the runs the filter shows, not the version's 9
+        assert "6 of 9 runs" in screen_text(app)
+        await pilot.press("home")
+        chart = await open_chart(pilot, seen)
         assert set(chart.run_ids) == wanted and len(wanted) == 6
         assert {c.run_id for c in chart.curves.curves} == wanted
-        await _settled(pilot, chart)
         text = screen_text(app)
         assert "6 runs matching" in text  # the title says how many, not the version's 9
         assert "· 6 runs" in text
@@ -158,61 +150,56 @@ async def test_the_chart_honours_the_history_filter(nine: Path):
 
 async def test_nan_and_inf_break_lines_are_counted_and_an_all_nan_run_is_named(nine: Path):
     lrs = _lr_of(nine)
-    app = make_app(nine)
-    async with app.run_test(size=(120, 36)) as pilot:
+    app, seen = make_app(nine), Seen()
+    async with app.run_test(size=(120, 36), message_hook=seen) as pilot:
         await loaded(pilot)
-        chart = await _open(pilot, "j")
-        await _pick(pilot, chart, "loss")
+        chart = await open_chart(pilot, seen, "j")
+        await _pick(pilot, seen, chart, "loss")
         assert chart.drawing.nan == 3 and chart.drawing.inf == 3  # one each epoch
         text = screen_text(app)
         assert "3 NaN + 3 inf values: lines break there" in text
-        await _pick(pilot, chart, "broken")
+        await _pick(pilot, seen, chart, "broken")
         (all_nan,) = [r for r, lr in lrs.items() if lr == 0.9]
         assert chart.drawing.no_finite == [all_nan]
-        text = await wait_for(pilot, lambda t: "no finite value" in t, what="the NaN note")
+        text = screen_text(app)
         assert f"no finite value, not drawn: {short_run(all_nan)}" in text
 
 
 async def test_a_value_logged_at_an_epochs_start_is_read_at_that_epoch(nine: Path):
     lrs = _lr_of(nine)
-    app = make_app(nine)
-    async with app.run_test(size=(120, 36)) as pilot:
+    app, seen = make_app(nine), Seen()
+    async with app.run_test(size=(120, 36), message_hook=seen) as pilot:
         await loaded(pilot)
-        chart = await _open(pilot, "j")
-        await _pick(pilot, chart, "lr_now")
-        loads = chart.loads
-        await pilot.press("x")  # epochs done
-        await wait_until(pilot, lambda: chart.loads > loads, what="the epoch axis")
-        await pilot.press("right")  # the cursor's first stop: the first x
-        await _settled(pilot, chart)
+        chart = await open_chart(pilot, seen, "j")
+        await _pick(pilot, seen, chart, "lr_now")
+        await _press(pilot, seen, chart, "x")  # epochs done
+        assert chart.curves.axis == "epoch"
+        await _press(pilot, seen, chart, "right")  # the cursor's first stop: the first x
         assert chart.state.cursor == 0.0  # epoch 0's lr, at 0 epochs done
         readings = {r.run_id: r for r in chart.readings}
         assert set(readings) == set(lrs)
         for run_id, reading in readings.items():
             assert reading.value == pytest.approx(lrs[run_id])
             assert reading.step == 0 and reading.wall == 0.0
-        await pilot.press("right")
-        await _settled(pilot, chart)
-        assert chart.state.cursor == 1.0
+        await _press(pilot, seen, chart, "right")
+        assert chart.state.cursor == 1.0 and chart.drawing.cursor == 1.0
         for r in chart.readings:
             assert r.value == pytest.approx(lrs[r.run_id] / 2)
             assert r.step == 4 and r.wall is not None and r.wall > 0
         readout = str(chart.query_one("#chart-readout").render())
         assert "at epochs done 1:" in readout and "step 4" in readout
-        await pilot.press("escape")  # clears the cursor, stays on the chart
-        await _settled(pilot, chart)
+        await _press(pilot, seen, chart, "escape")  # clears the cursor, stays on the chart
+        assert chart.drawing.cursor is None
         assert isinstance(app.screen, ChartScreen) and chart.readings == []
 
 
 async def test_a_zoomed_in_sparse_series_still_draws_lines(nine: Path):
-    app = make_app(nine)
-    async with app.run_test(size=(120, 36)) as pilot:
+    app, seen = make_app(nine), Seen()
+    async with app.run_test(size=(120, 36), message_hook=seen) as pilot:
         await loaded(pilot)
-        chart = await _open(pilot, "j")
-        await _pick(pilot, chart, "acc")  # 3 points a run, at steps 4, 8, 12
-        for _ in range(4):
-            await pilot.press("plus")
-        await _settled(pilot, chart)
+        chart = await open_chart(pilot, seen, "j")
+        await _pick(pilot, seen, chart, "acc")  # 3 points a run, at steps 4, 8, 12
+        await _press(pilot, seen, chart, *["plus"] * 4)
         lo, hi = chart.drawing.x_range
         assert hi - lo < 1.0  # narrower than the gap between two points
         runs = len({c.run_id for c in chart.curves.curves})
@@ -221,28 +208,24 @@ async def test_a_zoomed_in_sparse_series_still_draws_lines(nine: Path):
 
 
 async def test_smoothing_keys_in_a_burst_leave_label_and_lines_alike(nine: Path):
-    app = make_app(nine)
-    async with app.run_test(size=(120, 36)) as pilot:
+    app, seen = make_app(nine), Seen()
+    async with app.run_test(size=(120, 36), message_hook=seen) as pilot:
         await loaded(pilot)
-        chart = await _open(pilot, "j")
-        await pilot.press("s", "s")
-        await _settled(pilot, chart)
+        chart = await open_chart(pilot, seen, "j")
+        await _press(pilot, seen, chart, "s", "s")
         assert chart.state.smoothing == 0.9 and chart.drawing.smoothing == 0.9
         assert "smoothing 0.9" in screen_text(app)
-        await pilot.press("s", "s", "s", "s", "l")  # 0.9 -> 0 -> 0.6 -> 0.9 -> 0
-        await _settled(pilot, chart)
+        await _press(pilot, seen, chart, "s", "s", "s", "s", "l")  # 0.9 -> 0 -> 0.6 -> 0.9 -> 0
         assert chart.drawing.smoothing == chart.state.smoothing == 0.0
         assert chart.drawing.log_y and chart.state.log_y
 
 
 async def test_the_grid_shows_several_metrics_and_pages(nine: Path):
-    app = make_app(nine)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app, seen = make_app(nine), Seen()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
         await loaded(pilot)
-        chart = await _open(pilot, "j")
-        loads = chart.loads
-        await pilot.press("g")
-        await wait_until(pilot, lambda: chart.loads > loads, what="the grid")
+        chart = await open_chart(pilot, seen, "j")
+        await _press(pilot, seen, chart, "g")
         names = chart.curves.metrics  # acc, broken, loss, lr_now
         first = [name for name, _d in chart.grid_drawings]
         assert first == names[: len(first)] and len(first) >= 2
@@ -251,14 +234,11 @@ async def test_the_grid_shows_several_metrics_and_pages(nine: Path):
         cells = chart.query("#chart-grid ChartView")
         assert len(cells) == len(first)
         if len(names) > len(first):
-            loads = chart.loads
-            await pilot.press("right_square_bracket")
-            await wait_until(pilot, lambda: chart.loads > loads, what="page 2")
+            await _press(pilot, seen, chart, "right_square_bracket")
+            assert chart.state.page == 1
             assert [n for n, _d in chart.grid_drawings] == names[len(first) :][: len(first)]
         # a search narrows the grid to its matches
-        loads = chart.loads
-        await pilot.press("slash", *"lss", "enter")
-        await wait_until(pilot, lambda: chart.loads > loads, what="the matches")
+        await _pick(pilot, seen, chart, "lss")
         assert [n for n, _d in chart.grid_drawings] == ["loss"]
 
 
@@ -278,15 +258,15 @@ def test_fuzzy_rank_over_ten_thousand_names():
 
 
 async def test_the_picker_lists_the_best_matches_and_counts_the_rest(nine: Path):
-    app = make_app(nine)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app, seen = make_app(nine), Seen()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
         await loaded(pilot)
         names = [f"layer{i}/weight_norm" for i in range(10_000)]
         picker = MetricPicker(names)
         chosen: list = []
         app.push_screen(picker, chosen.append)
         await wait_until(pilot, lambda: app.screen is picker, what="the picker")
-        assert "10,000 of 10,000 names (first 100 listed" in screen_text(app)
+        assert "10,000 of 10,000 names (first 100 listed" in await shown(pilot)
         await pilot.press(*"ayer9999")
         await wait_until(pilot, lambda: picker.matches[:1] == ["layer9999/weight_norm"])
         await pilot.press("enter")

@@ -1,15 +1,17 @@
-"""Workbench: the history's numbers are the store's numbers (issue 14, defect 3)."""
+"""Workbench: the history's numbers are the store's numbers (issue 14, defect 3). The
+screen is read once the history (or the next metric's values) arrived, never polled."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from conftest_app import copy_demo, loaded, make_app, run_lines, wait_for
+from conftest_app import Seen, copy_demo, loaded, make_app, run_lines, shown
 
 from florwb.panes.history import HistoryPane
 from florwb.ui import format as fmt
 from florwb.ui.format import short_run
+from florwb.ui.messages import MetricChanged
 from florwb.widgets.history_list import HistoryList
 from florwb.widgets.sparkline import BLOCKS, sparkline
 from florwb_engine.store import Store
@@ -28,16 +30,20 @@ def demo(tmp_path: Path) -> Path:
 
 
 async def test_summary_min_and_max_are_over_all_values_not_the_sparkline_sample(demo: Path):
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
         await pilot.press("g", "j")
         history = app.history
         assert history is not None
-        while history.metric != "loss":  # per step: far more values than sparkline points
-            before = history.metric
+        for _ in history.metrics:  # loss, per step: far more values than sparkline points
+            if app.history.metric == "loss":
+                break
+            since = seen.mark()
             await pilot.press("m")
-            await wait_for(pilot, lambda t, b=before: app.history.metric != b, what="metric")
+            changed = await seen.wait(pilot, MetricChanged, since=since, what="the next metric")
+            assert app.history.metric == changed.metric
+        assert app.history.metric == "loss"
         run = app.marked_runs or {app.query_one("#history-list").current.run.run_id}
         (run_id,) = run
         frame = Store(demo).query(
@@ -45,7 +51,8 @@ async def test_summary_min_and_max_are_over_all_values_not_the_sparkline_sample(
             f"WHERE name = 'loss' AND source = 'record' AND run_id = '{run_id}'"
         )
         lo, hi = float(frame["lo"][0]), float(frame["hi"][0])
-        text = await wait_for(pilot, lambda t: f"run {run_id}" in t and "min " in t)
+        text = await shown(pilot)
+        assert f"run {run_id}" in text
         assert f"min {fmt.number(lo)}  max {fmt.number(hi)}" in text
         assert short_run(run_id) in text
 
@@ -60,12 +67,12 @@ async def test_last_value_column_is_not_cut_by_the_scrollbar(demo: Path):
     """At 100x15 the six rows outgrow the list: a scrollbar appears beside the lines."""
     app = make_app(demo)
     async with app.run_test(size=(100, 15)) as pilot:
-        await loaded(pilot)
+        text = await loaded(pilot)
         history = app.history
         assert history is not None and history.metric
         listing = app.query_one("#history-list")
         assert listing.virtual_size.height > listing.scrollable_content_region.height
-        text = await wait_for(pilot, lambda t: len(run_lines(t)) >= 1, what="run lines")
+        assert run_lines(text)
         shown = [r.run_id for r in history.runs if short_run(r.run_id) in text]
         assert shown
         for run_id, line in _lines_of_runs(text, shown).items():
@@ -75,12 +82,12 @@ async def test_last_value_column_is_not_cut_by_the_scrollbar(demo: Path):
 async def test_sparklines_share_one_scale_within_the_column_and_say_so(demo: Path):
     app = make_app(demo)
     async with app.run_test(size=(120, 30)) as pilot:
-        await loaded(pilot)
+        text = await loaded(pilot)
         history = app.history
         assert history is not None and history.metric
         finite = [v for points in history.series.values() for v in points if v == v]
         low, high = min(finite), max(finite)
-        text = await wait_for(pilot, lambda t: len(run_lines(t)) == 4, what="four runs")
+        assert len(run_lines(text)) == 4
         assert f"{history.metric} {fmt.number(low, 3)}..{fmt.number(high, 3)}" in text
         width = 20  # the sparkline column at 120 columns
         lines = _lines_of_runs(text, [r.run_id for r in history.runs])
@@ -101,10 +108,10 @@ async def test_a_version_is_first_seen_when_its_first_run_started(demo: Path):
     con.close()
     app = make_app(demo)
     async with app.run_test(size=(120, 30)) as pilot:
-        await loaded(pilot)
+        text = await loaded(pilot)
         history = app.history
         assert history is not None
-        text = await wait_for(pilot, lambda t: "first seen" in t, what="version headers")
+        assert "first seen" in text  # the version headers
         for version in {r.version for r in history.runs}:
             first = min(r.start_time for r in history.runs if r.version == version)
             header = next(line for line in text.splitlines() if fmt.short_version(version) in line)
@@ -134,10 +141,12 @@ async def test_the_history_is_listed_before_its_values_and_says_they_are_coming(
         await loaded(pilot)
         pane = app.query_one(HistoryPane)
         pane.show(listed)
-        text = await wait_for(pilot, lambda t: "reading its values…" in t, what="the note")
+        text = await shown(pilot)
+        assert "reading its values…" in text
         assert not any(set(line) & BARS for line in run_lines(text))  # no sparkline yet
         pane.show(read)
-        text = await wait_for(pilot, lambda t: "reading its values…" not in t, what="values")
+        text = await shown(pilot)
+        assert "reading its values…" not in text
         run_id = app.query_one(HistoryList).current.run.run_id
         assert f"last {fmt.number(whole.last[run_id])}" in text
         assert any(set(line) & BARS for line in run_lines(text))

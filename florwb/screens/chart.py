@@ -273,9 +273,10 @@ class ChartScreen(Screen[None]):
             return
         view = self.query_one(ChartView)
         spec = self._spec(curves, view.size.width, view.size.height)
+        drawn = replace(self.state, metric=curves.metric, axis=curves.axis)
         self._draw_serial += 1
         serial = self._draw_serial
-        self._schedule(lambda: ChartDrawn(serial, draw_chart(spec)))
+        self._schedule(lambda: ChartDrawn(serial, draw_chart(spec), drawn))
 
     def _schedule(self, job: Callable[[], Message]) -> None:
         """Run `job` on the one drawing worker; a job asked for while it draws replaces
@@ -507,7 +508,7 @@ class ChartScreen(Screen[None]):
                     continue
                 spec = self._spec(curves, cell_w, cell_h, title=name)
                 out.append((name, draw_chart(spec)))
-            self.post_message(GridDrawn(serial, out))
+            self.post_message(GridDrawn(serial, out, state))
 
         self._load_worker = run_in_thread(
             self, work, group="curves", description="loading the chart grid"

@@ -227,13 +227,18 @@ class CurvesLoaded(Message):
 
 @dataclass
 class ChartDrawn(Message):
+    """A drawing of `state` (florwb.screens.chart.ChartState, with the metric and axis of
+    the curves drawn): the chart shows the user's choice once its state is the screen's."""
+
     serial: int
     drawing: Any  # florwb.widgets.chart_view.ChartDrawing
+    state: Any = None
 
 
 @dataclass
 class GridDrawn(Message):
-    """A page of the chart grid: one drawing per metric, in page order."""
+    """A page of the chart grid: one drawing per metric, in page order, of `state`."""
 
     serial: int
     drawings: list[Any]  # (metric, florwb.widgets.chart_view.ChartDrawing | None)
+    state: Any = None
