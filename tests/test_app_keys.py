@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 import textual.constants
-from conftest_app import copy_demo, loaded, make_app, run_lines, screen_text, wait_for, wait_until
+from conftest_app import (
+    copy_demo,
+    loaded,
+    make_app,
+    run_lines,
+    screen_text,
+    shown,
+    wait_for,
+    wait_until,
+)
 from textual.binding import Binding
 from textual.screen import Screen
 
@@ -99,11 +108,11 @@ async def test_question_mark_shows_help_generated_from_the_bindings(demo: Path):
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
         await pilot.press("question_mark")
-        text = await wait_for(pilot, lambda t: "Keys (esc closes" in t, what="help")
-        seen = text
+        await wait_for(pilot, lambda t: "Keys (esc closes" in t, what="help")
+        seen = await shown(pilot)  # the help's body laid out, not only its title
         for _ in range(24):  # scroll through the whole help
             await pilot.press("pagedown")
-            seen += screen_text(app)
+            seen += await shown(pilot)
         for entries in keys.KEYS.values():
             for key in entries:
                 assert key.id in seen, key.id
