@@ -1,4 +1,4 @@
-"""The chart view (issue 14, build 1): the marked runs' curves on one axis, recorded and
+"""The chart view: the marked runs' curves on one axis, recorded and
 replayed told apart, the axis and log keys, and a run recording live filling it in.
 Real app on the demo project, a real replay and a real recording subprocess. Each key
 waits on the drawing of the chart's new state (ChartDrawn) before what it shows is read."""

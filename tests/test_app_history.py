@@ -1,4 +1,4 @@
-"""Workbench: opening a project, the version history, run detail (issue 4, points 1-2).
+"""Workbench: opening a project, the version history, run detail.
 Each step waits on the message that says it happened (the history or a run's detail
 loaded, the pending statements read, a filter answered, a metric's values loaded) and
 reads the screen once after it."""

@@ -1,4 +1,4 @@
-"""Workbench: the history's numbers are the store's numbers (issue 14, defect 3). The
+"""Workbench: the history's numbers are the store's numbers. The
 screen is read once the history (or the next metric's values) arrived, never polled."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The keys the chart, run comparison and chart screen added follow the active keymap like
-the rest (issue 10, item 5): rebound, the new key opens the view, the old one does nothing,
+the rest: rebound, the new key opens the view, the old one does nothing,
 and the help, the palette and the chart's footer name the new key."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Workbench: help from the key table, command palette, themes, 80x24 at 256 colors
-(issue 4, point 7); and the layering rules the workbench depends on."""
+"""Workbench: help from the key table, command palette, themes, 80x24 at 256 colors;
+and the layering rules the workbench depends on."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Workbench: the query tab (issue 4, point 6). Each step waits on the message that says
+"""Workbench: the query tab. Each step waits on the message that says
 it happened (a page arrived, the count, the failure) and reads the screen once after it."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Workbench: the Query tab where it matters against harlequin (issue 14, defect 6 and
-build item 4): several statements, full errors, paging through a result without loading
-it, the cell viewer, stopping a query, the schema sidebar, completion, export.
+"""Workbench: the Query tab where it matters against harlequin: several statements, full
+errors, paging through a result without loading it, the cell viewer, stopping a query, the
+schema sidebar, completion, export.
 
 Each step waits on the message that says it happened (a page arrived, the count, the
 failure, the export) and reads the screen once after it, where what a person sees is

@@ -1,5 +1,5 @@
 """Workbench: replay with plan, live progress and cancel; a run recording elsewhere shows
-live progress (issue 4, point 5)."""
+live progress."""
 
 from __future__ import annotations
 
@@ -117,8 +117,8 @@ async def test_cancel_stops_the_workers_and_leaves_nothing_half_written(demo: Pa
         replays = _replays(demo)
         assert list(replays["status"]) == ["cancelled"]
         replay_id = replays["replay_id"].iloc[0]
-        # a run whose segments had all ended before the cancel is kept, whole (issue 14,
-        # defect 5); the others leave nothing
+        # a run whose segments had all ended before the cancel is kept, whole; the others
+        # leave nothing
         store = Store(demo)
         kept = store.query(
             f"SELECT run_id, count(*) AS n FROM logs WHERE source = '{replay_id}' "

@@ -1,4 +1,4 @@
-"""Workbench: the replay loop run more than once in one session (issue 14, defects 1, 2, 4, 5)."""
+"""Workbench: the replay loop run more than once in one session."""
 
 from __future__ import annotations
 

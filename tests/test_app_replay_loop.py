@@ -1,4 +1,4 @@
-"""Workbench: the replay loop from the statement matrix (issue 14, build item 3): ⏎ on a
+"""Workbench: the replay loop from the statement matrix: ⏎ on a
 propagatable cell plans exactly that statement for that version's runs, the plan lets the
 user leave runs out, ⏎ on a past replay opens its details; and the working-tree column
 does not mark a never-recorded statement as recorded."""

@@ -1,4 +1,4 @@
-"""Workbench: the run table (issue 14, build item 2): args and a metric's final and best
+"""Workbench: the run table: args and a metric's final and best
 value as sortable columns that use the width and drop whole columns when narrow, a filter
 that takes `--where` conditions, version headers with the recorded git facts, and two
 marked runs compared side by side with a searchable code diff."""

@@ -1,4 +1,4 @@
-"""Workbench: small defects of issue 14 (point 8): the filter that matches nothing, the
+"""Workbench: small defects: the filter that matches nothing, the
 title icon, the Replay tab at rest."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Workbench: log-statement diff and live watch of the working tree (issue 4, points 3-4)."""
+"""Workbench: log-statement diff and live watch of the working tree."""
 
 from __future__ import annotations
 

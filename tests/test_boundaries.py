@@ -63,7 +63,7 @@ def _private_reaches(path: Path) -> list[str]:
 
 
 def test_no_module_uses_another_modules_private_helpers():
-    """What several modules share has a public name (issue 10: plan.py imported a private
+    """What several modules share has a public name (plan.py imported a private
     helper of the store; session 5's modules did the same eleven times)."""
     reaches = [
         reach

@@ -1,6 +1,6 @@
 """`florwb runs`, the replay plan, `dataframe` and `query` read by a person in a terminal:
 the arg that tells runs apart shows, replayed values are counted, reasons are never cut,
-an arg shadowed by a log stays reachable, durations print (issue 14, item 9)."""
+an arg shadowed by a log stays reachable, durations print."""
 
 from __future__ import annotations
 

@@ -255,7 +255,7 @@ def test_ctrl_c_cancels_and_leaves_nothing_half_written(project, fresh):
     assert repo_state(project) == before
     store = Store(project)
     assert store.query("SELECT status FROM replays").status.tolist() == ["cancelled"]
-    # a run that had finished before the cancel is kept whole (issue 14, defect 5); the
+    # a run that had finished before the cancel is kept whole; the
     # others leave nothing
     kept = _by_run(store, "gnorm") if "gnorm" in store.names() else {}
     full = len(_fresh_values(fresh, "gnorm", 0.1))

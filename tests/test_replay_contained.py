@@ -1,4 +1,4 @@
-"""A replay never writes into the user's files (issue 11, item 4).
+"""A replay never writes into the user's files.
 
 The old version saves `model.pt` with torch.save (written from C++), a PDF, a checkpoint
 in a folder and a file in a folder next to the project (`../outputs`). Those paths exist

@@ -1,4 +1,4 @@
-"""The differential replay corpus (issue 11): every script shape x every statement position,
+"""The differential replay corpus: every script shape x every statement position,
 replayed against a recorded old version and compared with a forward run of today's script.
 
 Each script in tests/replay_corpus/ is the old version (v1) of a small training script; its

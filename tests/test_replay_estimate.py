@@ -1,4 +1,4 @@
-"""The plan's time estimate and its calibration (issue 14, defect 5: estimates were 3-6x
+"""The plan's time estimate and its calibration (estimates were 3-6x
 too high, per-run estimates grew with workers).
 
 The estimator works from the recorded timings and calibrates itself from the project's

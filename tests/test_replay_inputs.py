@@ -1,4 +1,4 @@
-"""A replay reads the bytes the run read, or says it cannot (issue 11, item 3).
+"""A replay reads the bytes the run read, or says it cannot.
 
 A tracked data file too large for the snapshot changes between two versions: both runs get
 the same code version, yet each replay must read the file as its run did (git holds both

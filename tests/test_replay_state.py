@@ -1,4 +1,4 @@
-"""State a replay needs beyond the checkpoints (issue 11 items 1 and 6): gradients, objects
+"""State a replay needs beyond the checkpoints: gradients, objects
 the main loop changes in place, statements in closures, nested functions and methods."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Smaller defects of issue 12: NULL strings in JSON, a bad --kwargs said once, ints that keep
+"""Smaller defects: NULL strings in JSON, a bad --kwargs said once, ints that keep
 their digits, and a replay plan that says a run is still recording."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Another program holds the catalog file (issue 14, defect 7; harlequin did): the workbench
+"""Another program holds the catalog file: the workbench
 says who holds it and keeps retrying visibly, `florwb runs` waits with one line on stderr
 and gives up after a bounded time with a one-line error. The holder is a real second
 process with a DuckDB write connection open on the file."""
