@@ -61,7 +61,7 @@ def _free(node: cst.CSTNode, bound: frozenset[str], out: list[cst.Name]) -> None
     if isinstance(node, cst.Lambda):
         params = node.params
         inner = set(bound)
-        for param in _all_params(params):
+        for param in all_parameters(params):
             inner.add(param.name.value)
             if param.default is not None:
                 _free(param.default, bound, out)
@@ -110,7 +110,8 @@ def self_attributes(expr: cst.CSTNode) -> list[cst.Attribute]:
     return found
 
 
-def _all_params(params: cst.Parameters) -> Iterable[cst.Param]:
+def all_parameters(params: cst.Parameters) -> Iterable[cst.Param]:
+    """Every parameter, `*args` and `**kwargs` included, in order."""
     yield from params.posonly_params
     yield from params.params
     if isinstance(params.star_arg, cst.Param):

@@ -20,6 +20,7 @@ from typing import Any
 import libcst as cst
 
 from florwb_engine.analysis.bindings import import_bindings
+from florwb_engine.analysis.names import all_parameters
 from florwb_engine.analysis.nodes import (
     FIELDS_CACHE,
     KINDS,
@@ -47,17 +48,6 @@ def parameters(function: cst.FunctionDef) -> list[cst.Param]:
     """The named parameters (positional-only, plain, keyword-only), in order."""
     params = function.params
     return [*params.posonly_params, *params.params, *params.kwonly_params]
-
-
-def all_parameters(params: cst.Parameters) -> Iterator[cst.Param]:
-    """Every parameter, `*args` and `**kwargs` included, in order."""
-    yield from params.posonly_params
-    yield from params.params
-    if isinstance(params.star_arg, cst.Param):
-        yield params.star_arg
-    yield from params.kwonly_params
-    if params.star_kwarg is not None:
-        yield params.star_kwarg
 
 
 def parameter_names(function: cst.FunctionDef) -> set[str]:
