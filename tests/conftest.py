@@ -14,6 +14,12 @@ import pytest
 # Replays in tests start a fork server of their own (the shared one would outlive the test
 # and a tmp project); tests of the shared server turn it on themselves.
 os.environ.setdefault("FLORWB_FORKSERVER_IDLE_S", "0")
+# One intra-op thread for the torch of every test and every script it starts: the tiny
+# models here gain nothing from a second thread, and with two xdist workers on two cores
+# each training's idle OpenMP threads spin against the other worker's (the 400-step
+# checkpoint_density recordings took 1.5x to 8x the CPU time on two threads, the busier the
+# machine the more). Tests of thread handling set their own variables.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test",

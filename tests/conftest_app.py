@@ -9,6 +9,7 @@ registration is needed: each test module declares its own three-line `demo` fixt
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import functools
 import hashlib
 import html
@@ -85,14 +86,21 @@ def demo_source() -> Path:
     if (folder / ".florwb").is_dir():
         return folder
     cache.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(dir=cache, prefix="build-")) / "demo"
-    build_demo(scratch)
-    Store(scratch).ingest()  # the copies then start with every journal already ingested
-    try:
-        scratch.rename(folder)
-    except OSError:  # another session finished first: use theirs
-        shutil.rmtree(scratch, ignore_errors=True)
-    shutil.rmtree(scratch.parent, ignore_errors=True)
+    # One build at a time: the xdist workers all reach their first app test at the start of
+    # a run, and a second build would train the same runs again on the cores the first
+    # one's two parallel trainings need; the waiting worker then copies the finished one.
+    with open(cache / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / ".florwb").is_dir():
+            return folder
+        scratch = Path(tempfile.mkdtemp(dir=cache, prefix="build-")) / "demo"
+        build_demo(scratch)
+        Store(scratch).ingest()  # the copies then start with every journal already ingested
+        try:
+            scratch.rename(folder)
+        except OSError:  # another session finished first: use theirs
+            shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(scratch.parent, ignore_errors=True)
     return folder
 
 
