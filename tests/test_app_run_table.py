@@ -8,11 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest_app import copy_demo, loaded, make_app, run_lines, wait_for, wait_until
+from conftest_app import Seen, copy_demo, loaded, make_app, run_lines, shown, wait_until
 
-from florwb.screens.run_compare import RunCompareScreen
+from florwb.panes.history import WhereAnswered
+from florwb.screens.run_compare import ComparisonLoaded, RunCompareScreen
 from florwb.ui.format import short_run, short_version
 from florwb.widgets.code_diff import DiffView
+from florwb.widgets.history_list import HistoryList
 from florwb_engine.store import Store
 
 
@@ -40,8 +42,8 @@ def _line(text: str, run_id: str) -> str:
 async def test_run_table_shows_args_final_and_best_and_sorts(demo: Path):
     runs = _store_runs(demo)
     acc = _final_acc(demo)
-    app = make_app(demo)
-    async with app.run_test(size=(200, 50)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(200, 50), message_hook=seen) as pilot:
         text = await loaded(pilot)
         header = next(line for line in text.splitlines() if "started" in line and "run" in line)
         for column in ("lr", "epochs", "final", "best↑", "took"):
@@ -55,18 +57,26 @@ async def test_run_table_shows_args_final_and_best_and_sorts(demo: Path):
         # s cycles the sort column: to lr (ascending), then S reverses it
         listing = app.query_one("#history-list")
         while listing.sort[0] != "arg:lr":
+            since = seen.mark()
             await pilot.press("s")
-        text = await wait_for(pilot, lambda t: "lr▲" in t, what="sorted by lr")
+            await seen.wait(pilot, HistoryList.SortChanged, since=since, what="the next sort")
+        assert listing.sort == ("arg:lr", False)
+        text = await shown(pilot)
+        assert "lr▲" in text
         for version in {r.version for r in runs}:
             mine = [r for r in runs if r.version == version]
-            shown = sorted(mine, key=lambda r: text.index(short_run(r.run_id)))
-            assert [r.args["lr"] for r in shown] == sorted(r.args["lr"] for r in mine)
+            order = sorted(mine, key=lambda r: text.index(short_run(r.run_id)))
+            assert [r.args["lr"] for r in order] == sorted(r.args["lr"] for r in mine)
+        since = seen.mark()
         await pilot.press("S")
-        text = await wait_for(pilot, lambda t: "lr▼" in t, what="reversed")
+        changed = await seen.wait(pilot, HistoryList.SortChanged, since=since, what="reversed")
+        assert changed.sort == ("arg:lr", True)
+        text = await shown(pilot)
+        assert "lr▼" in text
         for version in {r.version for r in runs}:
             mine = [r for r in runs if r.version == version]
-            shown = sorted(mine, key=lambda r: text.index(short_run(r.run_id)))
-            assert [r.args["lr"] for r in shown] == sorted(
+            order = sorted(mine, key=lambda r: text.index(short_run(r.run_id)))
+            assert [r.args["lr"] for r in order] == sorted(
                 (r.args["lr"] for r in mine), reverse=True
             )
 
@@ -90,34 +100,47 @@ async def test_at_80_columns_whole_columns_drop_and_the_header_says_so(demo: Pat
             assert f" {run.args['lr']:.3g} " in _line(text, run.run_id)
         # wider: the column comes back whole
         await pilot.resize_terminal(200, 40)
-        text = await wait_for(pilot, lambda t: long_value in t, what="the long arg at 200")
+        await wait_until(pilot, lambda: app.size == (200, 40), what="the terminal at 200")
+        assert long_value in await shown(pilot)
 
 
 async def test_filter_takes_a_where_condition_and_shows_errors_inline(demo: Path):
     runs = _store_runs(demo)
     wanted = {r.run_id for r in runs if r.args["lr"] > 0.05 and r.status == "finished"}
     assert 0 < len(wanted) < len(runs)
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await loaded(pilot)
-        await pilot.press("slash", *"lr > 0.05 and status = 'finished'")
-        text = await wait_for(
-            pilot, lambda t: len(run_lines(t)) == len(wanted), what="the where filter"
+    app, seen = make_app(demo), Seen()
+
+    async def answered(condition: str) -> WhereAnswered:
+        return await seen.wait(
+            pilot, WhereAnswered, lambda m: m.condition == condition, what=condition
         )
-        shown = {r.run_id for r in runs if short_run(r.run_id) in "\n".join(run_lines(text))}
-        assert shown == wanted
+
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
+        await loaded(pilot)
+        condition = "lr > 0.05 and status = 'finished'"
+        await pilot.press("slash", *condition)
+        assert (await answered(condition)).run_ids == wanted
+        text = await shown(pilot)
+        assert len(run_lines(text)) == len(wanted)
+        listed = {r.run_id for r in runs if short_run(r.run_id) in "\n".join(run_lines(text))}
+        assert listed == wanted
         # a bad condition: DuckDB's reason under the filter line; it filters nothing
         await pilot.press("ctrl+u", *"lrr > 1")
-        text = await wait_for(pilot, lambda t: "✗" in t and "lrr" in t, what="the error")
-        assert 'Referenced column "lrr" not found' in text
+        failed = await answered("lrr > 1")
+        assert failed.run_ids is None and 'Referenced column "lrr" not found' in failed.error
+        text = await shown(pilot)
+        assert "✗" in text and 'Referenced column "lrr" not found' in text
         assert len(run_lines(text)) == len(runs) and "No run matches" not in text
         # nothing matches: said so, with the condition
         await pilot.press("ctrl+u", *"lr > 5")
-        text = await wait_for(pilot, lambda t: "No run matches the condition" in t)
+        assert (await answered("lr > 5")).run_ids == set()
+        text = await shown(pilot)
+        assert "No run matches the condition" in text
         assert run_lines(text) == []
-        # plain words filter as before
+        # plain words filter as before (at once, in the pane: no query, no message)
         await pilot.press("ctrl+u", *short_run(runs[0].run_id))
-        text = await wait_for(pilot, lambda t: len(run_lines(t)) == 1, what="word filter")
+        text = await shown(pilot)
+        assert len(run_lines(text)) == 1
         assert short_run(runs[0].run_id) in run_lines(text)[0]
         assert "✗" not in text.split("\n", 6)[-1].splitlines()[0]
 
@@ -145,11 +168,12 @@ async def test_two_marked_runs_compare_side_by_side_with_a_searchable_diff(demo:
     old = next(r for r in runs if r.version == runs[0].version)
     new = next(r for r in runs if r.version != runs[0].version)
     acc = _final_acc(demo)
-    app = make_app(demo, watch=False)
-    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+    app, seen = make_app(demo, watch=False), Seen()
+    async with app.run_test(size=(100, 30), notifications=True, message_hook=seen) as pilot:
         await loaded(pilot)
         await pilot.press("v")  # nothing marked: said, nothing opens
-        await wait_for(pilot, lambda t: "Mark exactly two runs" in t, what="the hint")
+        assert "Mark exactly two runs" in await shown(pilot)
+        assert not isinstance(app.screen, RunCompareScreen)
         listing = app.query_one("#history-list")
         for run in (old, new):
             listing.cursor = next(
@@ -158,8 +182,14 @@ async def test_two_marked_runs_compare_side_by_side_with_a_searchable_diff(demo:
             await pilot.press("space")
         assert app.marked_runs == {old.run_id, new.run_id}
         await pilot.press("v")
-        await wait_until(pilot, lambda: isinstance(app.screen, RunCompareScreen), what="compare")
-        text = await wait_for(pilot, lambda t: "metrics both logged" in t, what="comparison")
+        loaded_ = await seen.wait(pilot, ComparisonLoaded, what="the comparison")
+        assert isinstance(app.screen, RunCompareScreen)
+        assert {loaded_.comparison.first.run_id, loaded_.comparison.second.run_id} == {
+            old.run_id,
+            new.run_id,
+        }
+        text = await shown(pilot)
+        assert "metrics both logged" in text
         for run in (old, new):
             assert run.run_id in text
             assert run.git_head[:7] in text
@@ -176,7 +206,8 @@ async def test_two_marked_runs_compare_side_by_side_with_a_searchable_diff(demo:
         await wait_until(pilot, lambda: len(diff.matches) >= 2, what="matches")
         await pilot.press("enter")
         first_line = diff.current_line
-        text = await wait_for(pilot, lambda t: "match 1 of" in t, what="match counter")
+        assert diff.current == 0
+        assert "match 1 of" in await shown(pilot)
         await pilot.press("n")
         await wait_until(pilot, lambda: diff.current == 1, what="n")
         assert diff.current_line is not None and diff.current_line >= first_line
