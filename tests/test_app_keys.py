@@ -9,20 +9,21 @@ from pathlib import Path
 import pytest
 import textual.constants
 from conftest_app import (
+    Seen,
     copy_demo,
     loaded,
     make_app,
     run_lines,
     screen_text,
     shown,
-    wait_for,
     wait_until,
 )
 from textual.binding import Binding
+from textual.command import CommandPalette
 from textual.screen import Screen
 
 from florwb.app import WorkbenchApp
-from florwb.panes.history import HistoryPane
+from florwb.panes.history import HistoryPane, WhereAnswered
 from florwb.panes.query import QueryPane
 from florwb.panes.replay import PastReplaysTable, ReplayPane
 from florwb.panes.statements import StatementsPane
@@ -39,6 +40,7 @@ from florwb.screens.run_compare import RunCompareScreen
 from florwb.screens.run_detail import RunDetailScreen
 from florwb.screens.text_view import TextViewScreen
 from florwb.ui import keys
+from florwb.ui.messages import ReplaysLoaded, StatementTableLoaded
 from florwb.widgets.code_diff import DiffView
 from florwb.widgets.history_list import HistoryList
 from florwb.widgets.matrix_table import MatrixTable
@@ -108,8 +110,9 @@ async def test_question_mark_shows_help_generated_from_the_bindings(demo: Path):
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda t: "Keys (esc closes" in t, what="help")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
         seen = await shown(pilot)  # the help's body laid out, not only its title
+        assert "Keys (esc closes" in seen
         for _ in range(24):  # scroll through the whole help
             await pilot.press("pagedown")
             seen += await shown(pilot)
@@ -118,12 +121,13 @@ async def test_question_mark_shows_help_generated_from_the_bindings(demo: Path):
                 assert key.id in seen, key.id
                 assert key.description in seen, key.description
         await pilot.press("escape")
-        await wait_for(pilot, lambda t: "Keys (esc closes" not in t)
+        await wait_until(pilot, lambda: not isinstance(app.screen, HelpScreen), what="closed")
+        assert "Keys (esc closes" not in await shown(pilot)
 
 
 async def test_command_palette_reaches_every_action(demo: Path):
-    app = make_app(demo)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
         await loaded(pilot)
         titles = {command.title for command in app.get_system_commands(app.screen)}
         for scope, entries in keys.KEYS.items():
@@ -134,18 +138,35 @@ async def test_command_palette_reaches_every_action(demo: Path):
                     assert key.description in titles, key.id
         assert "Theme" in titles
         # drive one through the palette UI
+        since = seen.mark()
         await pilot.press("ctrl+p")
         await pilot.press(*"SQL query")
-        await wait_for(pilot, lambda t: "SQL query" in t, what="palette hit")
+        await palette_hit(pilot, seen, "SQL query", since)
         await pilot.press("enter")
-        await wait_for(pilot, lambda t: "SQL" in t and "run" in t, what="query tab")
+        await wait_until(pilot, lambda: bool(app.query("#sql")), what="the query tab")
         assert app.query_one("#tabs").active == "query"
+        text = await shown(pilot)
+        assert "SQL" in text and "run" in text
         # and one that acts on a pane: marks via the palette
+        since = seen.mark()
         await pilot.press("ctrl+p")
         await pilot.press(*"Mark run or version")
-        await wait_for(pilot, lambda t: "Mark run or version" in t)
+        await palette_hit(pilot, seen, "Mark run or version", since)
         await pilot.press("enter")
         await wait_until_marked(pilot, app)
+
+
+async def palette_hit(pilot, seen: Seen, title: str, since: int) -> None:
+    """The command palette opened after `since` highlights a hit titled `title` (its
+    search runs in a worker), and shows it."""
+    await seen.wait(
+        pilot,
+        CommandPalette.OptionHighlighted,
+        lambda m: title in str(m.highlighted_event.option.prompt),
+        since=since,
+        what=f"the palette's hit {title}",
+    )
+    assert title in await shown(pilot)
 
 
 async def wait_until_marked(pilot, app) -> None:
@@ -156,16 +177,20 @@ async def wait_until_marked(pilot, app) -> None:
 
 
 async def test_themes_change_and_the_screen_stays_readable(demo: Path):
-    app = make_app(demo)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
         await loaded(pilot)
+        since = seen.mark()
         await pilot.press("ctrl+t")
         await pilot.press(*"textual-light")
-        await wait_for(pilot, lambda t: "textual-light" in t, what="the theme in the list")
+        await palette_hit(pilot, seen, "textual-light", since)
         await pilot.press("enter")
-        await wait_for(pilot, lambda t: "version " in t)
-        assert app.theme == "textual-light"
-        text = screen_text(app)
+        await wait_until(pilot, lambda: app.theme == "textual-light", what="the theme")
+        await wait_until(
+            pilot, lambda: not isinstance(app.screen, CommandPalette), what="the picker closed"
+        )
+        text = await shown(pilot)
+        assert "version " in text
         assert "started" in text and "lr" in text  # the run table's header
 
 
@@ -173,8 +198,8 @@ async def test_readable_at_80x24_with_256_colors(demo: Path, monkeypatch):
     """At 80x24 every tab shows its own content uncut: the tab row, the footer's keys, the
     history's whole run line, the diff's columns, the replay's sections, the query's help."""
     monkeypatch.setattr(textual.constants, "COLOR_SYSTEM", "256")
-    app = make_app(demo)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
         text = await loaded(pilot)
         assert app.console.color_system == "256"
         lines = text.splitlines()
@@ -191,46 +216,58 @@ async def test_readable_at_80x24_with_256_colors(demo: Path, monkeypatch):
         assert re.search(r" 0\.\d+ +0\.\d+ +[▁▂▃▄▅▆▇█]", run_line), run_line
         assert any(ch in run_line for ch in "▁▂▃▄▅▆▇█")
         await pilot.press("2")
-        text = await wait_for(
-            pilot, lambda t: "working tree" in t and "→ L" in t, what="the diff's columns"
-        )
+        await seen.wait(pilot, StatementTableLoaded, what="the statement table")
+        text = await shown(pilot)
+        assert "working tree" in text and "→ L" in text
         assert "✗ cannot place" in text  # the legend's last entry: the title is not cut
         row = next(line for line in text.splitlines() if line.strip().startswith("weight_norm"))
         assert row.count("→ L") == 2 and re.search(
             r"\+ L\d+ new", row
         )  # both versions and the tree fit
         await pilot.press("3")
-        text = await wait_for(pilot, lambda t: "Past replays" in t, what="the replay tab")
+        await seen.wait(pilot, ReplaysLoaded, what="the past replays")
+        text = await shown(pilot)
+        assert "Past replays" in text
         assert "Press r to plan one for the pending log statements." in text
         assert "Recording now: none" in text
         await pilot.press("4")
-        text = await wait_for(pilot, lambda t: "SQL" in t, what="the query tab")
+        await wait_until(pilot, lambda: bool(app.query("#sql")), what="the query tab")
+        text = await shown(pilot)
+        assert "SQL" in text
         assert "^⏎ run · esc stop/leave · ^e export · F9 schema · ^↑^↓ history · F8 list" in text
 
 
 async def test_help_and_palette_follow_the_active_keymap(demo: Path):
     """Rebinding `history.filter` to `f`: f opens the filter, and the help and the palette
     say f, not /."""
-    app = make_app(demo)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app, messages = make_app(demo), Seen()
+    async with app.run_test(size=(80, 24), message_hook=messages) as pilot:
         await loaded(pilot)
         app.set_keymap({"history.filter": "f"})
         await pilot.press("question_mark")
-        seen = await wait_for(pilot, lambda t: "Keys (esc closes" in t, what="help")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+        seen = await shown(pilot)
+        assert "Keys (esc closes" in seen
         while "history.filter" not in seen:
             await pilot.press("pagedown")
-            seen = screen_text(app)
+            seen = await shown(pilot)
         line = next(line for line in seen.splitlines() if "history.filter" in line)
         assert line.split()[1] == "f", line  # the help's key column (after the border)
         assert "/" not in line, line
         await pilot.press("escape")
-        await wait_for(pilot, lambda t: "Keys (esc closes" not in t, what="help closed")
+        await wait_until(pilot, lambda: not isinstance(app.screen, HelpScreen), what="closed")
+        assert "Keys (esc closes" not in await shown(pilot)
         commands = {c.title: c.help for c in app.get_system_commands(app.screen)}
         assert "key f · history.filter" in commands["Filter runs"]
         footer = screen_text(app).splitlines()[-1]
         assert "f filter" in footer and "/ filter" not in footer
         await pilot.press("f", *"lr=0.05")
-        text = await wait_for(pilot, lambda t: len(run_lines(t)) == 1, what="one run left")
+        answered = await messages.wait(
+            pilot, WhereAnswered, lambda m: m.condition == "lr=0.05", what="the filter answered"
+        )
+        assert answered.run_ids is not None and len(answered.run_ids) == 1
+        text = await shown(pilot)
+        assert len(run_lines(text)) == 1
         assert "lr=0.05" in text
         assert app.query_one(HistoryPane).text_filter == "lr=0.05"
         await pilot.press("enter")  # keep the filter, back to the list
