@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest_app import copy_demo, loaded, make_app, screen_text, wait_for, wait_until
+from conftest_app import copy_demo, loaded, make_app, screen_text, shown, wait_until
 from textual.widgets import Input
 
 from florwb.screens.chart import ChartScreen
 from florwb.screens.error import ErrorScreen
-from florwb.screens.help import help_renderable
+from florwb.screens.help import HelpScreen, help_renderable
 from florwb.screens.run_compare import RunCompareScreen
 from florwb.ui import keys
 
@@ -53,7 +53,7 @@ async def test_rebound_chart_and_compare_keys_work_and_are_listed(tmp_path: Path
             lambda: isinstance(app.screen, ChartScreen) and app.screen.drawing is not None,
             what="the chart",
         )
-        footer = (await wait_for(pilot, lambda t: "L log" in t, what="the footer")).splitlines()
+        footer = (await shown(pilot)).splitlines()
         assert "L log" in footer[-1] and "l log" not in footer[-1]
         chart = app.screen
         assert isinstance(chart, ChartScreen)
@@ -63,7 +63,7 @@ async def test_rebound_chart_and_compare_keys_work_and_are_listed(tmp_path: Path
         assert chart.state.log_y == log_before
         await pilot.press("L")
         await wait_until(pilot, lambda: chart.state.log_y != log_before, what="log scale toggled")
-        assert "L log" in screen_text(app).splitlines()[-1]
+        assert "L log" in (await shown(pilot)).splitlines()[-1]
 
 
 def test_key_hints_name_the_key_in_force():
@@ -79,17 +79,18 @@ async def test_lines_that_name_a_key_follow_the_keymap(tmp_path: Path):
     app = make_app(copy_demo(tmp_path), watch=False)
     async with app.run_test(size=(120, 36)) as pilot:
         await loaded(pilot)
-        await wait_for(pilot, lambda t: "⏎ details" in t, what="the run row's hint")
+        assert "⏎ details" in await shown(pilot)  # the run row's hint
         app.set_keymap({"history.open": "o", "history.mark": "x", "query.schema": "f10"})
         await pilot.press("j", "k")  # the summary is drawn anew
-        await wait_for(pilot, lambda t: "o details" in t, what="the rebound run hint")
+        assert "o details" in await shown(pilot)
         await pilot.press("g")  # the newest version's row
-        text = await wait_for(
-            pilot, lambda t: "o log-statement diff · x mark" in t, what="the version hint"
-        )
+        text = await shown(pilot)
+        assert "o log-statement diff · x mark" in text
         assert "⏎ log-statement diff" not in text
         await pilot.press("4")
-        text = await wait_for(pilot, lambda t: "F10 schema" in t, what="the query key line")
+        await wait_until(pilot, lambda: bool(app.query("#sql")), what="the query tab")
+        text = await shown(pilot)
+        assert "F10 schema" in text
         assert "F9 schema" not in text and "^⏎ run · esc stop/leave" in text
 
 
@@ -103,17 +104,19 @@ async def test_help_error_and_diff_search_name_the_rebound_keys(tmp_path: Path):
             {"help.close": "x", "error.close": "z", "diff.next": "f", "diff.previous": "F"}
         )
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda t: "Keys (x closes" in t, what="the help's title")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help")
+        assert "Keys (x closes" in await shown(pilot)
         assert "help.close" in _help_line(app, "help.close")
         await pilot.press("escape")  # no longer bound: the help stays
         await pilot.pause()
         assert "Keys (x closes" in screen_text(app)
         await pilot.press("x")
-        await wait_for(pilot, lambda t: "Keys (" not in t, what="the help closed")
+        await wait_until(pilot, lambda: not isinstance(app.screen, HelpScreen), what="closed")
+        assert "Keys (" not in await shown(pilot)
 
         app.show_error("Something failed", "the details")
-        await wait_for(pilot, lambda t: "OK (z)" in t, what="the error's button")
-        assert isinstance(app.screen, ErrorScreen)
+        await wait_until(pilot, lambda: isinstance(app.screen, ErrorScreen), what="the error")
+        assert "OK (z)" in await shown(pilot)
         await pilot.press("z")
         await wait_until(pilot, lambda: not isinstance(app.screen, ErrorScreen), what="closed")
 
