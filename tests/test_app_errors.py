@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest_app import Seen, copy_demo, make_app, screen_text, wait_for, wait_until
+from conftest_app import Seen, copy_demo, make_app, screen_text, shown, wait_until
 from textual.worker import Worker, WorkerFailed, WorkerState
 
 from florwb.screens.error import ErrorScreen
@@ -67,7 +67,7 @@ async def test_an_unexpected_worker_failure_keeps_its_traceback(demo: Path):
         assert "t shows the traceback (also in .florwb/logs/errors.log)" in screen_text(app)
         await pilot.press("t")
         assert screen.details_shown
-        await wait_for(pilot, lambda t: "Traceback (most recent call last)" in t, what="shown")
+        assert "Traceback (most recent call last)" in await shown(pilot)
         await pilot.press("t")
         assert not screen.details_shown
         await pilot.press("escape")
