@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 from conftest import florwb, git, run_py, write
-from conftest_app import loaded, make_app, wait_for
+from conftest_app import Seen, loaded, make_app, shown
 
 from florwb.screens.run_detail import RunDetailScreen
+from florwb.ui.messages import RunDetailLoaded
 from florwb_engine.store import Store
 
 TRAIN = """
@@ -74,9 +75,21 @@ def _run_id(project: Path) -> str:
     return run["run_id"]
 
 
-async def _open_detail(pilot, app, run_id: str) -> str:
+async def _open_detail(pilot, seen: Seen, run_id: str) -> str:
+    """The run detail of `run_id` opened, once its run is read (RunDetailLoaded): its screen."""
+    app = pilot.app
+    since = seen.mark()
     app.push_screen(RunDetailScreen(app.store, run_id))
-    return await wait_for(pilot, lambda t: "Metrics" in t and "Args" in t, what="run detail")
+    loaded_ = await seen.wait(pilot, RunDetailLoaded, since=since, what="the run detail")
+    assert loaded_.detail.run.run_id == run_id
+    text = await shown(pilot)
+    assert "Metrics" in text and "Args" in text
+    return text
+
+
+def _printed(message: RunDetailLoaded, text: str) -> bool:
+    """The detail read has `text` among its console lines."""
+    return any(line.text.rstrip("\n") == text for line in message.detail.console)
 
 
 async def test_each_metric_once_and_where_time_goes(project: Path):
@@ -85,10 +98,10 @@ async def test_each_metric_once_and_where_time_goes(project: Path):
         f"SELECT DISTINCT source FROM logs WHERE run_id = '{run_id}' AND name = 'loss'"
     )
     assert len(sources) == 2  # recorded, and re-logged by the replay: the defect's setup
-    app = make_app(project)
-    async with app.run_test(size=(120, 80)) as pilot:
+    app, seen = make_app(project), Seen()
+    async with app.run_test(size=(120, 80), message_hook=seen) as pilot:
         await loaded(pilot)
-        text = await _open_detail(pilot, app, run_id)
+        text = await _open_detail(pilot, seen, run_id)
         metric_rows = [line.split() for line in text.splitlines() if line.strip()]
         assert sum(1 for words in metric_rows if words[0] == "loss") == 1
         assert sum(1 for words in metric_rows if words[0] == "wnorm") == 1
@@ -137,17 +150,26 @@ async def test_console_tail_follows_a_live_run(tmp_path: Path):
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "step 0 printed\n"  # the run is live
-        app = make_app(project)
-        async with app.run_test(size=(120, 50)) as pilot:
+        app, seen = make_app(project), Seen()
+        async with app.run_test(size=(120, 50), message_hook=seen) as pilot:
             await loaded(pilot)
             run_id = _run_id(project)
             app.push_screen(RunDetailScreen(app.store, run_id))
-            text = await wait_for(pilot, lambda t: _has_line(t, "step=0 stdout step 0 printed"))
+            await seen.wait(
+                pilot, RunDetailLoaded, lambda m: _printed(m, "step 0 printed"), what="step 0"
+            )
+            text = await shown(pilot)
+            assert _has_line(text, "step=0 stdout step 0 printed")
             assert "step 1 printed" not in text
             go.touch()
-            text = await wait_for(
-                pilot, lambda t: _has_line(t, "- stdout all done"), what="the lines printed after"
+            await seen.wait(
+                pilot,
+                RunDetailLoaded,
+                lambda m: _printed(m, "all done") and m.detail.run.status == "finished",
+                what="the lines printed after",
             )
+            text = await shown(pilot)
+            assert _has_line(text, "- stdout all done")
             assert _has_line(text, "step=1 stdout step 1 printed")
             assert "finished" in text
         assert proc.wait(timeout=60) == 0
@@ -169,10 +191,10 @@ async def test_a_run_that_printed_nothing_says_so(tmp_path: Path):
         """,
     )
     run_py(project, "train.py")
-    app = make_app(project)
-    async with app.run_test(size=(100, 60)) as pilot:
+    app, seen = make_app(project), Seen()
+    async with app.run_test(size=(100, 60), message_hook=seen) as pilot:
         await loaded(pilot)
-        text = await _open_detail(pilot, app, _run_id(project))
+        text = await _open_detail(pilot, seen, _run_id(project))
         assert "Console (0 lines)" in text and "nothing printed" in text
         assert "git     not a git checkout" in text
         assert "load_into" not in text  # no checkpoint, no command
