@@ -15,9 +15,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest_app import copy_demo, loaded, make_app, run_lines, wait_for, wait_until
+from conftest_app import Seen, copy_demo, loaded, make_app, run_lines, shown, wait_until
 
 from florwb.screens.error import ErrorScreen
+from florwb.ui.messages import HistoryLoaded
 from florwb_engine.store import Store
 from florwb_engine.store.history_values import load_history_values
 
@@ -78,18 +79,23 @@ def test_a_read_that_meets_damage_reads_again(demo: Path):
 async def test_workbench_reads_on_after_the_catalog_is_damaged(demo: Path):
     runs = Store(demo).runs()
     blocks = log_rows_blocks(demo)  # asked before the app holds the file
-    app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
+    app, seen = make_app(demo), Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         text = await loaded(pilot)
         assert len(run_lines(text)) == len(runs)
         assert overwrite(demo, blocks) > 0
+        since = seen.mark()
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: len(_damaged(demo)) == 1, what="the damage found")
-        text = await wait_for(
+        await seen.wait(
             pilot,
-            lambda t: "version " in t and len(run_lines(t)) == len(runs),
+            HistoryLoaded,
+            lambda m: not m.history.values_pending and len(m.history.runs) == len(runs),
+            since=since,
             what="the history after the rebuild",
         )
+        text = await shown(pilot)
+        assert "version " in text and len(run_lines(text)) == len(runs)
         assert not isinstance(app.screen, ErrorScreen), app.screen.message
         assert any(ch in "".join(run_lines(text)) for ch in "▁▂▃▄▅▆▇█")  # values back
         await pilot.pause(0.5)  # the monitor's polls (every 0.25 s) read the rebuilt file
