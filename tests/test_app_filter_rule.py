@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest_app import copy_demo, loaded, make_app, run_lines, wait_for
+from conftest_app import Seen, copy_demo, loaded, make_app, run_lines, shown
 
+from florwb.panes.history import WhereAnswered
 from florwb_engine.store.run_selection import is_condition
 
 
@@ -19,12 +20,16 @@ def test_words_and_conditions():
 
 async def test_a_condition_without_an_operator_sign_is_explained_as_a_condition(tmp_path: Path):
     demo = copy_demo(tmp_path)
-    app = make_app(demo, watch=False)
-    async with app.run_test(size=(100, 30)) as pilot:
+    app, seen = make_app(demo, watch=False), Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
-        await pilot.press("slash", *"status like 'nothing%'")
-        text = await wait_for(
-            pilot, lambda t: "No run matches the condition" in t, what="the explanation"
+        condition = "status like 'nothing%'"
+        await pilot.press("slash", *condition)
+        answered = await seen.wait(
+            pilot, WhereAnswered, lambda m: m.condition == condition, what="the condition run"
         )
+        assert answered.run_ids == set() and answered.error is None
+        text = await shown(pilot)
+        assert "No run matches the condition" in text
         assert run_lines(text) == []
         assert "Every word must appear" not in text
