@@ -31,7 +31,7 @@ from florwb.app import WorkbenchApp
 from florwb.demo.build import build_demo
 from florwb.panes.query import QueryPane
 from florwb.screens.chart import ChartScreen
-from florwb.screens.replay_plan import ReplayPlanScreen
+from florwb.screens.replay_plan import PlanReady, ReplayPlanScreen
 from florwb.ui.messages import (
     ChartDrawn,
     GridDrawn,
@@ -408,3 +408,28 @@ async def open_chart(pilot: Pilot, seen: Seen, *keys: str) -> ChartScreen:
     assert isinstance(chart, ChartScreen)
     await chart_drawn(pilot, seen, chart, since)
     return chart
+
+
+# -- helpers of msga
+
+
+async def plan_shown(pilot: Pilot, seen: Seen, since: int, timeout: float = 60.0) -> str:
+    """The replay plan screen opened (or re-planned by +/-) after `since` drew the plan of
+    its latest request (its PlanReady, handled), or why there is none: the screen's text."""
+    app = pilot.app
+    await wait_until(
+        pilot, lambda: isinstance(app.screen, ReplayPlanScreen), what="the plan screen"
+    )
+    screen = app.screen
+    assert isinstance(screen, ReplayPlanScreen)
+    await seen.wait(
+        pilot,
+        PlanReady,
+        lambda m: m.serial == screen.serial,
+        since=since,
+        timeout=timeout,
+        what="the plan",
+    )
+    text = await shown(pilot)
+    assert "estimate" in text or "Cannot replay" in text, text
+    return text

@@ -11,18 +11,28 @@ import pytest
 from conftest_app import (
     Seen,
     copy_demo,
+    first_page,
     loaded,
     make_app,
     pending_known,
-    plan_ready,
-    replays_read,
-    wait_for,
+    plan_shown,
+    rows_added,
+    shown,
     wait_until,
     write_held_run,
 )
 
+from florwb.panes.replay import ReplayPane
 from florwb.ui.format import short_run
-from florwb.ui.messages import LiveUpdated, ReplayProgressed
+from florwb.ui.history_rows import run_status
+from florwb.ui.messages import (
+    HistoryLoaded,
+    LiveUpdated,
+    ReplayEnded,
+    ReplayProgressed,
+    ReplaysLoaded,
+    StatementTableLoaded,
+)
 from florwb_engine import project as projects
 from florwb_engine.store import Store
 
@@ -55,37 +65,74 @@ async def test_replay_plan_confirm_live_progress_and_results_in_the_store(demo: 
         await pending_known(pilot, "weight_norm")
         await pilot.press("g", "j", "space")  # mark one run: replay only that one
         (run_id,) = app.marked_runs
+        since = seen.mark()
         await pilot.press("r")
-        text = await plan_ready(pilot)
+        text = await plan_shown(pilot, seen, since)
         assert "Replay plan: weight_norm" in text
         assert short_run(run_id) in text and "ready" in text
         await pilot.press("enter")  # confirm
-        text = await wait_for(
-            pilot, lambda t: "c cancels" in t or "r plans the next" in t, what="replay tab"
-        )
+        pane = app.query_one("#replay-pane", ReplayPane)
+        # the Replay tab is handed the plan as the replay starts (it may end at once)
+        await wait_until(pilot, lambda: pane.plan is not None, what="the replay tab")
+        text = await shown(pilot)
+        assert "c cancels" in text or "r plans the next" in text
         assert short_run(run_id) in text
         assert "ETA" in text or "finished" in text
         # the workbench answers while the replay runs
         await pilot.press("4")
         app.query_one("#query-pane").run_sql("SELECT 41 + 1 AS answer")
-        await wait_for(pilot, lambda t: "42" in t, what="query during replay")
+        page = await first_page(pilot, seen)
+        assert page.rows == [(42,)]
+        await rows_added(pilot)
+        assert "42" in await shown(pilot)  # query during replay
         assert app.replay_running or _replays(demo)["status"].iloc[-1] == "finished"
         await pilot.press("escape", "3")  # leave the editor, then the Replay tab
-        await wait_until(pilot, lambda: not app.replay_running, timeout=120)
-        await replays_read(pilot, seen, 1)
-        text = await wait_for(pilot, lambda t: "rows" in t and "finished" in t)
+        end = await seen.wait(pilot, ReplayEnded, timeout=120, what="the replay's end")
+        assert end.result is not None and end.result.status == "finished"
+        # read back after it ended (a read while it ran would list it running)
+        await seen.wait(
+            pilot,
+            ReplaysLoaded,
+            lambda m: [r.status for r in m.replays] == ["finished"],
+            since=seen.after(end),
+            timeout=60,
+            what="the finished replay read back",
+        )
+        text = await shown(pilot)
+        assert "rows" in text and "finished" in text
         replays = _replays(demo)
         assert list(replays["status"]) == ["finished"]
         replay_id = replays["replay_id"].iloc[0]
         assert replay_id in text  # listed under past replays
         assert _replayed_rows(demo, replay_id) > 0
         await pilot.press("1")
-        text = await wait_for(pilot, lambda t: "replayed" in t, what="replayed status")
+        await seen.wait(
+            pilot,
+            HistoryLoaded,
+            lambda m: any(
+                r.run_id == run_id and run_status(r) == "replayed" for r in m.history.runs
+            ),
+            since=seen.after(end),
+            what="the run read back replayed",
+        )
+        text = await shown(pilot)
         line = next(line for line in text.splitlines() if short_run(run_id) in line)
         assert "replayed" in line and "↻" in line
         # the log-statement diff now says the statement was replayed for that version
         await pilot.press("2")
-        text = await wait_for(pilot, lambda t: "↻ replayed" in _row(t, "weight_norm"))
+        await seen.wait(
+            pilot,
+            StatementTableLoaded,
+            lambda m: any(
+                cell.status == "replayed"
+                for (name, _version), cell in m.table.cells.items()
+                if name == "weight_norm"
+            ),
+            since=seen.after(end),
+            what="the matrix rebuilt with the replay",
+        )
+        text = await shown(pilot)
+        assert "↻ replayed" in _row(text, "weight_norm")
         assert "→ L" in _row(text, "weight_norm")  # the other version: still propagatable
 
 
@@ -99,21 +146,27 @@ async def test_cancel_stops_the_workers_and_leaves_nothing_half_written(demo: Pa
     async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
         await loaded(pilot)
         await pending_known(pilot, "weight_norm")
+        since = seen.mark()
         await pilot.press("r")
-        await plan_ready(pilot)
+        await plan_shown(pilot, seen, since)
         await pilot.press("enter")
-        await wait_until(
-            pilot,
-            lambda: any(m.progress.state == "running" for m in seen.of(ReplayProgressed)),
-            what="a segment running",
+        await seen.wait(
+            pilot, ReplayProgressed, lambda m: m.progress.state == "running", what="running"
         )
-        await wait_for(pilot, lambda t: "● running" in t, what="replay running")
+        assert "● running" in await shown(pilot)
         await pilot.press("c")
-        await wait_until(pilot, lambda: not app.replay_running, timeout=60)
-        await replays_read(pilot, seen, 1)
-        await wait_for(
-            pilot, lambda t: "cancelled" in t and "Past replays: 1" in t, what="cancelled"
+        end = await seen.wait(pilot, ReplayEnded, timeout=60, what="the replay's end")
+        assert end.result is not None and end.result.status == "cancelled"
+        await seen.wait(
+            pilot,
+            ReplaysLoaded,
+            lambda m: [r.status for r in m.replays] == ["cancelled"],
+            since=seen.after(end),
+            timeout=60,
+            what="the cancelled replay read back",
         )
+        text = await shown(pilot)
+        assert "cancelled" in text and "Past replays: 1" in text
         replays = _replays(demo)
         assert list(replays["status"]) == ["cancelled"]
         replay_id = replays["replay_id"].iloc[0]
@@ -145,20 +198,26 @@ async def test_a_run_recording_in_another_terminal_shows_live_progress(demo: Pat
         await loaded(pilot)
         proc = subprocess.Popen([sys.executable, "slow.py"], cwd=demo)
         try:
-            await wait_until(
+            await seen.wait(
                 pilot,
-                lambda: any(run.total == 8 for m in seen.of(LiveUpdated) for run in m.live),
+                LiveUpdated,
+                lambda m: any(run.total == 8 for run in m.live),
                 timeout=60,
                 what="the run seen live",
             )
-            text = await wait_for(
-                pilot, lambda t: "epoch" in t and "/8" in t, timeout=60, what="live run"
+            await wait_until(
+                pilot,
+                lambda: any(r.status == "running" for r in app.history.runs),
+                timeout=60,
+                what="the run listed running",
             )
+            text = await shown(pilot)
+            assert "epoch" in text
             line = next(line for line in text.splitlines() if "/8" in line)
             assert "●" in line  # running
             await pilot.press("3")
-            text = await wait_for(pilot, lambda t: "Recording now: 1" in t, what="live bar")
-            assert "/8" in text
+            text = await shown(pilot)
+            assert "Recording now: 1" in text and "/8" in text
         finally:
             (demo / "release").touch()
             proc.wait(timeout=60)
@@ -173,9 +232,8 @@ async def test_a_run_recording_in_another_terminal_shows_live_progress(demo: Pat
             timeout=30,
             what="the run ended",
         )
-        text = await wait_for(
-            pilot, lambda t: "5 runs" in t and "/8" not in t, timeout=30, what="finished run"
-        )
+        text = await shown(pilot)
+        assert "5 runs" in text and "/8" not in text  # the run ended
         assert Store(demo).query("SELECT status FROM runs WHERE script = 'slow.py'")[
             "status"
         ].tolist() == ["finished"]

@@ -8,19 +8,20 @@ import pytest
 from conftest_app import (
     Seen,
     copy_demo,
+    first_page,
     loaded,
     make_app,
     pending_known,
-    plan_ready,
-    replays_read,
-    wait_for,
+    plan_shown,
+    rows_added,
+    shown,
     wait_until,
 )
 
 from florwb.panes.replay import ReplayPane
 from florwb.screens.confirm import ConfirmScreen
 from florwb.ui.format import short_run
-from florwb.ui.messages import ReplayEnded
+from florwb.ui.messages import MetricChanged, ReplayEnded, ReplaysLoaded
 from florwb_engine.store import Store
 
 # A hindsight statement that takes a while (0.3 s an epoch): a replay of it can be cancelled
@@ -55,33 +56,46 @@ def add_statement(project: Path, line: str = GRAD_LINE) -> None:
     script.write_text(text.replace(anchor, anchor + line))
 
 
-async def replay_marked(pilot, app, seen: Seen, what: str) -> None:
+async def replay_marked(pilot, app, seen: Seen, what: str) -> ReplayEnded:
     """`r`, wait for the plan, `⏎`, wait for the replay's end: one more ReplayEnded and the
     app no longer running one (a replay of one run can start and end between two looks at
-    the app, so "it was running" is not waited for)."""
-    ended_before = len(seen.of(ReplayEnded))
+    the app, so "it was running" is not waited for). Returns that ReplayEnded."""
+    since = seen.mark()
     await pilot.press("r")
-    await plan_ready(pilot)
+    await plan_shown(pilot, seen, since)
     await pilot.press("enter")
-    await wait_until(
+    end = await seen.wait(pilot, ReplayEnded, since=since, timeout=120, what=f"{what} ended")
+    await wait_until(pilot, lambda: not app.replay_running, what=f"{what} ended")
+    return end
+
+
+async def replays_listed(pilot, seen: Seen, end: ReplayEnded, statuses: list[str]) -> str:
+    """The past replays read back after `end` (ReplaysLoaded), newest first with these
+    statuses (a read while it ran would list it running): the screen's text."""
+    await seen.wait(
         pilot,
-        lambda: not app.replay_running and len(seen.of(ReplayEnded)) > ended_before,
-        timeout=120,
-        what=f"{what} ended",
+        ReplaysLoaded,
+        lambda m: [r.status for r in m.replays] == statuses,
+        since=seen.after(end),
+        timeout=60,
+        what=f"replays read back as {statuses}",
     )
+    return await shown(pilot)
 
 
-async def start_slow_replay_on_one_worker(pilot, demo: Path) -> None:
+async def start_slow_replay_on_one_worker(pilot, seen: Seen, demo: Path) -> None:
     """Add the slow statement, plan it, bring the plan to one worker (the four runs one
     after another) and start it: long enough to be cancelled midway on any machine."""
     await pending_known(pilot, "weight_norm")
     add_statement(demo, SLOW_LINE)
     await pending_known(pilot, "slow_sum")
+    since = seen.mark()
     await pilot.press("r")
-    await plan_ready(pilot)
+    await plan_shown(pilot, seen, since)
     for _ in range(4):
         await pilot.press("minus")
-    await wait_for(pilot, lambda t: "with 1 worker " in t, what="one worker")
+    text = await plan_shown(pilot, seen, since)  # planned again for the workers now asked
+    assert "with 1 worker " in text
     await pilot.press("enter")
 
 
@@ -92,15 +106,15 @@ async def test_a_second_replay_in_one_session_runs_and_shows_its_progress(demo: 
         await pending_known(pilot, "weight_norm")
         await pilot.press("g", "j", "space")  # one run: quick
         (run_id,) = app.marked_runs
-        await replay_marked(pilot, app, seen, "first replay")
-        await replays_read(pilot, seen, 1)
-        await wait_for(pilot, lambda t: "Past replays: 1" in t, what="first replay listed")
+        end = await replay_marked(pilot, app, seen, "first replay")
+        text = await replays_listed(pilot, seen, end, ["finished"])
+        assert "Past replays: 1" in text
         add_statement(demo)
         await pilot.press("1")
         await pending_known(pilot, "bias_sum")
-        await replay_marked(pilot, app, seen, "second replay")
-        await replays_read(pilot, seen, 2)
-        text = await wait_for(pilot, lambda t: "Past replays: 2" in t, what="second replay listed")
+        end = await replay_marked(pilot, app, seen, "second replay")
+        text = await replays_listed(pilot, seen, end, ["finished", "finished"])
+        assert "Past replays: 2" in text
         assert app.is_running
         line = next(line for line in text.splitlines() if short_run(run_id) in line)
         assert "finished" in line
@@ -132,15 +146,23 @@ async def test_replayed_names_are_offered_by_metric_cycling_and_show_their_value
             ),
             what="weight_norm among the metrics",
         )
-        seen = []
+        passed = []
         for _ in range(len(app.history.metrics) + 1):
             if app.history.metric == "weight_norm":
                 break
-            seen.append(app.history.metric)
+            passed.append(app.history.metric)
+            since = seen.mark()
             await pilot.press("m")
-            await wait_until(pilot, lambda s=seen: app.history.metric != s[-1], what="next metric")
-        assert app.history.metric == "weight_norm", seen
-        text = await wait_for(pilot, lambda t: "weight_norm" in t, what="the metric header")
+            await seen.wait(
+                pilot,
+                MetricChanged,
+                lambda m, before=passed[-1]: m.metric != before,
+                since=since,
+                what="the next metric",
+            )
+        assert app.history.metric == "weight_norm", passed
+        text = await shown(pilot)
+        assert "weight_norm" in text  # the metric header
         line = next(line for line in text.splitlines() if short_run(run_id) in line)
     last = Store(demo).query(
         "SELECT arg_max(value, seq) AS v FROM logs "
@@ -169,7 +191,11 @@ async def test_a_name_a_run_has_is_not_replayed_again_and_the_default_query_coun
         # the Query tab's default query: each recorded acc once, replays or not
         await pilot.press("4")
         app.query_one("#query-pane").run_sql(acc_sql)
-        text = await wait_for(pilot, lambda t: "4 rows" in t, what="the default query")
+        page = await first_page(pilot, seen)
+        assert len(page.rows) == 4 and page.stream.exhausted
+        await rows_added(pilot)
+        text = await shown(pilot)
+        assert "4 rows" in text
         assert short_run(run_id) in text
     first, second = _replays(demo)["replay_id"]
     sources = Store(demo).query(
@@ -182,8 +208,8 @@ async def test_a_name_a_run_has_is_not_replayed_again_and_the_default_query_coun
         f"SELECT count(*) AS n FROM logs WHERE name = 'acc' AND run_id = '{run_id}' "
         "AND source = 'record'"
     )["n"][0]
-    shown = Store(demo).query(acc_sql)
-    acc = dict(zip(shown["run_id"], shown["acc"], strict=True))[run_id]
+    served = Store(demo).query(acc_sql)
+    acc = dict(zip(served["run_id"], served["acc"], strict=True))[run_id]
     assert len(acc) == recorded
 
 
@@ -191,14 +217,19 @@ async def test_the_offer_to_replay_goes_once_every_run_has_the_name(demo: Path):
     app, seen = make_app(demo), Seen()
     async with app.run_test(size=(100, 30), notifications=True, message_hook=seen) as pilot:
         await loaded(pilot)
-        await pending_known(pilot, "weight_norm")
-        await wait_for(pilot, lambda t: "new in train.py: weight_norm" in t, what="the offer")
+        await pending_known(pilot, "weight_norm")  # the banner is drawn with it
+        assert "new in train.py: weight_norm" in await shown(pilot)  # the offer
         await replay_marked(pilot, app, seen, "replay of every run")
         await pilot.press("1")
-        text = await wait_for(pilot, lambda t: "new in train.py" not in t, what="offer gone")
-        assert "r: replay past runs" not in text
+        await wait_until(
+            pilot,
+            lambda: not any("weight_norm" in p.new for p in app.pending),
+            what="weight_norm no longer pending",
+        )
+        text = await shown(pilot)
+        assert "new in train.py" not in text and "r: replay past runs" not in text
         await pilot.press("r")
-        await wait_for(pilot, lambda t: "Nothing to replay" in t, what="nothing to replay")
+        assert "Nothing to replay" in await shown(pilot)  # a toast, sent as r is handled
     runs = Store(demo).query(
         "SELECT count(DISTINCT run_id) AS n FROM logs WHERE name = 'weight_norm'"
     )["n"][0]
@@ -209,15 +240,16 @@ async def test_after_a_cancelled_replay_r_plans_the_runs_still_lacking_the_name(
     app, seen = make_app(demo), Seen()
     async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
-        await start_slow_replay_on_one_worker(pilot, demo)
+        await start_slow_replay_on_one_worker(pilot, seen, demo)
         await wait_until(pilot, lambda: app.replay_running, what="replay running")
         await pilot.press("c")
         await wait_until(pilot, lambda: not app.replay_running, timeout=60, what="cancelled")
         await pilot.press("1")
         await pending_known(pilot, "weight_norm")
-        await wait_for(pilot, lambda t: "new in train.py: weight_norm" in t, what="the offer")
+        assert "new in train.py: weight_norm" in await shown(pilot)  # the offer
+        since = seen.mark()
         await pilot.press("r")
-        text = await plan_ready(pilot)
+        text = await plan_shown(pilot, seen, since)
         assert "Replay plan: weight_norm" in text and "Nothing to replay" not in text
     assert list(_replays(demo)["status"]) == ["cancelled"]
 
@@ -226,13 +258,15 @@ async def test_q_during_a_replay_asks_before_quitting(demo: Path):
     app, seen = make_app(demo), Seen()
     async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
-        await start_slow_replay_on_one_worker(pilot, demo)
+        await start_slow_replay_on_one_worker(pilot, seen, demo)
         await wait_until(pilot, lambda: app.replay_running, what="replay running")
         await pilot.press("q")
-        text = await wait_for(pilot, lambda t: "Quit and cancel it?" in t, what="the question")
-        assert "A replay is running" in text
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="question")
+        text = await shown(pilot)
+        assert "Quit and cancel it?" in text and "A replay is running" in text
         await pilot.press("n")
-        await wait_for(pilot, lambda t: "Quit and cancel it?" not in t, what="question gone")
+        await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen), what="gone")
+        assert "Quit and cancel it?" not in await shown(pilot)
         assert app.is_running
         await pilot.press("q")  # asked again, unless the replay finished meanwhile
         await wait_until(
@@ -256,19 +290,22 @@ async def test_plan_says_segment_counts_in_words_and_caps_workers_at_the_cores(d
         await loaded(pilot)
         await pending_known(pilot, "weight_norm")
         await pilot.press("g", "j", "space")
+        since = seen.mark()
         await pilot.press("r")
-        await plan_ready(pilot)
+        await plan_shown(pilot, seen, since)
         for _ in range(4):
             await pilot.press("minus")
-        text = await wait_for(pilot, lambda t: "with 1 worker " in t, what="one worker")
+        text = await plan_shown(pilot, seen, since)  # planned again for one worker
+        assert "with 1 worker " in text
         count, word = re.search(r"· (\d+) (segments?)\b", text).groups()
         assert word == ("segment" if count == "1" else "segments"), text
         cores = os.cpu_count() or 1
         for _ in range(cores + 2):
             await pilot.press("plus")
-        text = await wait_for(pilot, lambda t: "core" in t, what="the word about cores")
-        text = await wait_for(pilot, lambda t: f"with {cores} worker" in t, what="capped")
-        assert f"with {cores + 1} workers" not in text
+        # the toast about cores, sent as a press past the cap is handled
+        assert "core" in await shown(pilot)
+        text = await plan_shown(pilot, seen, since)  # planned again for the workers kept
+        assert f"with {cores} worker" in text and f"with {cores + 1} workers" not in text
 
 
 async def test_cancel_keeps_the_runs_that_had_finished(demo: Path):
@@ -276,16 +313,18 @@ async def test_cancel_keeps_the_runs_that_had_finished(demo: Path):
     app, seen = make_app(demo), Seen()
     async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
-        await start_slow_replay_on_one_worker(pilot, demo)
+        await start_slow_replay_on_one_worker(pilot, seen, demo)
         pane = app.query_one("#replay-pane", ReplayPane)
         await wait_until(pilot, lambda: _a_run_done(pane), timeout=120, what="a run done")
-        text = await wait_for(pilot, lambda t: "✓ done" in t, what="a run shown done")
+        text = await shown(pilot)  # the pane draws a segment's progress as it is handed it
+        assert "✓ done" in text
         await pilot.press("c")
         done = [r.run_id for r in app.history.runs if _line_of(text, r.run_id, "✓ done")]
         assert done
-        await wait_until(pilot, lambda: not app.replay_running, timeout=60, what="cancelled")
-        await replays_read(pilot, seen, 1)
-        text = await wait_for(pilot, lambda t: "Past replays: 1" in t, what="listed")
+        end = await seen.wait(pilot, ReplayEnded, timeout=60, what="cancelled")
+        await wait_until(pilot, lambda: not app.replay_running, what="cancelled")
+        text = await replays_listed(pilot, seen, end, ["cancelled"])
+        assert "Past replays: 1" in text
         for run_id in done:
             assert "finished" in _line_of(text, run_id), app.query_one("#replay-pane").result
     ((replay_id, status, _names),) = _replays(demo).itertuples(index=False)

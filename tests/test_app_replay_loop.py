@@ -14,9 +14,8 @@ from conftest_app import (
     loaded,
     make_app,
     pending_known,
-    plan_ready,
-    replays_read,
-    wait_for,
+    plan_shown,
+    shown,
     wait_until,
 )
 from textual.widgets import DataTable
@@ -24,7 +23,7 @@ from textual.widgets import DataTable
 from florwb.screens.replay_detail import ReplayDetailScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.ui.format import short_run
-from florwb.ui.messages import ReplayEnded
+from florwb.ui.messages import ReplayEnded, ReplaysLoaded
 from florwb.widgets.code_diff import DiffView
 from florwb_engine.statements import WORKING
 from florwb_engine.store import Store
@@ -45,7 +44,7 @@ async def test_enter_on_a_propagatable_cell_replays_that_statement_for_chosen_ru
         await wait_until(pilot, lambda: pane.data is not None, timeout=60, what="the matrix")
         data = pane.data
         # the working tree column: weight_norm is there, but no run has it yet
-        text = await wait_for(pilot, lambda t: "weight_norm" in t, what="the row")
+        text = await shown(pilot)
         row = next(line for line in text.splitlines() if line.lstrip().startswith("weight_norm"))
         assert "new" in row and row.count("● ") == 0
         assert data.cells[("weight_norm", WORKING)].status == "in tree"
@@ -58,10 +57,11 @@ async def test_enter_on_a_propagatable_cell_replays_that_statement_for_chosen_ru
         table = app.query_one("#matrix", DataTable)
         table.focus()
         table.move_cursor(row=data.names.index("weight_norm"), column=pane.order.index(version) + 1)
+        since = seen.mark()
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, ReplayPlanScreen), what="plan")
         plan_screen = app.screen
-        text = await plan_ready(pilot, timeout=90)
+        text = await plan_shown(pilot, seen, since, timeout=90)
         mine = [r for r in runs if r.version == version]
         assert plan_screen.names == ["weight_norm"]
         assert sorted(plan_screen.run_ids) == sorted(r.run_id for r in mine)
@@ -69,14 +69,15 @@ async def test_enter_on_a_propagatable_cell_replays_that_statement_for_chosen_ru
         assert "2 of 2 runs to replay" in text
         # space leaves the first run out; the plan says so; space on it again takes it back
         left_out = plan_screen.plan.runs[0].run_id
-        await pilot.press("space")
-        text = await wait_for(pilot, lambda t: "1 of 2 runs to replay" in t, what="excluded")
+        await pilot.press("space")  # the plan is shown again at once: nothing to re-plan
+        text = await shown(pilot)
+        assert "1 of 2 runs to replay" in text
         # the summary's "1 excluded" may wrap inside the modal: the state says it exactly
         assert plan_screen.excluded == {left_out} and "excluded by you" in text
         await pilot.press("space")
-        await wait_for(pilot, lambda t: "2 of 2 runs to replay" in t, what="back in")
+        assert "2 of 2 runs to replay" in await shown(pilot)  # back in
         await pilot.press("space")
-        await wait_for(pilot, lambda t: "1 of 2 runs to replay" in t, what="excluded again")
+        assert "1 of 2 runs to replay" in await shown(pilot)  # excluded again
         await pilot.press("enter")
         await wait_until(
             pilot,
@@ -97,18 +98,24 @@ async def test_enter_on_a_past_replay_opens_its_runs_statuses_and_errors(demo: P
     async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
         await pending_known(pilot, "weight_norm")
+        since = seen.mark()
         await pilot.press("g", "j", "space", "r")
         (run_id,) = app.marked_runs
-        await plan_ready(pilot, timeout=90)
+        await plan_shown(pilot, seen, since, timeout=90)
         await pilot.press("enter")
-        await wait_until(
+        end = await seen.wait(pilot, ReplayEnded, timeout=180, what="the replay's end")
+        await wait_until(pilot, lambda: not app.replay_running, what="the replay's end")
+        # read back after it ended (a read while it ran would list it running)
+        await seen.wait(
             pilot,
-            lambda: not app.replay_running and seen.of(ReplayEnded),
-            timeout=180,
-            what="the replay's end",
+            ReplaysLoaded,
+            lambda m: [r.status for r in m.replays] == ["finished"],
+            since=seen.after(end),
+            timeout=60,
+            what="the replay listed",
         )
-        await replays_read(pilot, seen, 1)
-        text = await wait_for(pilot, lambda t: "Past replays: 1" in t, what="listed")
+        text = await shown(pilot)
+        assert "Past replays: 1" in text
         assert "r plans the next one" in text and "c cancels" not in text  # nothing to cancel
         (replay_id,) = Store(demo).query("SELECT replay_id FROM replays")["replay_id"]
         past = app.query_one("#past-replays", DataTable)
@@ -118,7 +125,8 @@ async def test_enter_on_a_past_replay_opens_its_runs_statuses_and_errors(demo: P
         assert replay_id in text
         await pilot.press("p", "enter")
         await wait_until(pilot, lambda: isinstance(app.screen, ReplayDetailScreen), what="detail")
-        text = await wait_for(pilot, lambda t: "runs" in t and replay_id in t, what="detail")
+        text = await shown(pilot)  # composed from the replay's row: nothing to load
+        assert "runs" in text and replay_id in text
         line = next(line for line in text.splitlines() if short_run(run_id) in line)
         assert "ready" in line and "finished" in line
         assert "weight_norm" in text
@@ -137,14 +145,15 @@ async def test_slash_in_the_statements_tab_searches_the_diff(demo: Path):
         await pilot.press("2")
         pane = app.query_one("#statements-pane")
         await wait_until(pilot, lambda: pane.data is not None, timeout=60, what="the matrix")
-        await wait_for(pilot, lambda t: "diff version" in t, what="the diff")
+        assert "diff version" in await shown(pilot)  # drawn with the matrix
         diff = pane.query_one(DiffView)
         await pilot.press("slash", *"flor.")
         await wait_until(pilot, lambda: len(diff.matches) >= 2, what="matches")
         expected = [i for i, line in enumerate(diff.text.plain.split("\n")) if "flor." in line]
         assert [m[0] for m in diff.matches] == expected  # every line that has it
         await pilot.press("enter")
-        text = await wait_for(pilot, lambda t: "match 1 of" in t, what="the counter")
+        text = await shown(pilot)
+        assert "match 1 of" in text  # the counter
         assert f"of {len(diff.matches)}" in text
         await pilot.press("n", "n")
         await wait_until(pilot, lambda: diff.current == 2 % len(diff.matches), what="n twice")

@@ -20,7 +20,7 @@ from conftest_app import (
     loaded,
     make_app,
     pending_known,
-    wait_for,
+    shown,
     wait_until,
     write_held_run,
 )
@@ -75,13 +75,15 @@ async def test_enter_while_planning_starts_once_planned_and_one_duration_everywh
         await wait_until(pilot, lambda: app.screen is not screen, timeout=30, what="started")
         await wait_until(pilot, lambda: not app.replay_running, timeout=180, what="replayed")
         pane = app.query_one("#replay-pane", ReplayPane)
+        # the pane draws its summary when it is handed the result
         await wait_until(pilot, lambda: pane.result is not None, what="the result shown")
-        text = await wait_for(pilot, lambda t: "finished in" in t, what="the replay's end")
+        text = await shown(pilot)
         (replay,) = load_replays(app.store)
         took = fmt.duration((replay.ended - replay.started).total_seconds())
         assert f"finished in {took}" in text  # the Replay tab says the row's duration
-        app.push_screen(ReplayDetailScreen(replay))
-        text = await wait_for(pilot, lambda t: "took " in t, what="the replay detail")
+        app.push_screen(ReplayDetailScreen(replay))  # composed from the row: nothing to load
+        await wait_until(pilot, lambda: isinstance(app.screen, ReplayDetailScreen), what="detail")
+        text = await shown(pilot)
         assert f"took {took}" in text
 
 
@@ -93,8 +95,9 @@ async def test_the_statements_tab_keeps_its_cursor_when_the_table_is_rebuilt(
         await loaded(pilot)
         await pilot.press("2")
         tables = seen.of  # the pane handles a StatementTableLoaded as it is dispatched
-        await wait_until(pilot, lambda: tables(StatementTableLoaded), what="the table built")
-        await wait_for(pilot, lambda t: "weight_norm" in t and "→" in t, what="the matrix")
+        await seen.wait(pilot, StatementTableLoaded, what="the table built")
+        text = await shown(pilot)
+        assert "weight_norm" in text and "→" in text  # the matrix and its diff
         matrix = app.query_one("#matrix")
         await pilot.press("j", "j", "h")
         before = matrix.cursor_coordinate
