@@ -91,7 +91,7 @@ async def test_the_workbench_says_who_holds_the_catalog_and_loads_once_it_is_fre
             await seen.wait(
                 pilot,
                 StoreWaiting,
-                lambda m: pid in m.holder and m.waited_s >= 3,
+                lambda m: pid in m.holder and round(m.waited_s) >= 3,  # as the line rounds
                 what="retrying past the lock wait",
             )
             text = _flat(await shown(pilot))
