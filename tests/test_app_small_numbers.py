@@ -15,10 +15,12 @@ from pathlib import Path
 import duckdb
 import pytest
 from conftest import recorded_project, run_py, write
-from conftest_app import loaded, make_app, run_lines, wait_for, wait_until
+from conftest_app import Seen, first_page, loaded, make_app, run_lines, shown, wait_until
 
+from florwb.screens.export_result import ExportScreen
 from florwb.screens.help import HelpScreen
-from florwb.screens.run_compare import RunCompareScreen
+from florwb.screens.run_compare import ComparisonLoaded, RunCompareScreen
+from florwb.ui.messages import LiveUpdated, QueryExported
 from florwb_engine.run_compare import compare_runs
 from florwb_engine.store import Store
 from florwb_engine.store.history_values import load_history_values
@@ -82,10 +84,13 @@ def test_a_logged_setting_has_no_best_in_a_comparison(recorded: Path) -> None:
 async def test_the_comparison_screen_shows_lr_as_a_setting(recorded: Path) -> None:
     first, second = (r["run_id"] for r in Store(recorded).runs())
     app = make_app(recorded, poll_s=0)
-    async with app.run_test(size=(120, 36)) as pilot:
+    seen = Seen()
+    async with app.run_test(size=(120, 36), message_hook=seen) as pilot:
         await loaded(pilot)
-        app.push_screen(RunCompareScreen(recorded, app.store, first, second))
-        text = await wait_for(pilot, lambda t: "lr setting" in t, what="the comparison")
+        # pushed by the app's own task: the screen's messages then reach the hook
+        app.call_later(app.push_screen, RunCompareScreen(recorded, app.store, first, second))
+        await seen.wait(pilot, ComparisonLoaded)
+        text = await shown(pilot)
         (line,) = [row for row in text.splitlines() if "lr setting" in row]
         assert line.split()[-2:] == ["-", "-"]  # no best A, best B
         assert "loss ↓" in text
@@ -103,7 +108,8 @@ def test_six_values_of_a_name_are_six_sparkline_points(recorded: Path) -> None:
 
 async def test_the_first_query_names_a_metric_the_project_has(recorded: Path) -> None:
     app = make_app(recorded, poll_s=0)
-    async with app.run_test(size=(100, 30)) as pilot:
+    seen = Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
         await pilot.press("4")
         await wait_until(pilot, lambda: app.query("#sql"), what="the query tab")
@@ -111,7 +117,8 @@ async def test_the_first_query_names_a_metric_the_project_has(recorded: Path) ->
         assert "'loss'" in editor.text and "'acc'" not in editor.text
         editor.focus()
         await pilot.press("ctrl+j")
-        await wait_for(pilot, lambda t: "✓ 2 rows" in t, what="the example's result")
+        assert len((await first_page(pilot, seen)).rows) == 2
+        assert "✓ 2 rows" in await shown(pilot)
 
 
 async def test_an_export_writes_the_rows_shown_although_a_run_landed_since(
@@ -120,18 +127,23 @@ async def test_an_export_writes_the_rows_shown_although_a_run_landed_since(
     target = project.parent / "out.csv"
     sql = "SELECT run_id, name, value FROM logs WHERE name = 'loss' ORDER BY run_id, seq"
     app = make_app(project, poll_s=0)
-    async with app.run_test(size=(100, 30)) as pilot:
+    seen = Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
         await pilot.press("4")
         await wait_until(pilot, lambda: app.query("#sql"), what="the query tab")
         app.query_one("#query-pane").run_sql(sql)
-        await wait_for(pilot, lambda t: "✓ 12 rows" in t, what="the result")
+        assert len((await first_page(pilot, seen)).rows) == 12
+        assert "✓ 12 rows" in await shown(pilot)
         run_py(project, "train.py", "--kwargs", "lr=0.2")  # six more loss values
         await pilot.press("ctrl+e")
-        await wait_for(pilot, lambda t: "Export the result" in t, what="the dialog")
+        await wait_until(pilot, lambda: isinstance(app.screen, ExportScreen), what="the dialog")
+        assert "Export the result" in await shown(pilot)
         app.screen.query_one("#export-path").value = str(target)
         await pilot.press("enter")
-        await wait_for(pilot, lambda t: "wrote 12 rows to" in t, what="written")
+        exported = await seen.wait(pilot, QueryExported)
+        assert exported.rows == 12 and exported.path == str(target)
+        assert "wrote 12 rows to" in await shown(pilot)
     written = duckdb.sql(f"SELECT count(*), count(DISTINCT run_id) FROM read_csv('{target}')")
     assert written.fetchall() == [(12, 2)]
     assert len(Store(project).query(sql)) == 18  # the catalog has the new run's too
@@ -146,13 +158,14 @@ async def test_help_finds_keys_by_words(recorded: Path) -> None:
         await pilot.press("slash")
         for char in "export":
             await pilot.press(char)
-        text = await wait_for(pilot, lambda t: "Export the result" in t, what="a match")
+        text = await shown(pilot)  # the help filters as each key is typed
+        assert "Export the result" in text
         assert "Next row" not in text and "Scroll down" not in text
         for char in " zzz":
             await pilot.press(char)
-        await wait_for(pilot, lambda t: "no key matches 'export zzz'" in t, what="no match")
+        assert "no key matches 'export zzz'" in await shown(pilot)
         await pilot.press("escape")  # clears the search
-        await wait_for(pilot, lambda t: "Next row" in t, what="every key again")
+        assert "Next row" in await shown(pilot)
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, HelpScreen), what="closed")
 
@@ -165,10 +178,16 @@ async def test_a_recording_run_reads_whole_at_200_columns_and_a_killed_one_as_a_
     holder = subprocess.Popen([sys.executable, "held.py"], cwd=project)
     try:
         app = make_app(project)
-        async with app.run_test(size=(200, 60)) as pilot:
-            text = await wait_for(
-                pilot, lambda t: "25/60 epoch" in t, timeout=60, what="the live label"
+        seen = Seen()
+        async with app.run_test(size=(200, 60), message_hook=seen) as pilot:
+            await seen.wait(
+                pilot,
+                LiveUpdated,
+                lambda m: any((r.done, r.total, r.loop) == (25, 60, "epoch") for r in m.live),
+                timeout=60,
+                what="the held run at epoch 25",
             )
+            text = await shown(pilot)
             lines = run_lines(text)
             (live,) = [line for line in lines if "25/60 epoch" in line]
             assert live.split("25/60 epoch")[1].split()[0].endswith("s…")  # time so far

@@ -6,17 +6,19 @@ from pathlib import Path
 
 import pytest
 from conftest_app import (
+    Seen,
     copy_demo,
     loaded,
     make_app,
     pending_known,
-    screen_text,
-    wait_for,
+    shown,
     wait_until,
 )
 
 from florwb.components.live_monitor import LiveMonitor
+from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.ui.format import short_version
+from florwb.ui.messages import StatementTableLoaded
 from florwb_engine import versions
 from florwb_engine.propagate import statement_matrix
 from florwb_engine.store import Store
@@ -46,12 +48,13 @@ async def test_matrix_of_statements_by_version_and_code_diff(demo: Path):
     sources["tree"] = (demo / "train.py").read_text()
     expected = statement_matrix(sources, "tree")
     app = make_app(demo)
-    async with app.run_test(size=(80, 24)) as pilot:
+    seen = Seen()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
         await loaded(pilot)
         await pilot.press("2")
-        text = await wait_for(
-            pilot, lambda t: _has_row(t, "weight_norm") and "diff version" in t, what="matrix"
-        )
+        await seen.wait(pilot, StatementTableLoaded)
+        text = await shown(pilot)
+        assert _has_row(text, "weight_norm") and "diff version" in text
         assert f"{short_version(old)} (2)" in text and f"{short_version(new)} (2)" in text
         assert "working tree" in text
         row = _matrix_line(text, "weight_norm")
@@ -67,7 +70,7 @@ async def test_matrix_of_statements_by_version_and_code_diff(demo: Path):
         assert added
         # moving the cursor explains the cell
         await pilot.press("down")  # second statement row
-        text = screen_text(app)
+        text = await shown(pilot)
         assert " in version " in text or " in working tree" in text
 
 
@@ -80,7 +83,8 @@ async def test_cannot_place_shows_the_reason_and_marked_version_is_the_base(demo
     script.write_text(code)
     old, new = _versions(demo)
     app = make_app(demo, watch=False)
-    async with app.run_test(size=(80, 24)) as pilot:
+    seen = Seen()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
         await loaded(pilot)
         # mark the old version in the history, then compare against it
         await pilot.press("G")
@@ -90,7 +94,10 @@ async def test_cannot_place_shows_the_reason_and_marked_version_is_the_base(demo
         assert app.marked_versions == {old}
         await pilot.press("2")
         # the banner names the new statement too: wait for its row in the matrix
-        text = await wait_for(pilot, lambda t: _has_row(t, "momentum_used"), what="matrix")
+        await seen.wait(
+            pilot, StatementTableLoaded, lambda m: "momentum_used" in m.table.names, what="matrix"
+        )
+        text = await shown(pilot)
         row = _matrix_line(text, "momentum_used")
         assert "✗ no" in row  # v1 has no momentum: cannot place
         table = app.query_one("#matrix")
@@ -100,13 +107,13 @@ async def test_cannot_place_shows_the_reason_and_marked_version_is_the_base(demo
         table.move_cursor(
             row=list(pane.data.names).index("momentum_used"), column=pane.order.index(old) + 1
         )
-        text = await wait_for(pilot, lambda t: "cannot place:" in t, what="reason")
+        text = await shown(pilot)  # the highlighted cell explains itself
+        assert "cannot place:" in text
         assert "momentum" in text
         table.move_cursor(column=pane.order.index(new) + 1)
         await pilot.press("b")
-        text = await wait_for(
-            pilot, lambda t: f"→ version {short_version(old)}" in t, what="marked base"
-        )
+        text = await shown(pilot)
+        assert f"→ version {short_version(old)}" in text
         assert f"diff version {short_version(new)}" in text
 
 
@@ -127,10 +134,13 @@ async def test_saving_a_new_log_statement_is_noticed_and_offers_a_replay(demo: P
         # the watcher (not the journal poll: no journal changed) brings it within a second
         # on an idle machine; the wait is generous for busy CI machines
         await pending_known(pilot, "lr_now", timeout=20)
-        text = await wait_for(pilot, lambda t: "lr_now" in t, what="new statement shown")
+        text = await shown(pilot)  # the banner shows what PendingChanged brought
+        assert "lr_now" in text
         assert "r: replay past runs" in text
         # the offer is real: r opens the replay plan for both new statements
         await pilot.press("r")
-        text = await wait_for(pilot, lambda t: "Replay plan" in t, what="plan")
+        await wait_until(pilot, lambda: isinstance(app.screen, ReplayPlanScreen), what="plan")
+        text = await shown(pilot)
+        assert "Replay plan" in text
         assert "weight_norm" in text and "lr_now" in text
         await pilot.press("escape")

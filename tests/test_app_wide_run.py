@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from conftest import recorded_project, write
-from conftest_app import loaded, make_app, wait_for, wait_until
+from conftest_app import Seen, loaded, make_app, shown, wait_until
 
 from florwb.screens.run_detail import METRIC_ROWS, RunDetailScreen
-from florwb.ui.messages import HistoryLoaded
+from florwb.ui.messages import HistoryLoaded, RunDetailLoaded
 from florwb_engine.store import Store
 
 WIDE = """
@@ -37,33 +37,39 @@ def project(tmp_path_factory) -> Path:
 async def test_run_detail_of_10000_names_draws_a_page_and_finds_any_name(project: Path) -> None:
     (run,) = Store(project).runs()
     app = make_app(project, poll_s=0)
-    async with app.run_test(size=(100, 30)) as pilot:
+    seen = Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
         screen = RunDetailScreen(app.store, run["run_id"])
-        app.push_screen(screen)
-        text = await wait_for(
-            pilot, lambda t: "names shown" in t or "w00000" in t, what="the run detail"
-        )
+        app.call_later(app.push_screen, screen)  # by the app's task: its messages reach `seen`
+        detail = (await seen.wait(pilot, RunDetailLoaded)).detail
+        assert len(detail.metrics) == 10_001
+        text = await shown(pilot)
         assert "w00000.norm" in text
         assert "w09999.norm" not in text
         # the note under the table says how many are drawn of how many
         await pilot.press("G")
-        text = await wait_for(pilot, lambda t: "names shown" in t, what="the count of names")
+        scroll = screen.query_one("#detail-scroll")
+        await wait_until(
+            pilot, lambda: 0 < scroll.max_scroll_y == scroll.scroll_y, what="G: the end"
+        )
+        text = await shown(pilot)
         assert f"{METRIC_ROWS} of 10,001 names shown (10,001 logged)" in text
 
         await pilot.press("slash")
         for char in "09999":
             await pilot.press(char)
-        text = await wait_for(pilot, lambda t: "w09999.norm" in t, what="the name found by search")
+        text = await shown(pilot)  # the names are filtered as each key is typed
+        assert "w09999.norm" in text
         assert "1 of 1 names matching '09999' shown" in text
         assert "w00000.norm" not in text
 
         await pilot.press("escape")  # leaves the search: every name again, screen kept
-        await wait_for(pilot, lambda t: "w09999.norm" not in t, what="the search cleared")
+        assert "w09999.norm" not in await shown(pilot)
         assert app.screen is screen
         await pilot.press("escape")
-        await wait_for(pilot, lambda t: "▾ version" in t, what="the history again")
-        assert app.screen is not screen
+        await wait_until(pilot, lambda: app.screen is not screen, what="the screen closed")
+        assert "▾ version" in await shown(pilot)
 
 
 STREAMING = """

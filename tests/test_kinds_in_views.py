@@ -22,15 +22,17 @@ from pathlib import Path
 
 import pytest
 from conftest import florwb, git, write
-from conftest_app import loaded, make_app, wait_for
+from conftest_app import Seen, loaded, make_app, shown, wait_until
 from jupyter_client.manager import start_new_kernel
 from textual.screen import Screen
 
 from florwb.screens.chart import ChartScreen
+from florwb.screens.error import ErrorScreen
 from florwb.screens.replay_plan import ReplayPlanScreen
 from florwb.screens.run_compare import RunCompareScreen
 from florwb.screens.run_detail import RunDetailScreen
 from florwb.ui.format import short_run
+from florwb.ui.messages import QueryFailed, QueryRows
 from florwb_engine.project import journal_dir
 from florwb_engine.replay.ddp_launch import free_port
 from florwb_engine.store import Store
@@ -289,21 +291,26 @@ async def _each_kind(
     pilot,
     runs: dict[str, str],
     open_screen: Callable[[str, str], Screen],
+    done: Callable[[Screen], bool],
     ready: Callable[[str, Screen], bool],
     judge: Callable[[str, str, Screen, str], str | None] = lambda *_: None,
     timeout: float = 30,
 ) -> dict[str, str | None]:
-    """Open one screen per kind, wait until `ready(text, screen)`, then `judge` it (None: as
-    it should be, else what is wrong); every kind's outcome, so a failure names them all."""
+    """Open one screen per kind, wait until `done(screen)` (its worker's message handled:
+    the screen's own state, no screen export meanwhile), read the screen once, check it is
+    `ready(text, screen)`, then `judge` it (None: as it should be, else what is wrong);
+    every kind's outcome, so a failure names them all."""
     results: dict[str, str | None] = {}
     for kind, run_id in runs.items():
         screen = open_screen(kind, run_id)
         app.push_screen(screen)
         try:
-            text = await wait_for(
-                pilot, lambda t, s=screen: ready(t, s), timeout=timeout, what=kind
-            )
-            results[kind] = judge(kind, run_id, screen, text)
+            await wait_until(pilot, lambda s=screen: done(s), timeout=timeout, what=kind)
+            text = await shown(pilot)
+            if ready(text, screen):
+                results[kind] = judge(kind, run_id, screen, text)
+            else:
+                results[kind] = f"not as expected on screen:\n{text}"[:400]
         except AssertionError as exc:
             results[kind] = str(exc)[:400]
         fork_server = getattr(screen, "fork_server", None)
@@ -417,12 +424,16 @@ async def test_history_shows_every_kind(matrix):
     app = make_app(project)
     async with app.run_test(size=(160, 48)) as pilot:
         await loaded(pilot)
-        text = await wait_for(
+        await wait_until(
             pilot,
-            lambda t: all(short_run(run_id) in t for run_id in runs.values()) or "Error" in t,
+            lambda: (
+                set(runs.values()) <= {r.run_id for r in app.history.runs}
+                or isinstance(app.screen, ErrorScreen)
+            ),
             timeout=60,
             what="every run in the history",
         )
+        text = await shown(pilot)
     results = {k: None if short_run(run_id) in text else "not shown" for k, run_id in runs.items()}
     assert not _failures(results), _failures(results) + "\n" + text
     (line,) = [row for row in text.splitlines() if short_run(runs["diverged"]) in row]
@@ -454,6 +465,7 @@ async def test_run_detail_opens_for_every_kind(matrix):
             pilot,
             runs,
             lambda _kind, run_id: RunDetailScreen(app.store, run_id),
+            lambda s: s.detail is not None,
             lambda t, _s: "Metrics" in t and "Args" in t,
             _detail_as_it_should_be,
         )
@@ -470,6 +482,7 @@ async def test_chart_draws_every_kind(matrix):
             pilot,
             runs,
             lambda kind, run_id: ChartScreen(app.store, [run_id], {run_id: kind}, "loss", kind),
+            lambda s: s.drawing is not None,
             lambda t, _s: "loss vs" in t,
         )
     assert not _failures(results), _failures(results)
@@ -488,6 +501,7 @@ async def test_compare_opens_every_kind_against_the_replayed_run(matrix):
             pilot,
             others,
             lambda _kind, run_id: RunCompareScreen(project, app.store, base, run_id),
+            lambda s: s.comparison is not None,
             lambda t, s: (
                 app.screen is s and s.comparison is not None and short_run(s.run_ids[1]) in t
             ),
@@ -511,9 +525,18 @@ async def test_statements_tab_shows_every_script(matrix):
             await pilot.press("1", "escape", "slash", *short_run(runs[kind]), "enter", "g", "j")
             await pilot.press("2")
             try:
-                text = await wait_for(
-                    pilot, lambda t, s=script: f"{s}: " in t, timeout=30, what=script
+                await wait_until(
+                    pilot,
+                    lambda s=script: any(
+                        p.data is not None and p.data.script == s
+                        for p in app.query("#statements-pane")
+                    ),
+                    what=script,
                 )
+                text = await shown(pilot)
+                if f"{script}: " not in text:
+                    results[kind] = f"{script}'s table not on screen:\n{text}"[:600]
+                    continue
                 results[kind] = None if "loss" in text else "no loss statement listed"
             except AssertionError as exc:
                 results[kind] = str(exc)[:600]
@@ -539,6 +562,7 @@ async def test_replay_plan_answers_for_every_kind(matrix):
             pilot,
             runs,
             lambda _kind, run_id: ReplayPlanScreen(project, ["wnorm"], [run_id], 1),
+            lambda s: s.planned is not None or s.plan_error is not None,
             lambda t, s: s.planned is not None or "rror" in t,
             _planned_or_refused,
             timeout=60,
@@ -549,19 +573,22 @@ async def test_replay_plan_answers_for_every_kind(matrix):
 async def test_query_tab_reads_every_kind(matrix):
     project, runs = matrix
     app = make_app(project)
-    async with app.run_test(size=(160, 48)) as pilot:
+    seen = Seen()
+    async with app.run_test(size=(160, 48), message_hook=seen) as pilot:
         await loaded(pilot)
         await pilot.press("4")
         editor = app.query_one("#sql")
         editor.load_text("SELECT run_id, count(*) AS n FROM logs GROUP BY run_id ORDER BY n")
         editor.focus()
         await pilot.press("ctrl+j")
-        text = await wait_for(
+        await seen.wait(
             pilot,
-            lambda t: runs["names"] in t or "rror" in t,
+            (QueryRows, QueryFailed),
+            lambda m: isinstance(m, QueryFailed) or m.first,
             timeout=60,
             what="query results",
         )
+        text = await shown(pilot)
     results = {kind: None if run_id in text else "not in results" for kind, run_id in runs.items()}
     assert not _failures(results), _failures(results) + "\n" + text
 

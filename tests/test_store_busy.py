@@ -15,7 +15,19 @@ from pathlib import Path
 
 import pytest
 from conftest import florwb
-from conftest_app import copy_demo, loaded, make_app, run_lines, wait_for, wait_until
+from conftest_app import (
+    Seen,
+    copy_demo,
+    first_page,
+    loaded,
+    make_app,
+    query_failed,
+    run_lines,
+    shown,
+    wait_until,
+)
+
+from florwb.ui.messages import QueryRows, StoreWaiting
 
 HOLDER = (
     "import duckdb, sys\n"
@@ -64,26 +76,27 @@ async def test_the_workbench_says_who_holds_the_catalog_and_loads_once_it_is_fre
     monkeypatch.setenv("FLORWB_LOCK_WAIT_S", "1")  # each attempt gives up after 1 s, retried
     with held(demo) as holder:
         app = make_app(demo)
-        async with app.run_test(size=(100, 30)) as pilot:
-            # the summary wraps the line where the holder's PID length puts the break
-            text = _flat(
-                await wait_for(
-                    pilot,
-                    lambda t: f"(PID {holder.pid}," in _flat(t),
-                    what="who holds the catalog",
-                )
+        seen = Seen()
+        async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
+            pid = f"(PID {holder.pid},"
+            await seen.wait(
+                pilot, StoreWaiting, lambda m: pid in m.holder, what="who holds the catalog"
             )
+            # the summary wraps the line where the holder's PID length puts the break
+            text = _flat(await shown(pilot))
+            assert pid in text
             assert "The catalog is held by another process" in text and "retrying" in text
             assert "Loading the version history" not in text
             # past several give-ups of 1 s, it still says so, with the time growing
-            text = _flat(
-                await wait_for(
-                    pilot,
-                    lambda t: any(f"retrying… {s} s" in _flat(t) for s in range(3, 60)),
-                    what="retrying visibly past the lock wait",
-                )
+            await seen.wait(
+                pilot,
+                StoreWaiting,
+                lambda m: pid in m.holder and round(m.waited_s) >= 3,  # as the line rounds
+                what="retrying past the lock wait",
             )
-            assert f"(PID {holder.pid}," in text
+            text = _flat(await shown(pilot))
+            assert any(f"retrying… {s} s" in text for s in range(3, 60))
+            assert pid in text
             release(holder)
             text = await loaded(pilot)
             assert len(run_lines(text)) == 4
@@ -131,12 +144,14 @@ async def test_a_result_being_paged_lets_other_programs_at_the_catalog(demo: Pat
     it is open mid-result another process takes DuckDB's write lock at the first try, and
     `florwb runs` in another terminal answers."""
     app = make_app(demo)
-    async with app.run_test(size=(100, 30)) as pilot:
+    seen = Seen()
+    async with app.run_test(size=(100, 30), message_hook=seen) as pilot:
         await loaded(pilot)
         await pilot.press("4")
         pane = app.query_one("#query-pane")
         pane.run_sql("SELECT range AS i FROM range(2500000)")
-        await wait_for(pilot, lambda t: "rows 1–1,000" in t, what="the first page")
+        assert len((await first_page(pilot, seen)).rows) == 1000
+        assert "rows 1–1,000" in await shown(pilot)
         assert pane.stream is not None and pane.stream.is_open and not pane.stream.exhausted
         with held(demo):  # one try, no retries: it fails if anything holds the file
             pass
@@ -159,27 +174,37 @@ async def test_a_result_being_paged_lets_other_programs_at_the_catalog(demo: Pat
         assert pane.stream.is_open  # still mid-result; paging goes on from the snapshot
         app.query_one("#results").focus()
         await pilot.press("G")
-        await wait_for(pilot, lambda t: "rows 1–2,000" in t, what="the next page")
+        await seen.wait(
+            pilot, QueryRows, lambda m: not m.first and m.serial == pane.serial, what="a page"
+        )
+        assert "rows 1–2,000" in await shown(pilot)
         assert [r[0] for r in app.query_one("#results").raw_rows] == list(range(2000))
 
 
 async def test_a_query_waiting_on_the_lock_says_who_and_esc_stops_the_wait(demo: Path):
     app = make_app(demo, poll_s=0)  # no polls: only the query waits on the holder
-    async with app.run_test(size=(120, 30)) as pilot:
+    seen = Seen()
+    async with app.run_test(size=(120, 30), message_hook=seen) as pilot:
         await loaded(pilot)
         await pilot.press("4")
         with held(demo) as holder:
             pane = app.query_one("#query-pane")
             pane.run_sql("SELECT count(*) AS n FROM runs")
-            text = await wait_for(
-                pilot, lambda t: f"held by another process (PID {holder.pid}," in t, what="who"
+            pid = f"(PID {holder.pid},"
+            await seen.wait(
+                pilot, StoreWaiting, lambda m: m.serial == pane.serial and pid in m.holder
             )
+            text = await shown(pilot)
+            assert f"held by another process {pid}" in text
             assert "waiting: the catalog is held by" in text
             app.query_one("#results").focus()
+            since = seen.mark()
             await pilot.press("escape")
-            await wait_for(pilot, lambda t: "■ stopped" in t, what="the wait stopped")
+            assert (await query_failed(pilot, seen, since)).stopped
+            assert "■ stopped" in await shown(pilot)
         pane.run_sql("SELECT count(*) AS n FROM runs")
-        await wait_for(pilot, lambda t: "✓ 1 row" in t, what="a query once it is free")
+        assert [tuple(r) for r in (await first_page(pilot, seen)).rows] == [(4,)]
+        assert "✓ 1 row" in await shown(pilot)
 
 
 async def test_an_idle_workbench_holds_nothing_and_forgets_a_holder_once_it_let_go(

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from conftest import recorded_project
-from conftest_app import loaded, make_app, wait_until
+from conftest_app import Seen, loaded, make_app, open_chart
 from rich.console import Console
 
-from florwb.screens.chart import ChartScreen
 from florwb.screens.run_detail import RunDetailScreen, render_detail
+from florwb.ui.messages import ChartDrawn, RunDetailLoaded
 from florwb_engine.record.context import energy_unavailable, rapl_counters
 from florwb_engine.record.system import SystemSampler
 from florwb_engine.store import Store
@@ -79,12 +79,14 @@ def test_a_run_without_energy_counters_says_why(busy: Path):
 
 async def test_the_run_detail_shows_the_latest_sample_and_the_energy_reason(busy: Path):
     app = make_app(busy)
-    async with app.run_test(size=(160, 48)) as pilot:
+    seen = Seen()
+    async with app.run_test(size=(160, 48), message_hook=seen) as pilot:
         await loaded(pilot)
         (run,) = app.history.runs
-        app.push_screen(RunDetailScreen(app.store, run.run_id))
-        screen = app.screen
-        await wait_until(pilot, lambda: screen.detail is not None, what="the run detail")
+        screen = RunDetailScreen(app.store, run.run_id)
+        app.call_later(app.push_screen, screen)  # by the app's task: its messages reach `seen`
+        loaded_detail = await seen.wait(pilot, RunDetailLoaded, what="the run detail")
+        assert screen.detail is loaded_detail.detail
         assert screen.detail.system and "cpu_percent" in screen.detail.system[0].values
         console = Console(width=160, record=True, file=io.StringIO())
         console.print(render_detail(screen.detail))  # what the scrolled view holds
@@ -96,22 +98,22 @@ async def test_the_run_detail_shows_the_latest_sample_and_the_energy_reason(busy
 
 async def test_the_chart_draws_a_system_figure(busy: Path):
     app = make_app(busy)
-    async with app.run_test(size=(120, 36)) as pilot:
+    seen = Seen()
+    async with app.run_test(size=(120, 36), message_hook=seen) as pilot:
         await loaded(pilot)
-        await pilot.press("j", "c")
-        await wait_until(pilot, lambda: isinstance(app.screen, ChartScreen), what="chart")
-        chart = app.screen
-        await wait_until(pilot, lambda: chart.curves is not None, what="curves")
+        chart = await open_chart(pilot, seen, "j")
+        assert chart.curves is not None
+        since = seen.mark()
         await pilot.press("slash", *"system/cpu_percent", "enter")
-        await wait_until(
+        drawn = await seen.wait(
             pilot,
-            lambda: (
-                chart.curves.metric == "system/cpu_percent"
-                and chart.drawing is not None
-                and chart.drawing.points > 0
-            ),
+            ChartDrawn,
+            lambda m: m.state == chart.state and m.state.metric == "system/cpu_percent",
+            since=since,
             what="the system figure drawn",
         )
+        assert drawn.drawing.points > 0 and drawn.drawing is chart.drawing
+        assert chart.curves.metric == "system/cpu_percent"
 
 
 class _Broken:
