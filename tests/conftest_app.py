@@ -32,6 +32,7 @@ from florwb.demo.build import build_demo
 from florwb.panes.query import QueryPane
 from florwb.screens.chart import ChartScreen
 from florwb.screens.replay_plan import PlanReady, ReplayPlanScreen
+from florwb.screens.run_detail import RunDetailScreen
 from florwb.ui.messages import (
     ChartDrawn,
     GridDrawn,
@@ -39,7 +40,7 @@ from florwb.ui.messages import (
     PaneReady,
     QueryFailed,
     QueryRows,
-    ReplaysLoaded,
+    RunDetailLoaded,
 )
 from florwb_engine.store import Store
 from florwb_engine.store.queries import History
@@ -144,25 +145,6 @@ def screen_text(app: App) -> str:
                     cells[row][column + extra] = ""
             column += max(wide, 1)
     return "\n".join("".join(row) for row in cells)
-
-
-async def wait_for(
-    pilot: Pilot,
-    condition: Callable[[str], bool],
-    timeout: float = 30.0,
-    what: str = "condition",
-) -> str:
-    """Pause until `condition(screen text)` holds; fail with the last screen otherwise.
-    Generous timeouts: the machine running CI may be busy; a passing wait returns at once.
-    Checked every 0.1 s: reading the screen (an SVG export) costs the app's loop ~25 ms."""
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        await pilot.pause(0.1)
-        text = screen_text(pilot.app)
-        if condition(text):
-            return text
-    raise AssertionError(f"timed out waiting for {what}; screen was:\n{text}")
 
 
 async def wait_until(
@@ -320,31 +302,6 @@ async def pending_known(pilot: Pilot, name: str, timeout: float = 30.0) -> None:
     )
 
 
-async def replays_read(pilot: Pilot, seen: Seen, n: int) -> None:
-    """The Replay tab read back `n` past replays (ReplaysLoaded), for it to list them."""
-    await wait_until(
-        pilot,
-        lambda: any(len(m.replays) == n for m in seen.of(ReplaysLoaded)),
-        timeout=60,
-        what=f"{n} past replays read",
-    )
-
-
-async def plan_ready(pilot: Pilot, timeout: float = 60.0) -> str:
-    """Wait until the replay plan screen on top has its plan (or says why there is none),
-    then return the screen's text."""
-    app = pilot.app
-
-    def planned() -> bool:
-        screen = app.screen
-        return isinstance(screen, ReplayPlanScreen) and (
-            screen.plan is not None or bool(screen.plan_error)
-        )
-
-    await wait_until(pilot, planned, timeout=timeout, what="the plan")
-    return await wait_for(pilot, lambda t: "estimate" in t or "Cannot replay" in t, what="plan")
-
-
 async def query_tab(pilot: Pilot) -> QueryPane:
     """The Query tab, shown and mounted (it mounts the first time it is shown)."""
     await loaded(pilot)
@@ -433,3 +390,15 @@ async def plan_shown(pilot: Pilot, seen: Seen, since: int, timeout: float = 60.0
     text = await shown(pilot)
     assert "estimate" in text or "Cannot replay" in text, text
     return text
+
+
+async def run_detail_shown(pilot: Pilot, seen: Seen, run_id: str) -> str:
+    """The run detail of `run_id` opened and its run read (RunDetailLoaded): the screen's
+    text, once. The app's own task pushes the screen, so the screen's messages reach the
+    test's message hook (a screen pushed from the test's task runs outside it)."""
+    app = pilot.app
+    since = seen.mark()
+    app.call_later(app.push_screen, RunDetailScreen(app.store, run_id))
+    message = await seen.wait(pilot, RunDetailLoaded, since=since, what="the run detail")
+    assert message.detail.run.run_id == run_id
+    return await shown(pilot)

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 from conftest import florwb, recorded_project, run_py, write
-from conftest_app import loaded, make_app, wait_for
+from conftest_app import Seen, loaded, make_app, run_detail_shown
 
 import florwb as flor
-from florwb.screens.run_detail import RunDetailScreen
 from florwb_engine.replay import execute, plan_replay
 from florwb_engine.store import Store
 
@@ -112,14 +111,15 @@ def test_runs_lists_restorable_iterations(recorded):
 async def test_the_run_detail_names_the_restorable_iterations(recorded):
     project, runs = recorded
     app = make_app(project)
-    async with app.run_test(size=(120, 80)) as pilot:
+    seen = Seen()
+    async with app.run_test(size=(120, 80), message_hook=seen) as pilot:
         await loaded(pilot)
-        app.push_screen(RunDetailScreen(app.store, runs["every3"]["run_id"]))
-        text = await wait_for(pilot, lambda t: "Checkpoints (4)" in t, what="run detail")
+        text = await run_detail_shown(pilot, seen, runs["every3"]["run_id"])
+        assert "Checkpoints (4)" in text
         assert f"restorable epoch iterations: 0, 3, 6-7 (4 of {EPOCHS})" in text
         app.pop_screen()
-        app.push_screen(RunDetailScreen(app.store, runs["budget0"]["run_id"]))
-        text = await wait_for(pilot, lambda t: "Checkpoints (1)" in t, what="run detail")
+        text = await run_detail_shown(pilot, seen, runs["budget0"]["run_id"])
+        assert "Checkpoints (1)" in text
         assert f"restorable epoch iterations: 7 (1 of {EPOCHS})" in text
 
 

@@ -11,10 +11,9 @@ import warnings
 import duckdb
 import pytest
 from conftest import florwb, git, run_py, write
-from conftest_app import loaded, make_app, run_lines, wait_for
+from conftest_app import Seen, loaded, make_app, run_detail_shown, run_lines
 
 import florwb as flor
-from florwb.screens.run_detail import RunDetailScreen
 from florwb.ui.format import short_run
 from florwb_engine.replay import execute, plan_replay
 from florwb_engine.run_compare import compare_runs
@@ -229,14 +228,15 @@ async def test_the_workbench_says_diverged_and_never_shows_a_check_beside_it(rep
     project, plan, _result = replayed
     clean, noisy = _runs(project)
     app = make_app(project)
-    async with app.run_test(size=(140, 50)) as pilot:
+    seen = Seen()
+    async with app.run_test(size=(140, 50), message_hook=seen) as pilot:
         text = await loaded(pilot)
         noisy_line = next(line for line in run_lines(text) if short_run(noisy) in line)
         clean_line = next(line for line in run_lines(text) if short_run(clean) in line)
         assert noisy_line.split()[0] == "≠" and "diverged" in noisy_line.split(), text
         assert clean_line.split()[0] == "↻" and "replayed" in clean_line.split(), text
-        app.push_screen(RunDetailScreen(app.store, noisy))
-        text = await wait_for(pilot, lambda t: "Replays (1)" in t, what="run detail")
+        text = await run_detail_shown(pilot, seen, noisy)
+        assert "Replays (1)" in text
         assert "✓" not in text.split("Metrics")[1].split("Checkpoints")[0]
         assert "16 values of 1 diverged replay left out; florwb dataframe NAME --diverged" in text
         assert f"{plan.replay_id} diverged: unreproducible: noise at epoch=0" in text
