@@ -42,6 +42,7 @@ import os
 import secrets
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -361,7 +362,7 @@ def main_shared(boot: set[str], path: str, idle_s: float) -> None:
     _BOOT = boot
     if sys.path and sys.path[0] == "":
         sys.path.pop(0)
-    listener = _listen(path)
+    listener = listen_private(path)
     if listener is None:  # another server holds the socket: it serves
         os._exit(0)
     import florwb_engine.record  # noqa: F401 - every worker imports it: once here
@@ -373,9 +374,9 @@ def main_shared(boot: set[str], path: str, idle_s: float) -> None:
     run_child(request, boot)
 
 
-def _listen(path: str):
-    import socket
-
+def listen_private(path: str) -> socket.socket | None:
+    """Listen on a Unix socket at `path` that only this user can reach; None when a live
+    server answers there already (a dead one's socket is replaced)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # the socket is the user's alone from its first moment
     try:
@@ -385,6 +386,7 @@ def _listen(path: str):
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 probe.connect(path)
+                listener.close()
                 return None  # a live server answers there
             except OSError:  # a dead server's socket
                 os.unlink(path)
@@ -601,7 +603,6 @@ _STARTED: list[subprocess.Popen] = []  # shared servers this process started (no
 def _connect(path: Path, start_s: float = 15.0):
     """A connection to the shared server at `path`, started if none answers; None when
     none can be had."""
-    import socket
 
     def attempt():
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -883,8 +884,6 @@ class ForkServer:
     def _close_session(self) -> None:
         """End the session and wait (5 s at most) until it stopped its workers: its end
         of the connection closes when it exits."""
-        import socket
-
         connection, self._connection = self._connection, None
         assert connection is not None
         with contextlib.suppress(OSError):

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from florwb_engine.errors import FlorwbError
-from florwb_engine.replay.forkserver import code_key, idle_seconds, runtime_dir
+from florwb_engine.replay.forkserver import code_key, idle_seconds, listen_private, runtime_dir
 
 if TYPE_CHECKING:
     from florwb_engine.replay.executor import SegmentState
@@ -418,7 +418,7 @@ def serve(address: str | None, path: str, idle_s: float) -> None:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         _first_line(reply, {"error": f"cannot reach Ray at {address or 'this machine'}: {first}"})
         os._exit(1)
-    listener = _listen(path)
+    listener = listen_private(path)
     if listener is None:  # another driver answers there
         _first_line(reply, {"other": 1})
         ray.shutdown()
@@ -447,30 +447,6 @@ def _first_line(reply, message: dict) -> None:
     with contextlib.suppress(OSError):
         reply.write(json.dumps(message) + "\n")
         reply.close()
-
-
-def _listen(path: str) -> socket.socket | None:
-    """Listen at `path`; None when a live driver answers there already."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)  # the socket is the user's alone from its first moment
-    try:
-        try:
-            listener.bind(path)
-        except OSError:
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(path)
-                listener.close()
-                return None
-            except OSError:  # a dead driver's socket
-                os.unlink(path)
-                listener.bind(path)
-            finally:
-                probe.close()
-    finally:
-        os.umask(old)
-    listener.listen(16)
-    return listener
 
 
 class _Server:
