@@ -22,7 +22,8 @@ from sshd import Node, as_host
 from florwb_engine.project import journal_dir
 from florwb_engine.replay import ddp_launch
 from florwb_engine.store import Store, snapshot
-from florwb_engine.store.journal_pull import PULLED, pull
+from florwb_engine.store.journal_pull import pull
+from florwb_engine.store.pull_answers import PULLED
 from florwb_engine.store.queries import load_run_detail
 
 TRAIN = """

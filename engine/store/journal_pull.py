@@ -23,7 +23,7 @@ journal.writer_alive does here), and keeps the answer beside each journal it mer
 (`<journal>.pulled`: the host that answered, live or gone, the journal's size then); the
 journal's bytes are never changed. A journal whose writer was gone when asked held all it
 ever will, so ingestion reads its rank as killed, ended at its last write
-(`writer_gone`); one still written reads as running until a later pull says otherwise.
+(`pull_answers.writer_gone`); one still written reads as running until a later pull says otherwise.
 The answer counts only for a rank recorded on the host that gave it and only while the
 journal here is the size it was then. A path source is not asked: its ranks recorded on
 this host are checked here (their processes), those of another host read as running.
@@ -47,13 +47,13 @@ from florwb_engine.atomic import write_atomic
 from florwb_engine.errors import FlorwbError
 from florwb_engine.journal import SUFFIX
 from florwb_engine.project import STORE_DIRNAME, checkpoint_dir, journal_dir
+from florwb_engine.store.pull_answers import answer_path
 
 # a recorded rank's journal: `<run>.rank<r>.journal` (replay journals start `replay-`)
 _RANK_JOURNAL = re.compile(r"^(?!replay-)(?P<run>.+)\.rank(?P<rank>\d+)" + re.escape(SUFFIX) + "$")
 _REMOTE = re.compile(r"^(?P<host>[^/:]+):(?P<path>.*)$")
 _BLOCK = 1 << 20
 # Beside a pulled journal: what its host answered about its writer (module doc).
-PULLED = ".pulled"
 # Run on the other host in its store folder, with the Python found there (no florwb needed):
 # {"host": name, "journals": {file: ["live" | "gone", size]}}. An empty journal gets no
 # answer (its writer may be between creating it and locking it), nor one on a filesystem
@@ -251,7 +251,7 @@ def _keep_answer(journal: Path, host: str, state: str, size: int, copied: int) -
     if state != "gone" or copied != size:
         state = "live"
     answer = {"host": host, "writer": state, "size": size}
-    kept = journal.with_name(journal.name + PULLED)
+    kept = answer_path(journal)
     try:
         before = json.loads(kept.read_text())
     except (OSError, ValueError):
@@ -262,23 +262,6 @@ def _keep_answer(journal: Path, host: str, state: str, size: int, copied: int) -
     data = json.dumps(answer).encode()
     write_atomic(kept, lambda f: f.write(data), durable=False)
     return state
-
-
-def writer_gone(journal: Path, host: str | None) -> bool:
-    """A pulled rank journal (recorded on `host`) whose writer was gone when that host was
-    last asked, the journal here being the size it was then: it holds all it ever will."""
-    try:
-        answer = json.loads(journal.with_name(journal.name + PULLED).read_text())
-        size = journal.stat().st_size
-    except (OSError, ValueError):
-        return False
-    return (
-        isinstance(answer, dict)
-        and host is not None
-        and answer.get("host") == host
-        and answer.get("writer") == "gone"
-        and answer.get("size") == size
-    )
 
 
 def _merge_one(theirs: Path, ours: Path) -> str:

@@ -26,7 +26,7 @@ import duckdb
 
 from florwb_engine import processes
 from florwb_engine.journal_events import End, Start
-from florwb_engine.store import journal_pull, run_context
+from florwb_engine.store import pull_answers, run_context
 from florwb_engine.store.db import fetch_one
 from florwb_engine.store.runs import RunStatus
 from florwb_engine.store.schema import RANK_SHIFT
@@ -144,7 +144,7 @@ def mark_killed(
 def is_dead(con: duckdb.DuckDBPyConnection, run_id: str, rank: int, journal: Path) -> bool:
     """A rank with no end whose process is gone was killed: on this host its process says;
     a rank of another host, pulled from it, is dead once that host answered a pull that no
-    process writes its journal any more (store/journal_pull.py)."""
+    process writes its journal any more (store/pull_answers.py)."""
     row = fetch_one(
         con,
         "SELECT host, pid, pid_ticks, status FROM run_ranks WHERE run_id = ? AND rank = ?",
@@ -153,7 +153,7 @@ def is_dead(con: duckdb.DuckDBPyConnection, run_id: str, rank: int, journal: Pat
     if row is None or row[3] != "running":
         return False
     if row[0] != socket.gethostname():
-        return journal_pull.writer_gone(journal, row[0])
+        return pull_answers.writer_gone(journal, row[0])
     return row[1] is not None and processes.is_gone(row[1], row[2])
 
 

@@ -49,7 +49,7 @@ import duckdb
 
 from florwb_engine import journal, processes
 from florwb_engine import project as projects
-from florwb_engine.store import journal_pull, repair
+from florwb_engine.store import pull_answers, repair
 from florwb_engine.store.db import (
     DB_FILENAME,
     Served,
@@ -225,7 +225,7 @@ def _journal_sizes(store_dir: Path) -> dict[str, int]:
     """Each journal's size, and when each pulled journal's answer about its writer was
     written (its mtime, ns): a pull can turn a rank killed without a journal growing."""
     sizes = {}
-    answer = journal.SUFFIX + journal_pull.PULLED
+    answer = journal.SUFFIX + pull_answers.PULLED
     with contextlib.suppress(FileNotFoundError):
         with os.scandir(projects.journal_dir(store_dir.parent)) as entries:
             for entry in entries:
